@@ -1,0 +1,3 @@
+"""sgdeploy: deploy SGLang servers to bare-metal GPU hosts safely."""
+
+__version__ = "0.1.0"

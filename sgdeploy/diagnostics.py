@@ -1,0 +1,39 @@
+"""Findings about a profile or inventory: one format for every output."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One finding, located in a file: `path:line: RULE message (hint: ...)`."""
+
+    rule: str
+    severity: Severity
+    message: str
+    hint: str = ""
+    field: str | None = None  # dotted TOML path, e.g. "server.language_only"
+    line: int | None = None  # 1-based line of the key in the file
+    path: str | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity is Severity.ERROR
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "rule": self.rule,
+            "severity": self.severity.value,
+            "field": self.field,
+            "line": self.line,
+            "message": self.message,
+            "hint": self.hint,
+        }

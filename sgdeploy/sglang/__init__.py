@@ -1,0 +1,1 @@
+"""What sgdeploy knows about SGLang: flag catalogs per version and cross-flag rules."""
