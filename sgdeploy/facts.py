@@ -1,0 +1,955 @@
+"""Host facts: what `plan` and `apply` need to know about a GPU host, as typed objects.
+
+One shell command (`facts_command`) gathers everything in a single SSH round trip and prints
+it as marked sections; `parse_facts` turns that output into a `HostFacts`. Every other
+function here is a pure parser or decision fed by captured command output, so the whole
+module is tested without a host. Nothing here connects, runs a command or prints.
+
+Sections on the wire (one per probe, each independent of the others):
+
+    @@sgdeploy:begin NAME@@
+    |a line the probe wrote to stdout
+    !a line the probe wrote to stderr
+    @@sgdeploy:end NAME rc=N@@
+
+Prefixing every captured line means no output a host produces can be mistaken for a marker.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+# --- layout on the host (SPEC §5) -------------------------------------------------------------
+
+STATE_ROOT = "/var/lib/sgdeploy"
+LAST_GOOD_NAME = "last_good"
+LOCK_NAME = "lock"
+UNIT_DIR = "/etc/systemd/system"
+
+#: Idle H200s report 0 MiB used through nvidia-smi; NVML's v1 memory call counts the driver's
+#: reservation (615 MiB on an H200) as used. 1 GiB sits above both and far below anything a
+#: model server leaves behind, so "used > baseline with no process" means memory is really held.
+DEFAULT_IDLE_BASELINE_MIB = 1024
+
+GPU_QUERY_FIELDS: tuple[str, ...] = (
+    "index",
+    "uuid",
+    "name",
+    "compute_cap",
+    "memory.total",
+    "memory.used",
+    "pci.bus_id",
+)
+# Drivers before compute_cap existed (R510) reject the whole query; this is the retry.
+GPU_QUERY_FIELDS_LEGACY: tuple[str, ...] = tuple(f for f in GPU_QUERY_FIELDS if f != "compute_cap")
+APPS_QUERY_FIELDS: tuple[str, ...] = ("pid", "process_name", "used_memory", "gpu_uuid")
+
+UNIT_PROPERTIES: tuple[str, ...] = (
+    "ActiveState",
+    "SubState",
+    "MainPID",
+    "ExecMainStatus",
+    "ExecMainCode",
+    "LoadState",
+    "FragmentPath",
+    "ActiveEnterTimestampMonotonic",
+    "InvocationID",
+    "NRestarts",
+)
+
+# Exit status the sglang probe uses for "interpreter fine, sglang not installed".
+_SGLANG_MISSING_RC = 3
+_NOT_FOUND_RC = 127
+_TIMEOUT_RC = 124
+
+
+class FactParseError(ValueError):
+    """Captured output does not have the shape its parser expects."""
+
+
+# --- facts ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as nvidia-smi lists it."""
+
+    index: int
+    uuid: str
+    name: str
+    compute_capability: str | None  # "9.0"; from the table when the driver cannot say
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+    pci_bus_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process holding memory on a GPU."""
+
+    pid: int
+    process_name: str
+    used_memory_mib: int | None  # None where the driver cannot attribute memory ([N/A])
+    gpu_uuid: str
+
+
+@dataclass(frozen=True)
+class SystemdUnitState:
+    """The properties of one unit that `systemctl show` reports."""
+
+    load_state: str
+    active_state: str | None = None
+    sub_state: str | None = None
+    main_pid: int | None = None
+    exec_main_status: int | None = None
+    exec_main_code: int | None = None
+    fragment_path: str | None = None
+    active_enter_timestamp_monotonic: int | None = None
+    invocation_id: str | None = None
+    n_restarts: int | None = None
+
+    @property
+    def exists(self) -> bool:
+        """Whether systemd knows a unit file for it."""
+        return self.load_state not in ("not-found", "")
+
+    @property
+    def active(self) -> bool:
+        """Whether the unit is active or on its way there (a start counts as running)."""
+        return self.active_state in ("active", "activating", "reloading")
+
+
+@dataclass(frozen=True)
+class FactError:
+    """A probe that failed; the other facts stay valid."""
+
+    section: str
+    message: str
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """Everything one facts round trip learned about a host.
+
+    `None` means "could not tell" (the probe failed or was not run), never "no".
+    """
+
+    hostname: str | None = None
+    kernel: str | None = None
+    nvidia_smi_found: bool | None = None
+    gpus: tuple[GpuInfo, ...] = ()
+    gpu_processes: tuple[GpuProcess, ...] = ()
+    python_ok: bool = False
+    python_version: str | None = None
+    sglang_version: str | None = None
+    model_dir_present: bool | None = None
+    model_config_present: bool | None = None
+    model_architectures: tuple[str, ...] = ()
+    model_architecture: str | None = None
+    port: int | None = None
+    listening_ports: frozenset[int] | None = None
+    port_listening: bool | None = None
+    unit: SystemdUnitState | None = None
+    deployments: tuple[str, ...] = ()
+    last_good: str | None = None
+    locked: bool = False
+    lock_holder: str | None = None
+    unit_dir_free_bytes: int | None = None
+    errors: tuple[FactError, ...] = ()
+
+    def error(self, section: str) -> FactError | None:
+        """The failure of one section, if it failed."""
+        return next((e for e in self.errors if e.section == section), None)
+
+
+# --- nvidia-smi csv ---------------------------------------------------------------------------
+
+# Header cells name the field, some differently from the query ("used_gpu_memory [MiB]").
+_FIELD_ALIASES = {
+    "used_gpu_memory": "used_memory",
+    "gpu_uuid": "gpu_uuid",
+    "gpu_name": "name",
+    "gpu_bus_id": "pci.bus_id",
+}
+_HEADER_CELL = re.compile(r"[a-z][a-z0-9_.]*(?: \[[^\]]*\])?")
+_MIB = re.compile(r"(\d+)(?:\s*MiB)?")
+# Fields whose values are free text and may themselves contain ", ".
+_FREE_TEXT_FIELDS = ("process_name", "name")
+
+
+def _is_header(cells: Sequence[str]) -> bool:
+    return all(_HEADER_CELL.fullmatch(c) for c in cells)
+
+
+def _field_name(header_cell: str) -> str:
+    name = header_cell.split(" [", 1)[0]
+    return _FIELD_ALIASES.get(name, name)
+
+
+def _csv_rows(text: str, fields: Sequence[str]) -> Iterator[dict[str, str | None]]:
+    """Yield each data row of nvidia-smi csv as field -> value (None for [N/A] and friends)."""
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if _is_header(cells):
+            fields = [_field_name(c) for c in cells]
+            continue
+        yield dict(zip(fields, _fit_cells(cells, fields), strict=True))
+
+
+def _fit_cells(cells: list[str], fields: Sequence[str]) -> list[str | None]:
+    # nvidia-smi does not quote: a process name with ", " in it splits into extra cells.
+    extra = len(cells) - len(fields)
+    free = next((i for i, f in enumerate(fields) if f in _FREE_TEXT_FIELDS), None)
+    if extra > 0 and free is not None:
+        cells = [*cells[:free], ", ".join(cells[free : free + extra + 1]), *cells[free + extra + 1 :]]
+    if len(cells) != len(fields):
+        raise FactParseError(f"expected {len(fields)} csv fields, got {len(cells)}: {cells!r}")
+    return [_value(c) for c in cells]
+
+
+def _value(cell: str) -> str | None:
+    # "[N/A]", "[Not Supported]", "[Insufficient Permissions]", ... all mean "no value".
+    if not cell or cell == "N/A" or (cell.startswith("[") and cell.endswith("]")):
+        return None
+    return cell
+
+
+def _mib(value: str | None) -> int | None:
+    if value is None:
+        return None
+    m = _MIB.fullmatch(value)
+    if m is None:
+        raise FactParseError(f"not a MiB amount: {value!r}")
+    return int(m.group(1))
+
+
+def _required(row: Mapping[str, str | None], key: str) -> str:
+    value = row.get(key)
+    if value is None:
+        raise FactParseError(f"row has no {key}: {dict(row)!r}")
+    return value
+
+
+def _int(value: str, what: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise FactParseError(f"{what} is not an integer: {value!r}") from None
+
+
+def parse_query_gpu(csv_text: str, fields: Sequence[str] = GPU_QUERY_FIELDS) -> tuple[GpuInfo, ...]:
+    """Parse `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]`.
+
+    A header line, when present, names the columns; otherwise `fields` does. Fields beyond
+    those GpuInfo holds are ignored; a missing compute_cap is looked up in the GPU table.
+    """
+    gpus = []
+    for row in _csv_rows(csv_text, fields):
+        name = _required(row, "name")
+        gpus.append(
+            GpuInfo(
+                index=_int(_required(row, "index"), "index"),
+                uuid=_required(row, "uuid"),
+                name=name,
+                compute_capability=row.get("compute_cap") or compute_capability_for(name),
+                memory_total_mib=_mib(row.get("memory.total")),
+                memory_used_mib=_mib(row.get("memory.used")),
+                pci_bus_id=row.get("pci.bus_id"),
+            )
+        )
+    return tuple(gpus)
+
+
+def parse_compute_apps(
+    csv_text: str, fields: Sequence[str] = APPS_QUERY_FIELDS
+) -> tuple[GpuProcess, ...]:
+    """Parse `nvidia-smi --query-compute-apps=... --format=csv[,noheader][,nounits]`."""
+    return tuple(
+        GpuProcess(
+            pid=_int(_required(row, "pid"), "pid"),
+            process_name=row.get("process_name") or "",
+            used_memory_mib=_mib(row.get("used_memory")),
+            gpu_uuid=_required(row, "gpu_uuid"),
+        )
+        for row in _csv_rows(csv_text, fields)
+    )
+
+
+# --- systemctl show ---------------------------------------------------------------------------
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """Parse `Key=value` lines (`systemctl show`, probe output) into a dict; later keys win."""
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key and " " not in key:
+            props[key] = value
+    return props
+
+
+def _opt_int(value: str | None) -> int | None:
+    # systemd prints "[not set]" or nothing for absent numbers.
+    if value is None or not value.strip().lstrip("-").isdigit():
+        return None
+    return int(value)
+
+
+def parse_unit_state(text: str) -> SystemdUnitState:
+    """Build a SystemdUnitState from `systemctl show UNIT -p ...` output.
+
+    MainPID 0 and a zero activation timestamp mean "none" and become None.
+    """
+    p = parse_key_values(text)
+    if "LoadState" not in p:
+        raise FactParseError("systemctl show output has no LoadState")
+    return SystemdUnitState(
+        load_state=p["LoadState"],
+        active_state=p.get("ActiveState") or None,
+        sub_state=p.get("SubState") or None,
+        main_pid=_opt_int(p.get("MainPID")) or None,
+        exec_main_status=_opt_int(p.get("ExecMainStatus")),
+        exec_main_code=_opt_int(p.get("ExecMainCode")),
+        fragment_path=p.get("FragmentPath") or None,
+        active_enter_timestamp_monotonic=_opt_int(p.get("ActiveEnterTimestampMonotonic")) or None,
+        invocation_id=p.get("InvocationID") or None,
+        n_restarts=_opt_int(p.get("NRestarts")),
+    )
+
+
+# --- listening sockets ------------------------------------------------------------------------
+
+_TCP_LISTEN = "0A"  # include/net/tcp_states.h: TCP_LISTEN = 10
+
+
+def listening_ports_ss(text: str) -> frozenset[int]:
+    """TCP ports in LISTEN state from `ss -Hltn` (a header line, if any, is skipped)."""
+    ports = set()
+    for line in text.splitlines():
+        cols = line.split()
+        if len(cols) < 4 or cols[0] != "LISTEN":
+            continue
+        _, _, port = cols[3].rpartition(":")
+        if port.isdigit():
+            ports.add(int(port))
+    return frozenset(ports)
+
+
+def listening_ports_proc(text: str) -> frozenset[int]:
+    """TCP ports in LISTEN state from /proc/net/tcp and /proc/net/tcp6 (concatenated)."""
+    ports = set()
+    for line in text.splitlines():
+        cols = line.split()
+        if len(cols) < 4 or cols[3] != _TCP_LISTEN:
+            continue
+        _, _, port_hex = cols[1].rpartition(":")
+        try:
+            ports.add(int(port_hex, 16))
+        except ValueError:
+            continue
+    return frozenset(ports)
+
+
+# --- df ---------------------------------------------------------------------------------------
+
+
+def parse_df_available(text: str) -> int:
+    """Free bytes from `df -Pk PATH` (POSIX format: header, then one line per file system)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < 2:
+        raise FactParseError("df printed no file system line")
+    cols = lines[-1].split()
+    # A file system name with spaces shifts columns from the left; count from the right.
+    if len(cols) < 6 or not cols[-3].isdigit():
+        raise FactParseError(f"unexpected df line: {lines[-1]!r}")
+    return int(cols[-3]) * 1024
+
+
+# --- the facts command ------------------------------------------------------------------------
+
+_MODEL_PROBE = """\
+import json, sys
+try:
+    with open(sys.argv[1], encoding="utf-8") as f:
+        print("architectures=" + json.dumps(json.load(f).get("architectures")))
+except Exception as e:
+    print("config_error=" + json.dumps("%s: %s" % (type(e).__name__, e)))
+"""
+
+_SGLANG_PROBE = f"""\
+import importlib.metadata as m, sys
+try:
+    print(m.version("sglang"))
+except m.PackageNotFoundError:
+    sys.exit({_SGLANG_MISSING_RC})
+"""
+
+_PYTHON_PROBE = 'import sys; print("%d.%d.%d" % sys.version_info[:3])'
+
+# The driver runs this with `sh -c`; it must stay POSIX (dash, busybox). Every probe runs in a
+# subshell with stdin closed so none can read the SSH channel or end the script.
+_SCRIPT = r"""
+sgd_tmp=$(mktemp -d 2>/dev/null) || {
+  sgd_tmp=/tmp/sgdeploy-facts.$$; mkdir -m 700 "$sgd_tmp" 2>/dev/null || sgd_tmp=; }
+if [ -z "$sgd_tmp" ]; then echo '@@sgdeploy:fatal no temporary directory@@'; exit 0; fi
+trap 'rm -rf "$sgd_tmp"' EXIT
+sgd_lines() {
+  while IFS= read -r sgd_l || [ -n "$sgd_l" ]; do printf '%s%s\n' "$1" "$sgd_l"; done <"$2"
+}
+sgd_section() {
+  sgd_name=$1; shift
+  ("$@") </dev/null >"$sgd_tmp/out" 2>"$sgd_tmp/err"
+  sgd_rc=$?
+  printf '@@sgdeploy:begin %s@@\n' "$sgd_name"
+  sgd_lines '|' "$sgd_tmp/out"; sgd_lines '!' "$sgd_tmp/err"
+  printf '@@sgdeploy:end %s rc=%s@@\n' "$sgd_name" "$sgd_rc"
+  return "$sgd_rc"
+}
+sgd_t() {
+  if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi
+}
+s_request() { printf 'port=%s\n' "$sgd_port"; }
+s_host() { uname -a; hostname; }
+s_gpus() { sgd_t 30 nvidia-smi --query-gpu=@GPU_FIELDS@ --format=csv,noheader,nounits; }
+s_gpus_legacy() { sgd_t 30 nvidia-smi --query-gpu=@GPU_FIELDS_LEGACY@ --format=csv,noheader,nounits; }
+s_gpu_apps() { sgd_t 30 nvidia-smi --query-compute-apps=@APPS_FIELDS@ --format=csv,noheader,nounits; }
+s_python() {
+  command -v "$sgd_py" || { echo "interpreter not found: $sgd_py" >&2; exit 127; }
+  sgd_t 30 "$sgd_py" -c @PYTHON_PROBE@
+}
+s_sglang() { sgd_t 60 "$sgd_py" -c @SGLANG_PROBE@; }
+s_model() {
+  if [ -d "$sgd_model" ]; then echo dir=1; else echo dir=0; fi
+  [ -f "$sgd_model/config.json" ] || { echo config=0; exit 0; }
+  echo config=1
+  [ "$sgd_pyok" = 1 ] || exit 0
+  sgd_t 30 "$sgd_py" -c @MODEL_PROBE@ "$sgd_model/config.json"
+}
+s_listen_ss() { ss -Hltn; }
+s_listen_proc() { cat /proc/net/tcp || exit; [ ! -r /proc/net/tcp6 ] || cat /proc/net/tcp6; }
+s_unit() { sgd_t 30 systemctl show "$sgd_unit" -p @UNIT_PROPS@ --no-pager; }
+s_state() { [ -e "$sgd_state" ] || exit 0; ls -1Ap "$sgd_state"; }
+s_last_good() {
+  if [ -L "$sgd_state/@LAST_GOOD@" ]; then readlink "$sgd_state/@LAST_GOOD@"
+  elif [ -e "$sgd_state/@LAST_GOOD@" ]; then cat "$sgd_state/@LAST_GOOD@"; fi
+}
+s_lock() { [ -e "$sgd_state/@LOCK@" ] || exit 0; echo locked; cat "$sgd_state/@LOCK@"; }
+s_disk() { df -Pk @UNIT_DIR@; }
+sgd_section request s_request
+sgd_section host s_host
+if [ "$sgd_gpu" = 1 ]; then
+  sgd_section gpus s_gpus
+  case $? in 0|127) ;; *) sgd_section gpus_legacy s_gpus_legacy ;; esac
+  sgd_section gpu_apps s_gpu_apps
+fi
+sgd_pyok=0
+sgd_section python s_python && sgd_pyok=1
+[ "$sgd_pyok" = 0 ] || sgd_section sglang s_sglang
+sgd_section model s_model
+sgd_section listen_ss s_listen_ss || sgd_section listen_proc s_listen_proc
+sgd_section unit s_unit
+sgd_section state s_state
+sgd_section last_good s_last_good
+sgd_section lock s_lock
+sgd_section disk s_disk
+exit 0
+"""
+
+
+def _service_name(unit: str) -> str:
+    return unit if "." in unit else f"{unit}.service"
+
+
+def _unit_stem(unit: str) -> str:
+    return unit.removesuffix(".service")
+
+
+def state_dir(unit: str) -> str:
+    """The host folder holding a unit's deployments, `last_good` and lock."""
+    return f"{STATE_ROOT}/{_unit_stem(unit)}"
+
+
+def facts_command(
+    unit: str, python: str, model_path: str, port: int, gpu_query: bool = True
+) -> str:
+    """The one POSIX sh command that prints every section `parse_facts` reads.
+
+    `unit` is a unit name with or without `.service`. Values reach the shell only through
+    shlex.quote'd variable assignments, so no value can change the script.
+    """
+    assignments = {
+        "sgd_unit": _service_name(unit),
+        "sgd_state": state_dir(unit),
+        "sgd_py": python,
+        "sgd_model": model_path,
+        "sgd_port": str(int(port)),
+        "sgd_gpu": "1" if gpu_query else "0",
+    }
+    head = "".join(f"{k}={shlex.quote(v)}\n" for k, v in assignments.items())
+    return head + _render_script()
+
+
+def _render_script() -> str:
+    constants = {
+        "@GPU_FIELDS@": ",".join(GPU_QUERY_FIELDS),
+        "@GPU_FIELDS_LEGACY@": ",".join(GPU_QUERY_FIELDS_LEGACY),
+        "@APPS_FIELDS@": ",".join(APPS_QUERY_FIELDS),
+        "@UNIT_PROPS@": ",".join(UNIT_PROPERTIES),
+        "@PYTHON_PROBE@": shlex.quote(_PYTHON_PROBE),
+        "@SGLANG_PROBE@": shlex.quote(_SGLANG_PROBE),
+        "@MODEL_PROBE@": shlex.quote(_MODEL_PROBE),
+        "@LAST_GOOD@": LAST_GOOD_NAME,
+        "@LOCK@": LOCK_NAME,
+        "@UNIT_DIR@": shlex.quote(UNIT_DIR),
+    }
+    script = _SCRIPT
+    for placeholder, value in constants.items():
+        script = script.replace(placeholder, value)
+    return script.lstrip("\n")
+
+
+# --- parsing the facts output -----------------------------------------------------------------
+
+_BEGIN = re.compile(r"@@sgdeploy:begin (?P<name>[a-z_]+)@@")
+_END = re.compile(r"@@sgdeploy:end (?P<name>[a-z_]+) rc=(?P<rc>\d+)@@")
+_FATAL = re.compile(r"@@sgdeploy:fatal (?P<msg>.*)@@")
+
+
+@dataclass(frozen=True)
+class Section:
+    """The captured output of one probe."""
+
+    name: str
+    rc: int | None  # None: the section was cut off before its end marker
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the probe ran to the end and exited 0."""
+        return self.rc == 0
+
+
+@dataclass
+class _Open:
+    name: str
+    out: list[str] = field(default_factory=list)
+    err: list[str] = field(default_factory=list)
+
+    def close(self, rc: int | None) -> Section:
+        return Section(self.name, rc, _joined(self.out), _joined(self.err))
+
+
+def _joined(lines: list[str]) -> str:
+    return "".join(f"{line}\n" for line in lines)
+
+
+def split_sections(output: str) -> tuple[dict[str, Section], tuple[str, ...]]:
+    """Split facts output into sections by name, plus any fatal messages.
+
+    Lines outside sections (login banners, shell noise) are ignored. A section cut off by
+    the end of the output, or by the next begin marker, is kept with rc None.
+    """
+    sections: dict[str, Section] = {}
+    fatal: list[str] = []
+    current: _Open | None = None
+    for line in output.splitlines():
+        if current is not None and line[:1] in ("|", "!"):
+            (current.out if line[0] == "|" else current.err).append(line[1:])
+        elif m := _BEGIN.fullmatch(line):
+            if current is not None:
+                sections[current.name] = current.close(None)
+            current = _Open(m["name"])
+        elif (m := _END.fullmatch(line)) and current is not None and m["name"] == current.name:
+            sections[current.name] = current.close(int(m["rc"]))
+            current = None
+        elif m := _FATAL.fullmatch(line):
+            fatal.append(m["msg"])
+    if current is not None:
+        sections[current.name] = current.close(None)
+    return sections, tuple(fatal)
+
+
+def _failure(section: Section) -> str:
+    if section.rc is None:
+        return "output cut off before the section ended"
+    if section.rc == _TIMEOUT_RC:
+        return "timed out"
+    # nvidia-smi reports its errors on stdout; other tools on stderr.
+    last = [ln.strip() for ln in (section.stderr + section.stdout).splitlines() if ln.strip()]
+    detail = last[-1] if last else "no output"
+    return f"exit status {section.rc}: {detail}"
+
+
+def _not_found(section: Section) -> bool:
+    return section.rc == _NOT_FOUND_RC
+
+
+class _Builder:
+    """Collects facts section by section; a parser error in one only records an error."""
+
+    def __init__(self, sections: Mapping[str, Section]) -> None:
+        self.sections = sections
+        self.values: dict[str, object] = {}
+        self.errors: list[FactError] = []
+
+    def fail(self, name: str, message: str) -> None:
+        self.errors.append(FactError(name, message))
+
+    def ok(self, name: str) -> Section | None:
+        """The section if it succeeded; records the failure otherwise."""
+        section = self.sections.get(name)
+        if section is None:
+            return None
+        if not section.ok:
+            self.fail(name, _failure(section))
+            return None
+        return section
+
+
+def _facts_request(b: _Builder) -> None:
+    if (s := b.ok("request")) is not None:
+        port = parse_key_values(s.stdout).get("port", "")
+        b.values["port"] = int(port) if port.isdigit() else None
+
+
+def _facts_host(b: _Builder) -> None:
+    if (s := b.ok("host")) is not None:
+        lines = s.stdout.splitlines() + ["", ""]
+        b.values["kernel"] = lines[0].strip() or None
+        b.values["hostname"] = lines[1].strip() or None
+
+
+def _facts_gpus(b: _Builder) -> None:
+    main = b.sections.get("gpus")
+    if main is None:
+        return
+    b.values["nvidia_smi_found"] = not _not_found(main)
+    legacy = b.sections.get("gpus_legacy")
+    if main.ok:
+        b.values["gpus"] = parse_query_gpu(main.stdout, GPU_QUERY_FIELDS)
+    elif legacy is not None and legacy.ok:
+        b.values["gpus"] = parse_query_gpu(legacy.stdout, GPU_QUERY_FIELDS_LEGACY)
+    else:
+        b.fail("gpus", "nvidia-smi not found" if _not_found(main) else _failure(main))
+    apps = b.sections.get("gpu_apps")
+    if apps is not None and apps.ok:
+        b.values["gpu_processes"] = parse_compute_apps(apps.stdout, APPS_QUERY_FIELDS)
+    elif apps is not None and not _not_found(apps):
+        b.fail("gpu_apps", _failure(apps))
+
+
+def _facts_python(b: _Builder) -> None:
+    python = b.sections.get("python")
+    if python is None:
+        return
+    if not python.ok:
+        b.fail("python", _failure(python))
+        return
+    lines = python.stdout.splitlines()
+    b.values["python_ok"] = True
+    b.values["python_version"] = lines[-1].strip() if len(lines) > 1 else None
+    sglang = b.sections.get("sglang")
+    if sglang is None or sglang.rc == _SGLANG_MISSING_RC:
+        return
+    if sglang.ok and sglang.stdout.strip():
+        b.values["sglang_version"] = sglang.stdout.strip().splitlines()[-1].strip()
+    else:
+        b.fail("sglang", _failure(sglang))
+
+
+def _facts_model(b: _Builder) -> None:
+    if (s := b.ok("model")) is None:
+        return
+    kv = parse_key_values(s.stdout)
+    b.values["model_dir_present"] = kv.get("dir") == "1"
+    b.values["model_config_present"] = kv.get("config") == "1"
+    if "config_error" in kv:
+        b.fail("model", f"config.json unreadable: {json.loads(kv['config_error'])}")
+    archs = json.loads(kv["architectures"]) if "architectures" in kv else None
+    if isinstance(archs, list):
+        names = tuple(a for a in archs if isinstance(a, str))
+        b.values["model_architectures"] = names
+        b.values["model_architecture"] = names[0] if names else None
+
+
+def _facts_listen(b: _Builder) -> None:
+    ss = b.sections.get("listen_ss")
+    proc = b.sections.get("listen_proc")
+    if ss is not None and ss.ok:
+        b.values["listening_ports"] = listening_ports_ss(ss.stdout)
+    elif proc is not None and proc.ok:
+        b.values["listening_ports"] = listening_ports_proc(proc.stdout)
+    elif proc is not None:
+        b.fail("listen", _failure(proc))
+    elif ss is not None:
+        b.fail("listen", _failure(ss))
+
+
+def _facts_unit(b: _Builder) -> None:
+    if (s := b.ok("unit")) is not None:
+        b.values["unit"] = parse_unit_state(s.stdout)
+
+
+def _facts_state(b: _Builder) -> None:
+    if (s := b.ok("state")) is not None:
+        b.values["deployments"] = tuple(
+            sorted(e.rstrip("/") for e in s.stdout.splitlines() if e.endswith("/"))
+        )
+    if (s := b.ok("last_good")) is not None and s.stdout.strip():
+        # A file holding the id, or a link to the deployment's folder: the id is the last part.
+        b.values["last_good"] = s.stdout.strip().splitlines()[0].rstrip("/").rpartition("/")[2]
+    if (s := b.ok("lock")) is not None and s.stdout.startswith("locked\n"):
+        holder = s.stdout.removeprefix("locked\n").strip()
+        b.values["locked"] = True
+        b.values["lock_holder"] = holder or None
+
+
+def _facts_disk(b: _Builder) -> None:
+    if (s := b.ok("disk")) is not None:
+        b.values["unit_dir_free_bytes"] = parse_df_available(s.stdout)
+
+
+_STEPS = (
+    ("request", _facts_request),
+    ("host", _facts_host),
+    ("gpus", _facts_gpus),
+    ("python", _facts_python),
+    ("model", _facts_model),
+    ("listen", _facts_listen),
+    ("unit", _facts_unit),
+    ("state", _facts_state),
+    ("disk", _facts_disk),
+)
+
+
+def parse_facts(output: str) -> HostFacts:
+    """Build HostFacts from the stdout of `facts_command`.
+
+    A section that failed, is missing or cannot be parsed leaves its facts at "unknown" and
+    adds a FactError; it never affects the other sections.
+    """
+    sections, fatal = split_sections(output)
+    b = _Builder(sections)
+    b.errors.extend(FactError("script", msg) for msg in fatal)
+    if not sections and not fatal:
+        b.fail("script", "no facts sections in the output")
+    for name, step in _STEPS:
+        try:
+            step(b)
+        except (FactParseError, ValueError) as exc:  # json errors are ValueErrors too
+            b.fail(name, f"unparseable output: {exc}")
+    port, ports = b.values.get("port"), b.values.get("listening_ports")
+    if isinstance(port, int) and isinstance(ports, frozenset):
+        b.values["port_listening"] = port in ports
+    return HostFacts(**b.values, errors=tuple(b.errors))  # type: ignore[arg-type]
+
+
+# --- GPU idleness -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuHolder:
+    """A process holding memory on one of the GPUs a deployment needs."""
+
+    pid: int
+    process_name: str
+    used_memory_mib: int | None
+    gpu_index: int | None
+    gpu_uuid: str
+
+
+@dataclass(frozen=True)
+class GpuResidue:
+    """A GPU whose memory is above baseline while no process is listed on it.
+
+    Seen while the driver is still tearing down an exited process, or when the holder lives
+    in a PID namespace nvidia-smi cannot see (another container).
+    """
+
+    gpu_index: int
+    gpu_uuid: str
+    memory_used_mib: int
+    baseline_mib: int
+
+
+@dataclass(frozen=True)
+class IdleVerdict:
+    """Whether the selected GPUs are free for a new server, and if not, who holds them."""
+
+    idle: bool
+    holders: tuple[GpuHolder, ...] = ()
+    residue: tuple[GpuResidue, ...] = ()
+    unknown: tuple[str, ...] = ()  # selectors that match no GPU on the host
+
+    def describe(self) -> str:
+        """One line naming what keeps the GPUs busy (empty when idle)."""
+        parts = [
+            f"GPU {h.gpu_index if h.gpu_index is not None else h.gpu_uuid}: "
+            f"pid {h.pid} ({h.process_name or '?'}) holds "
+            f"{'?' if h.used_memory_mib is None else h.used_memory_mib} MiB"
+            for h in self.holders
+        ]
+        parts += [
+            f"GPU {r.gpu_index}: {r.memory_used_mib} MiB used by no listed process "
+            f"(baseline {r.baseline_mib} MiB)"
+            for r in self.residue
+        ]
+        parts += [f"no GPU {u} on this host" for u in self.unknown]
+        return "; ".join(parts)
+
+
+def _select(
+    gpus: Sequence[GpuInfo], selectors: Iterable[int | str] | None
+) -> tuple[list[GpuInfo], tuple[str, ...]]:
+    if selectors is None:
+        return list(gpus), ()
+    chosen: list[GpuInfo] = []
+    unknown: list[str] = []
+    for sel in selectors:
+        key = str(sel).strip()
+        match = next((g for g in gpus if key in (str(g.index), g.uuid)), None)
+        if match is None:
+            unknown.append(key)
+        elif match not in chosen:
+            chosen.append(match)
+    return chosen, tuple(unknown)
+
+
+def gpus_idle(
+    gpus: HostFacts | Sequence[GpuInfo],
+    processes: Sequence[GpuProcess] | None = None,
+    selected: Iterable[int | str] | None = None,
+    baseline_mib: int = DEFAULT_IDLE_BASELINE_MIB,
+) -> IdleVerdict:
+    """Decide whether the selected GPUs (indices or UUIDs; None: all) are idle.
+
+    Idle means: no compute process on any of them, and each one's used memory at or below
+    `baseline_mib` (unknown memory is not held against it). Given HostFacts, the processes
+    default to the ones it lists.
+    """
+    if isinstance(gpus, HostFacts):
+        processes = gpus.gpu_processes if processes is None else processes
+        gpus = gpus.gpus
+    chosen, unknown = _select(gpus, selected)
+    by_uuid = {g.uuid: g for g in chosen}
+    holders = tuple(
+        GpuHolder(p.pid, p.process_name, p.used_memory_mib, by_uuid[p.gpu_uuid].index, p.gpu_uuid)
+        for p in processes or ()
+        if p.gpu_uuid in by_uuid
+    )
+    held = {h.gpu_uuid for h in holders}
+    residue = tuple(
+        GpuResidue(g.index, g.uuid, g.memory_used_mib, baseline_mib)
+        for g in chosen
+        if g.uuid not in held and g.memory_used_mib is not None and g.memory_used_mib > baseline_mib
+    )
+    return IdleVerdict(not (holders or residue or unknown), holders, residue, unknown)
+
+
+# --- GPU model table --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """A GPU model: compute capability and memory sizes (first is the usual one)."""
+
+    name: str
+    compute_capability: str
+    memory_gib: tuple[int, ...]
+
+
+def _models(*rows: tuple[str, str, tuple[int, ...]]) -> dict[str, GpuModel]:
+    return {name: GpuModel(name, cc, mem) for name, cc, mem in rows}
+
+
+# Keys are normalized names (see _normalize); the longest key that prefixes a name wins, so
+# "H100 NVL" beats "H100" and "RTX 6000 ADA" beats the Turing "RTX 6000".
+GPU_MODELS: dict[str, GpuModel] = _models(
+    ("V100", "7.0", (32, 16)),
+    ("T4", "7.5", (16,)),
+    ("RTX 6000", "7.5", (24,)),
+    ("RTX 8000", "7.5", (48,)),
+    ("TITAN RTX", "7.5", (24,)),
+    ("RTX 2080 TI", "7.5", (11,)),
+    ("A100", "8.0", (80, 40)),
+    ("A800", "8.0", (80, 40)),
+    ("A30", "8.0", (24,)),
+    ("A10", "8.6", (24,)),
+    ("A10G", "8.6", (24,)),
+    ("A16", "8.6", (16,)),
+    ("A2", "8.6", (16,)),
+    ("A40", "8.6", (48,)),
+    ("RTX A4000", "8.6", (16,)),
+    ("RTX A4500", "8.6", (20,)),
+    ("RTX A5000", "8.6", (24,)),
+    ("RTX A6000", "8.6", (48,)),
+    ("RTX 3080", "8.6", (10, 12)),
+    ("RTX 3090", "8.6", (24,)),
+    ("RTX 3090 TI", "8.6", (24,)),
+    ("L4", "8.9", (24,)),
+    ("L20", "8.9", (48,)),
+    ("L40", "8.9", (48,)),
+    ("L40S", "8.9", (48,)),
+    ("RTX 4000 ADA", "8.9", (20,)),
+    ("RTX 5000 ADA", "8.9", (32,)),
+    ("RTX 6000 ADA", "8.9", (48,)),
+    ("RTX 4080", "8.9", (16,)),
+    ("RTX 4090", "8.9", (24,)),
+    ("H100", "9.0", (80, 94)),
+    ("H100 NVL", "9.0", (94,)),
+    ("H800", "9.0", (80,)),
+    ("H20", "9.0", (96,)),
+    ("H200", "9.0", (141,)),
+    ("GH200", "9.0", (96, 144)),
+    ("B200", "10.0", (180,)),
+    ("GB200", "10.0", (186,)),
+    ("B300", "10.3", (288,)),
+    ("RTX 5090", "12.0", (32,)),
+    ("RTX PRO 6000", "12.0", (96,)),
+)
+
+# Words that name a variant (board form, memory type, brand) rather than the chip.
+_NOISE = re.compile(
+    r"^(NVIDIA|GEFORCE|TESLA|QUADRO|SXM\d*|PCIE|HBM\d*E?|\d+GB|GENERATION|"
+    r"EDITION|SERVER|WORKSTATION|MAX-Q|BLACKWELL)$"
+)
+_ALIASES = {"A6000": "RTX A6000", "A5000": "RTX A5000", "A4000": "RTX A4000"}
+_SIZE = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
+
+
+def _normalize(name: str) -> str:
+    words = re.split(r"[\s_-]+", name.upper())
+    kept = " ".join(w for w in words if w and not _NOISE.match(w))
+    return next(
+        (v + kept[len(k) :] for k, v in _ALIASES.items() if (kept + " ").startswith(k + " ")),
+        kept,
+    )
+
+
+def gpu_model_for(name: str) -> GpuModel | None:
+    """The table entry for a GPU name as nvidia-smi or an inventory writes it."""
+    norm = _normalize(name)
+    matches = [k for k in GPU_MODELS if (norm + " ").startswith(k + " ")]
+    return GPU_MODELS[max(matches, key=len)] if matches else None
+
+
+def compute_capability_for(name: str) -> str | None:
+    """Compute capability ("8.6") of a GPU model name, or None when the table lacks it."""
+    model = gpu_model_for(name)
+    return model.compute_capability if model else None
+
+
+def gpu_memory_gib_for(name: str) -> int | None:
+    """Memory of a GPU model in GiB; a size in the name ("A100-SXM4-40GB") picks the variant."""
+    model = gpu_model_for(name)
+    if model is None:
+        return None
+    sizes = [int(s) for s in _SIZE.findall(name)]
+    return next((s for s in sizes if s in model.memory_gib), model.memory_gib[0])

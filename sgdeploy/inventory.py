@@ -1,0 +1,110 @@
+"""The inventory (`inventory.toml`): GPU hosts, their facts, and groups of them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from sgdeploy.tomlfile import TomlDocument, read_toml
+
+DEFAULT_INVENTORY = "inventory.toml"
+INVENTORY_ENV = "SGDEPLOY_INVENTORY"
+
+ComputeCapability = Annotated[str, StringConstraints(pattern=r"^\d{1,2}\.\d$")]
+
+
+class HostEntry(BaseModel):
+    """`[hosts.NAME]`: how to reach a GPU host and what it has."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str = Field(min_length=1)
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    strict_host_key_checking: bool = True
+    gpu: str | None = None
+    compute_capability: ComputeCapability | None = None
+    gpu_count: int | None = Field(default=None, ge=1, le=1024)
+    gpu_memory_gib: float | None = Field(default=None, gt=0)
+    sglang_version: str | None = None
+
+
+class Inventory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hosts: dict[str, HostEntry] = Field(default_factory=dict)
+    groups: dict[str, list[str]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _groups_name_hosts(self) -> Inventory:
+        for group, members in self.groups.items():
+            if group in self.hosts:
+                raise ValueError(f"group '{group}' has the same name as a host")
+            unknown = [m for m in members if m not in self.hosts]
+            if unknown:
+                raise ValueError(f"group '{group}' names unknown hosts: {', '.join(unknown)}")
+        return self
+
+    def resolve(self, name: str) -> list[str] | None:
+        """Host names for a host or group name; None if it is neither."""
+        if name in self.hosts:
+            return [name]
+        if name in self.groups:
+            return list(self.groups[name])
+        return None
+
+
+@dataclass(frozen=True)
+class HostTarget:
+    """What validation knows about one target host, from the inventory or from live facts."""
+
+    name: str
+    gpu: str | None = None
+    compute_capability: str | None = None
+    gpu_count: int | None = None
+    gpu_memory_gib: float | None = None
+    sglang_version: str | None = None
+    address: str | None = None
+
+    @property
+    def sm(self) -> int | None:
+        """Compute capability as SGLang compares it: "8.6" -> 86."""
+        if not self.compute_capability:
+            return None
+        major, _, minor = self.compute_capability.partition(".")
+        return int(major) * 10 + int(minor or 0)
+
+    @classmethod
+    def from_entry(cls, name: str, entry: HostEntry) -> HostTarget:
+        capability = entry.compute_capability
+        if capability is None and entry.gpu:
+            capability = _capability_from_table(entry.gpu)
+        return cls(
+            name=name,
+            gpu=entry.gpu,
+            compute_capability=capability,
+            gpu_count=entry.gpu_count,
+            gpu_memory_gib=entry.gpu_memory_gib,
+            sglang_version=entry.sglang_version,
+            address=entry.address,
+        )
+
+
+def _capability_from_table(gpu: str) -> str | None:
+    from sgdeploy.facts import compute_capability_for
+
+    return compute_capability_for(gpu)
+
+
+def inventory_path(explicit: str | None) -> Path:
+    return Path(explicit or os.environ.get(INVENTORY_ENV) or DEFAULT_INVENTORY)
+
+
+def load_inventory(path: str | Path) -> TomlDocument[Inventory]:
+    return read_toml(path, Inventory)

@@ -1,0 +1,101 @@
+"""Launch profiles (`profiles/NAME.toml`): the pydantic model and loading.
+
+The model fixes the shape of a profile. Whether `[server]` keys are flags of the target SGLang
+version, and how they combine, is checked against that version's catalog and rules
+(`sgdeploy.sglang`), because the answer depends on the host the profile is deployed to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from sgdeploy.tomlfile import TomlDocument, read_toml
+
+UNIT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,200}$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+AbsolutePath = Annotated[str, StringConstraints(pattern=r"^/", min_length=1, max_length=4096)]
+ScalarValue = str | bool | int | float
+ServerValue = str | bool | int | float | list[Any] | dict[str, Any]
+
+
+class DeploySettings(BaseModel):
+    """`[deploy]`: where and how the server runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field(min_length=1, description="A host or group of the inventory.")
+    unit: Annotated[str, StringConstraints(pattern=UNIT_NAME)] = Field(
+        default="sglang", description="systemd unit name, without '.service'."
+    )
+    python: AbsolutePath = Field(description="Interpreter that has sglang installed.")
+    ready_timeout_s: int = Field(default=1200, gt=0, le=86400,
+                                 description="Seconds to wait for the server to become ready.")
+    user: Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}\$?$")] | None = None
+    working_directory: AbsolutePath | None = None
+    env_file: AbsolutePath | None = Field(
+        default=None, description="File on the host with secrets (KEY=value lines); never copied."
+    )
+    gpus: list[Annotated[int, Field(ge=0)] | Annotated[str, StringConstraints(pattern=r"^GPU-[0-9a-fA-F-]+$")]] | None = Field(
+        default=None, min_length=1, description="GPU indices or UUIDs for CUDA_VISIBLE_DEVICES."
+    )
+    model_architecture: str | None = Field(
+        default=None, description="HF architecture (config.json architectures[0]), for rules that need it."
+    )
+
+    @field_validator("unit")
+    @classmethod
+    def _unit_is_plain(cls, value: str) -> str:
+        if value.endswith(".service"):
+            raise ValueError("give the unit name without '.service'")
+        if ".." in value:
+            raise ValueError("'..' is not allowed in a unit name")
+        return value
+
+
+class Profile(BaseModel):
+    """A launch profile: `[deploy]`, `[env]` and `[server]`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deploy: DeploySettings
+    env: dict[Annotated[str, StringConstraints(pattern=ENV_NAME)], ScalarValue] = Field(
+        default_factory=dict, description="Environment of the server process."
+    )
+    server: dict[str, ServerValue] = Field(
+        default_factory=dict,
+        description="sglang.launch_server flags by ServerArgs field name (snake_case).",
+    )
+
+    def env_strings(self) -> dict[str, str]:
+        """Environment values as the process sees them (TOML true -> "1", false -> "0")."""
+        return {key: env_string(value) for key, value in self.env.items()}
+
+
+def env_string(value: ScalarValue) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+class LoadedProfile(TomlDocument[Profile]):
+    """A profile file as read: the model when its shape is valid, and every finding."""
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).stem
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+def load_profile(path: str | Path) -> LoadedProfile:
+    doc = read_toml(path, Profile)
+    loaded = LoadedProfile(path=doc.path, text=doc.text, data=doc.data, lines=doc.lines,
+                           model=doc.model, diagnostics=doc.diagnostics)
+    return loaded

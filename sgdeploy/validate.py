@@ -1,0 +1,169 @@
+"""Validating profiles: shape, flags of the target SGLang version, and cross-flag rules.
+
+`validate_paths` is what `sgdeploy validate` runs; `check_launch` is the part that depends on
+a host, reused by `apply` with live host facts instead of the inventory's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sgdeploy.diagnostics import Diagnostic, Severity
+from sgdeploy.inventory import HostTarget, Inventory, load_inventory
+from sgdeploy.profile import LoadedProfile, load_profile
+from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog, newest_version
+from sgdeploy.sglang.flags import valid_server_values
+from sgdeploy.sglang.rule import LaunchContext
+from sgdeploy.sglang.rules import RULES
+from sgdeploy.tomlfile import TomlDocument, did_you_mean
+
+
+@dataclass
+class ValidationResult:
+    """The verdict on one profile file."""
+
+    path: str
+    host: str | None = None
+    sglang_versions: list[str] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.is_error for d in self.diagnostics)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "ok": self.ok,
+            "host": self.host,
+            "sglang_versions": self.sglang_versions,
+            "diagnostics": [d.as_dict() for d in self.diagnostics],
+        }
+
+
+@dataclass
+class InventoryContext:
+    """The inventory as loaded once for a whole run (it may be absent or broken)."""
+
+    path: str
+    document: TomlDocument[Inventory] | None
+
+    @property
+    def inventory(self) -> Inventory | None:
+        return self.document.model if self.document else None
+
+    @classmethod
+    def load(cls, path: Path) -> InventoryContext:
+        if not path.exists():
+            return cls(str(path), None)
+        return cls(str(path), load_inventory(path))
+
+
+def validate_paths(
+    paths: Sequence[str], inventory: InventoryContext, sglang: str | None = None
+) -> list[ValidationResult]:
+    return [validate_file(path, inventory, sglang) for path in paths]
+
+
+def validate_file(path: str, inventory: InventoryContext, sglang: str | None = None) -> ValidationResult:
+    loaded = load_profile(path)
+    result = ValidationResult(path=path, diagnostics=list(loaded.diagnostics))
+    if loaded.model is None:
+        return result
+    result.host = loaded.model.deploy.host
+    targets, found = _targets(loaded, inventory)
+    result.diagnostics.extend(found)
+    for target in targets:
+        version, found = _version_for(loaded, target, sglang)
+        result.diagnostics.extend(found)
+        if version is None:
+            continue
+        if version not in result.sglang_versions:
+            result.sglang_versions.append(version)
+        result.diagnostics.extend(check_launch(loaded, target, version))
+    result.diagnostics = _unique(result.diagnostics)
+    return result
+
+
+def check_launch(
+    loaded: LoadedProfile,
+    host: HostTarget | None,
+    version: str,
+    architecture: str | None = None,
+) -> list[Diagnostic]:
+    """Run every rule for one (profile, host, SGLang version); `version` must have a catalog."""
+    profile = loaded.model
+    assert profile is not None
+    catalog = load_catalog(version)
+    ctx = LaunchContext(
+        server=valid_server_values(profile.server, catalog),
+        raw_server=profile.server,
+        env=profile.env_strings(),
+        catalog=catalog,
+        host=host,
+        architecture=architecture or profile.deploy.model_architecture,
+        gpus=tuple(profile.deploy.gpus) if profile.deploy.gpus else None,
+    )
+    found = []
+    for rule in RULES:
+        for finding in rule.run(ctx):
+            found.append(loaded.diagnostic(rule.id, finding.message, dotted=finding.field,
+                                           hint=finding.hint or rule.hint, severity=rule.severity))
+    return found
+
+
+def _targets(loaded: LoadedProfile, inventory: InventoryContext) -> tuple[list[HostTarget | None], list[Diagnostic]]:
+    profile = loaded.model
+    assert profile is not None
+    host_name = profile.deploy.host
+    if inventory.document is None:
+        note = loaded.diagnostic("SGD034", f"no inventory at {inventory.path}: host facts (GPUs, SGLang "
+                                 "version) were not checked", dotted="deploy.host",
+                                 hint="pass --inventory FILE or set SGDEPLOY_INVENTORY", severity=Severity.INFO)
+        return [None], [note]
+    model = inventory.inventory
+    if model is None:
+        problems = "; ".join(f"{d.line or '?'}: {d.message}" for d in inventory.document.diagnostics[:3])
+        return [], [loaded.diagnostic("SGD033", f"the inventory {inventory.path} is invalid ({problems})",
+                                      dotted="deploy.host", hint=f"fix {inventory.path} first")]
+    names = model.resolve(host_name)
+    if names is None:
+        suggestion = did_you_mean(host_name, [*model.hosts, *model.groups])
+        return [], [loaded.diagnostic(
+            "SGD030", f"deploy.host '{host_name}' is no host or group of {inventory.path}"
+            + (f"; did you mean '{suggestion}'?" if suggestion else ""),
+            dotted="deploy.host", hint=f"add [hosts.{host_name}] to the inventory or fix the name")]
+    return [HostTarget.from_entry(n, model.hosts[n]) for n in names], []
+
+
+def _version_for(
+    loaded: LoadedProfile, target: HostTarget | None, override: str | None
+) -> tuple[str | None, list[Diagnostic]]:
+    wanted = override or (target.sglang_version if target else None)
+    if wanted is None:
+        newest = newest_version()
+        where = f"host {target.name} has no sglang_version" if target else "no host facts"
+        note = loaded.diagnostic("SGD031", f"{where}: validated against the newest bundled SGLang, {newest}",
+                                 dotted="deploy.host", hint="set sglang_version in the inventory",
+                                 severity=Severity.INFO)
+        return newest, [note]
+    try:
+        return load_catalog(wanted).version, []
+    except (UnknownVersionError, ValueError) as exc:
+        return None, [loaded.diagnostic("SGD032", str(exc), dotted="deploy.host",
+                                        hint="regenerate catalogs with scripts/build_catalogs.py, or pass "
+                                        "--sglang with a bundled version")]
+
+
+def _unique(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
+    seen: set[tuple[str, str | None, str]] = set()
+    out = []
+    for d in diagnostics:
+        key = (d.rule, d.field, d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
