@@ -207,7 +207,8 @@ def _fit_cells(cells: list[str], fields: Sequence[str]) -> list[str | None]:
     extra = len(cells) - len(fields)
     free = next((i for i, f in enumerate(fields) if f in _FREE_TEXT_FIELDS), None)
     if extra > 0 and free is not None:
-        cells = [*cells[:free], ", ".join(cells[free : free + extra + 1]), *cells[free + extra + 1 :]]
+        end = free + extra + 1
+        cells = [*cells[:free], ", ".join(cells[free:end]), *cells[end:]]
     if len(cells) != len(fields):
         raise FactParseError(f"expected {len(fields)} csv fields, got {len(cells)}: {cells!r}")
     return [_value(c) for c in cells]
@@ -416,9 +417,10 @@ sgd_t() {
 }
 s_request() { printf 'port=%s\n' "$sgd_port"; }
 s_host() { uname -a; hostname; }
-s_gpus() { sgd_t 30 nvidia-smi --query-gpu=@GPU_FIELDS@ --format=csv,noheader,nounits; }
-s_gpus_legacy() { sgd_t 30 nvidia-smi --query-gpu=@GPU_FIELDS_LEGACY@ --format=csv,noheader,nounits; }
-s_gpu_apps() { sgd_t 30 nvidia-smi --query-compute-apps=@APPS_FIELDS@ --format=csv,noheader,nounits; }
+sgd_smi() { sgd_t 30 nvidia-smi "$@" --format=csv,noheader,nounits; }
+s_gpus() { sgd_smi --query-gpu=@GPU_FIELDS@; }
+s_gpus_legacy() { sgd_smi --query-gpu=@GPU_FIELDS_LEGACY@; }
+s_gpu_apps() { sgd_smi --query-compute-apps=@APPS_FIELDS@; }
 s_python() {
   command -v "$sgd_py" || { echo "interpreter not found: $sgd_py" >&2; exit 127; }
   sgd_t 30 "$sgd_py" -c @PYTHON_PROBE@
@@ -581,10 +583,13 @@ def _failure(section: Section) -> str:
         return "output cut off before the section ended"
     if section.rc == _TIMEOUT_RC:
         return "timed out"
-    # nvidia-smi reports its errors on stdout; other tools on stderr.
-    last = [ln.strip() for ln in (section.stderr + section.stdout).splitlines() if ln.strip()]
-    detail = last[-1] if last else "no output"
-    return f"exit status {section.rc}: {detail}"
+    # nvidia-smi reports its errors on stdout, other tools on stderr. Short messages are kept
+    # whole (systemctl's first line is the useful one); of a traceback, the last line.
+    lines = [ln.strip() for ln in (section.stderr or section.stdout).splitlines() if ln.strip()]
+    detail = " ".join(lines) if len(lines) <= 3 else lines[-1]
+    if section.rc == _NOT_FOUND_RC:
+        return f"command not found: {detail or 'no output'}"
+    return f"exit status {section.rc}: {detail or 'no output'}"
 
 
 def _not_found(section: Section) -> bool:
@@ -621,7 +626,7 @@ def _facts_request(b: _Builder) -> None:
 
 def _facts_host(b: _Builder) -> None:
     if (s := b.ok("host")) is not None:
-        lines = s.stdout.splitlines() + ["", ""]
+        lines = [*s.stdout.splitlines(), "", ""]
         b.values["kernel"] = lines[0].strip() or None
         b.values["hostname"] = lines[1].strip() or None
 
