@@ -72,6 +72,33 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------- render
+def cmd_render(args: argparse.Namespace) -> int:
+    from sgdeploy import report
+    from sgdeploy.inventory import inventory_path
+    from sgdeploy.render import render_unit
+    from sgdeploy.sglang.catalog import load_catalog
+    from sgdeploy.profile import load_profile
+    from sgdeploy.validate import InventoryContext, select_host, validate_loaded
+
+    if not Path(args.profile).is_file():
+        raise UsageError(f"no such profile: {args.profile}")
+    inventory = InventoryContext.load(inventory_path(args.inventory))
+    loaded = load_profile(args.profile)
+    result = validate_loaded(loaded, inventory, args.sglang)
+    if not result.ok or loaded.model is None:
+        sys.stderr.write(report.validation_text([result]))
+        return EXIT_FAILED
+    try:
+        host = select_host(loaded.model.deploy.host, inventory, args.host)
+    except LookupError as exc:
+        raise UsageError(str(exc)) from None
+    version = args.sglang or (host.sglang_version if host and host.sglang_version else result.sglang_versions[0])
+    unit = render_unit(loaded, load_catalog(version), host.name if host else None)
+    _out(unit.text)
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sgdeploy", description="Deploy SGLang to GPU hosts safely.")
@@ -84,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--format", choices=["text", "json", "github"], default="text")
     validate.add_argument("--sglang", metavar="VERSION", help="validate against this SGLang version")
     validate.set_defaults(func=cmd_validate)
+
+    render = sub.add_parser("render", help="print the systemd unit of a profile")
+    render.add_argument("profile", metavar="PROFILE")
+    render.add_argument("--host", metavar="H", help="the host to render for (a member of a group)")
+    render.add_argument("--inventory", metavar="FILE")
+    render.add_argument("--sglang", metavar="VERSION", help=argparse.SUPPRESS)
+    render.set_defaults(func=cmd_render)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of a profile")
     schema.add_argument("--sglang", metavar="VERSION", help="spell out [server] for this version")

@@ -464,6 +464,18 @@ exit 0
 """
 
 
+# systemd's unit name alphabet; anything else (a "/" above all) is refused, not quoted, since
+# the name also becomes a folder under STATE_ROOT.
+_UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@\\-]{1,255}")
+
+
+def check_unit_name(unit: str) -> str:
+    """Return `unit` if it is a valid systemd unit name; raise ValueError otherwise."""
+    if not _UNIT_NAME.fullmatch(unit) or _unit_stem(unit).strip(".") == "":
+        raise ValueError(f"not a valid systemd unit name: {unit!r}")
+    return unit
+
+
 def _service_name(unit: str) -> str:
     return unit if "." in unit else f"{unit}.service"
 
@@ -474,7 +486,7 @@ def _unit_stem(unit: str) -> str:
 
 def state_dir(unit: str) -> str:
     """The host folder holding a unit's deployments, `last_good` and lock."""
-    return f"{STATE_ROOT}/{_unit_stem(unit)}"
+    return f"{STATE_ROOT}/{_unit_stem(check_unit_name(unit))}"
 
 
 def facts_command(
@@ -483,14 +495,19 @@ def facts_command(
     """The one POSIX sh command that prints every section `parse_facts` reads.
 
     `unit` is a unit name with or without `.service`. Values reach the shell only through
-    shlex.quote'd variable assignments, so no value can change the script.
+    shlex.quote'd variable assignments, so no value can change the script. Raises ValueError
+    for an invalid unit name, a port outside 1-65535, or a NUL byte (no path can hold one).
     """
+    if not 0 < port < 65536:
+        raise ValueError(f"port out of range: {port}")
+    if "\0" in python + model_path:
+        raise ValueError("python and model_path cannot contain NUL bytes")
     assignments = {
         "sgd_unit": _service_name(unit),
         "sgd_state": state_dir(unit),
         "sgd_py": python,
         "sgd_model": model_path,
-        "sgd_port": str(int(port)),
+        "sgd_port": str(port),
         "sgd_gpu": "1" if gpu_query else "0",
     }
     head = "".join(f"{k}={shlex.quote(v)}\n" for k, v in assignments.items())

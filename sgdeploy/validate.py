@@ -69,8 +69,12 @@ def validate_paths(
 
 
 def validate_file(path: str, inventory: InventoryContext, sglang: str | None = None) -> ValidationResult:
-    loaded = load_profile(path)
-    result = ValidationResult(path=path, diagnostics=list(loaded.diagnostics))
+    return validate_loaded(load_profile(path), inventory, sglang)
+
+
+def validate_loaded(loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None) -> ValidationResult:
+    """Validate a profile already read, against every host of its target."""
+    result = ValidationResult(path=loaded.path, diagnostics=list(loaded.diagnostics))
     if loaded.model is None:
         return result
     result.host = loaded.model.deploy.host
@@ -113,6 +117,28 @@ def check_launch(
             found.append(loaded.diagnostic(rule.id, finding.message, dotted=finding.field,
                                            hint=finding.hint or rule.hint, severity=rule.severity))
     return found
+
+
+def select_host(target: str, inventory: InventoryContext, wanted: str | None) -> HostTarget | None:
+    """The one host a command acts on: `wanted` (which must belong to `target`) or the only one.
+
+    Raises LookupError with a message for the user when the choice is impossible or ambiguous.
+    """
+    model = inventory.inventory
+    if model is None:
+        if wanted:
+            raise LookupError(f"--host {wanted}: no usable inventory at {inventory.path}")
+        return None
+    members = model.resolve(target) or []
+    if wanted:
+        if wanted not in model.hosts:
+            raise LookupError(f"--host {wanted} is not a host of {inventory.path}")
+        if wanted not in members:
+            raise LookupError(f"--host {wanted} is not in the profile's target '{target}' ({', '.join(members)})")
+        return HostTarget.from_entry(wanted, model.hosts[wanted])
+    if len(members) != 1:
+        raise LookupError(f"'{target}' is a group of {len(members)} hosts: choose one with --host")
+    return HostTarget.from_entry(members[0], model.hosts[members[0]])
 
 
 def _targets(loaded: LoadedProfile, inventory: InventoryContext) -> tuple[list[HostTarget | None], list[Diagnostic]]:

@@ -1,0 +1,164 @@
+"""Rendering a profile into its systemd unit.
+
+The argv is built as a list (never a shell line) and every argument is quoted for systemd's
+own parser: ExecStart= per systemd.service(5) (quotes, backslash escapes, `%%` for specifiers,
+`$$` for variable expansion), Environment= per systemd.exec(5) (no `$` expansion there).
+Rendering is deterministic: the same profile and host give byte-identical output.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from sgdeploy import __version__
+from sgdeploy.profile import LoadedProfile, Profile
+from sgdeploy.sglang.catalog import Catalog, Flag
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATE_NAME = "sglang.service.j2"
+LAUNCH_MODULE = "sglang.launch_server"
+STOP_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class RenderedUnit:
+    """A unit file and what it will run."""
+
+    unit: str
+    text: str
+    argv: tuple[str, ...]
+    environment: tuple[tuple[str, str], ...]
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.unit}.service"
+
+
+def flag_args(flag: Flag, value: Any) -> list[str]:
+    """The command-line words for one `[server]` entry (empty when a switch is off)."""
+    if flag.is_switch:
+        if flag.boolean_optional:
+            return [flag.option] if value else [flag.negative_option or flag.option]
+        if flag.store_false:
+            return [] if value else [flag.option]
+        return [flag.option] if value else []
+    if flag.value_kind == "json" and not isinstance(value, str):
+        return [flag.option, json.dumps(value, sort_keys=True, ensure_ascii=False)]
+    values = value if isinstance(value, list) else [value]
+    return [flag.option, *(_word(v) for v in values)]
+
+
+def _word(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return str(value)
+
+
+def launch_words(profile: Profile, catalog: Catalog) -> list[list[str]]:
+    """`<python> -m sglang.launch_server`, then one group of words per flag, in profile order.
+
+    Expects a validated profile: keys unknown to the catalog are an error caught before.
+    """
+    groups = [[profile.deploy.python, "-m", LAUNCH_MODULE]]
+    for key, value in profile.server.items():
+        flag = catalog.get(key)
+        if flag is None:
+            raise KeyError(f"'{key}' is not a flag of SGLang {catalog.version}")
+        words = flag_args(flag, value)
+        if words:
+            groups.append(words)
+    return groups
+
+
+def launch_argv(profile: Profile, catalog: Catalog) -> list[str]:
+    return [word for group in launch_words(profile, catalog) for word in group]
+
+
+def unit_environment(profile: Profile) -> list[tuple[str, str]]:
+    env = [("PYTHONUNBUFFERED", "1")]
+    if profile.deploy.gpus:
+        env.append(("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in profile.deploy.gpus)))
+    env.extend(profile.env_strings().items())
+    return env
+
+
+# --------------------------------------------------------------------------- systemd quoting
+def _escape_common(value: str) -> str:
+    out = []
+    for ch in value:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch == "%":
+            out.append("%%")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def exec_arg(value: str) -> str:
+    """One ExecStart= word: double-quoted, `\\` `"` escaped, `%` -> `%%`, `$` -> `$$`."""
+    return '"' + _escape_common(value).replace("$", "$$") + '"'
+
+
+def env_assignment(pair: tuple[str, str]) -> str:
+    """One Environment= assignment, quoted whole: `"KEY=value"`."""
+    key, value = pair
+    return '"' + _escape_common(f"{key}={value}") + '"'
+
+
+def exec_command(groups: list[list[str]]) -> str:
+    """The ExecStart= value, one flag per line (systemd joins lines ending in a backslash)."""
+    return " \\\n    ".join(" ".join(exec_arg(word) for word in group) for group in groups)
+
+
+def path_value(value: str) -> str:
+    """A path setting (WorkingDirectory=, EnvironmentFile=): only specifiers need escaping."""
+    return value.replace("%", "%%")
+
+
+def _template_env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        autoescape=False,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=False,
+    )
+    env.filters.update(exec_command=exec_command, env_assignment=env_assignment, path_value=path_value)
+    return env
+
+
+def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> RenderedUnit:
+    profile = loaded.model
+    if profile is None:
+        raise ValueError(f"{loaded.path} is not a valid profile")
+    groups = launch_words(profile, catalog)
+    argv = [word for group in groups for word in group]
+    environment = unit_environment(profile)
+    text = _template_env().get_template(TEMPLATE_NAME).render(
+        unit=profile.deploy.unit,
+        sgdeploy_version=__version__,
+        profile_name=loaded.name,
+        profile_sha256=loaded.sha256,
+        host=host or profile.deploy.host,
+        sglang_version=catalog.version,
+        user=profile.deploy.user,
+        working_directory=profile.deploy.working_directory,
+        environment=environment,
+        env_file=profile.deploy.env_file,
+        exec_groups=groups,
+        timeout_start_s=profile.deploy.ready_timeout_s,
+        timeout_stop_s=STOP_TIMEOUT_S,
+    )
+    return RenderedUnit(profile.deploy.unit, text, tuple(argv), tuple(environment))
