@@ -1,0 +1,677 @@
+"""Boot real systemd test hosts with systemd-nspawn and reach them over SSH on loopback.
+
+Each host is a Debian bookworm container (``systemd-nspawn --boot``) running real
+systemd, journald and sshd.  Its root is an overlayfs mount: the cached rootfs
+(see rootfs.py) as the read-only lower layer and a per-host upper directory, so a
+host costs a few milliseconds to create and nothing to throw away.  The containers
+share the machine's network namespace; each sshd listens on 127.0.0.1 on its own
+port.  SGLang and the GPUs are simulated (tests/hosts/payload).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gzip
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .rootfs import ensure_rootfs
+
+HERE = Path(__file__).resolve().parent
+PAYLOAD = HERE / "payload"
+REPO = HERE.parent.parent
+SHARED_SGLANG = Path(os.environ.get("SGDEPLOY_SHARED_SGLANG", "/work/shared/sglang"))
+REPO_CATALOGS = REPO / "sgdeploy" / "sglang" / "catalogs"
+RUN_ROOT = Path(os.environ.get("SGDEPLOY_TESTHOSTS_RUN", "/dev/shm/sgdeploy-testhosts"))
+
+FAILURES = (
+    "cuda_oom",
+    "kv_cache_oom",
+    "graph_capture",
+    "hang",
+    "slow",
+    "crash_after_ready",
+    "port_in_use",
+    "bad_argument",
+)
+
+
+# --------------------------------------------------------------------------- specs
+
+
+@dataclass
+class SimSettings:
+    """How the simulated SGLang on a host behaves (written to /etc/sglang-sim.toml)."""
+
+    startup_s: float = 2.5  # launch -> ready line, spread over the startup phases
+    tokens_per_s: float = 200.0  # per-request generation rate of /generate, /v1/completions
+    release_delay_s: float = 2.0  # GPU memory stays visible in nvidia-smi this long after exit
+    failure: str = ""  # one of FAILURES, or "" for a healthy server
+    fail_when_arg: list[str] = field(default_factory=list)  # failure only if all these args given
+    crash_after_ready_s: float = 2.0  # crash_after_ready: dies this long after ready
+    slow_start_s: float = 20.0  # slow: startup_s becomes this
+    hang_at: str = "load"  # hang: "load" (after Load weight begin) or "warmup" (bound, 503)
+    mem_mib: int = 0  # GPU memory per rank when ready; 0 = mem_fraction_static * total
+    orphan_children: bool = False  # scheduler children survive the main process (stray GPU use)
+
+    def to_toml(self) -> str:
+        return _toml_table("sglang_sim", dataclasses.asdict(self))
+
+
+@dataclass
+class HostSpec:
+    """One test host: what it claims to be (inventory) and how its simulators behave."""
+
+    name: str
+    gpu: str = "RTX A6000"  # inventory model name; nvidia-smi shows "NVIDIA <gpu>"
+    compute_capability: str = "8.6"
+    gpu_count: int = 2
+    gpu_memory_mib: int = 49140  # what nvidia-smi reports as memory.total
+    sglang_version: str = "0.5.11"
+    sim: SimSettings = field(default_factory=SimSettings)
+    port: int = 0  # sshd port on 127.0.0.1; 0 = pick a free one
+
+    @property
+    def gpu_memory_gib(self) -> int:
+        return round(self.gpu_memory_mib / 1024)
+
+    @property
+    def smi_name(self) -> str:
+        return self.gpu if self.gpu.startswith("NVIDIA") else f"NVIDIA {self.gpu}"
+
+    @classmethod
+    def like(cls, preset: str, name: str | None = None, **overrides: object) -> HostSpec:
+        base = PRESETS[preset]
+        spec = dataclasses.replace(base, name=name or base.name, sim=SimSettings())
+        return dataclasses.replace(spec, **overrides)  # type: ignore[arg-type]
+
+
+PRESETS: dict[str, HostSpec] = {
+    # the reference profile's host: 2x RTX A6000, SGLang 0.5.11
+    "ct129": HostSpec("ct129", "RTX A6000", "8.6", 2, 49140, "0.5.11"),
+    "h200": HostSpec("h200", "H200", "9.0", 2, 143771, "0.5.23"),
+    "b200": HostSpec("b200", "B200", "10.0", 8, 183359, "0.5.23"),
+    "a6000-new": HostSpec("a6000-new", "RTX A6000", "8.6", 2, 49140, "0.5.23"),
+}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {v!r} as TOML")
+
+
+def _toml_table(name: str, d: dict[str, object]) -> str:
+    lines = [f"[{name}]"]
+    for k, v in d.items():
+        if v is None:
+            continue
+        lines.append(f"{k} = {_toml_value(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _log(msg: str) -> None:
+    print(f"[testhosts] {msg}", file=sys.stderr, flush=True)
+
+
+def find_catalog(version: str) -> bytes:
+    """The flag catalog JSON of an SGLang version: the repo's bundled one, else the shared one."""
+    for p in (REPO_CATALOGS / f"{version}.json.gz", REPO_CATALOGS / f"{version}.json"):
+        if p.exists():
+            data = p.read_bytes()
+            return gzip.decompress(data) if p.suffix == ".gz" else data
+    p = SHARED_SGLANG / f"flags-{version}.json"
+    if p.exists():
+        return p.read_bytes()
+    raise FileNotFoundError(f"no SGLang flag catalog for version {version}")
+
+
+def skip_reason() -> str | None:
+    """None if this machine can boot test hosts, else the reason it cannot."""
+    from .rootfs import rootfs_path
+
+    if os.geteuid() != 0:
+        return "test hosts need root (systemd-nspawn, overlay mounts)"
+    for tool in ("systemd-nspawn", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    if shutil.which("debootstrap") is None and not (rootfs_path() / ".complete").exists():
+        return "debootstrap is not installed and no cached rootfs exists"
+    if "overlay" not in Path("/proc/filesystems").read_text():
+        return "the kernel has no overlay filesystem"
+    return None
+
+
+# --------------------------------------------------------------------------- hosts
+
+
+@dataclass
+class Host:
+    spec: HostSpec
+    port: int
+    machine: str  # systemd-nspawn machine name (unique per run)
+    dir: Path  # this host's run directory (upper, work, merged, boot.log)
+    pid: int = 0  # the systemd-nspawn process
+    host_key_line: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def root(self) -> Path:
+        """The host's root filesystem as seen from this machine (read and write)."""
+        return self.dir / "merged"
+
+    @property
+    def address(self) -> str:
+        return "127.0.0.1"
+
+
+class HostSet:
+    """Running test hosts, their SSH credentials and their inventory."""
+
+    def __init__(self, run_dir: Path, hosts: list[Host]) -> None:
+        self.run_dir = run_dir
+        self.hosts = hosts
+        self.key_path = run_dir / "id_ed25519"
+        self.known_hosts_path = run_dir / "known_hosts"
+        self.inventory_path = run_dir / "inventory.toml"
+        self.boot_seconds = 0.0
+        self._closed = False
+
+    # -- lookup
+    def __getitem__(self, name: str) -> Host:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[Host]:
+        return iter(self.hosts)
+
+    def __len__(self) -> int:
+        return len(self.hosts)
+
+    def _host(self, host: Host | str) -> Host:
+        return host if isinstance(host, Host) else self[host]
+
+    # -- ssh
+    def ssh_argv(self, host: Host | str, *, control: bool = True) -> list[str]:
+        """argv prefix to run a command on a host: ssh -i KEY -o UserKnownHostsFile=... -p PORT."""
+        h = self._host(host)
+        argv = [
+            "ssh",
+            "-F", "/dev/null",
+            "-i", str(self.key_path),
+            "-o", f"UserKnownHostsFile={self.known_hosts_path}",
+            "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", "StrictHostKeyChecking=yes",
+            "-o", "IdentitiesOnly=yes",
+            "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=5",
+            "-o", "LogLevel=ERROR",
+            "-p", str(h.port),
+        ]  # fmt: skip
+        if control:
+            argv += [
+                "-o", "ControlMaster=auto",
+                "-o", f"ControlPath={h.dir}/cm",
+                "-o", "ControlPersist=120",
+            ]  # fmt: skip
+        return [*argv, "root@127.0.0.1"]
+
+    def ssh(
+        self,
+        host: Host | str,
+        cmd: str,
+        *,
+        check: bool = True,
+        timeout: float = 60,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a shell command on a host over SSH; returns the CompletedProcess (text)."""
+        argv = [*self.ssh_argv(host), cmd]
+        cp = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )  # fmt: skip
+        if check and cp.returncode != 0:
+            raise subprocess.CalledProcessError(cp.returncode, argv, cp.stdout, cp.stderr)
+        return cp
+
+    # -- simulators
+    def configure_sim(self, host: Host | str, **changes: object) -> SimSettings:
+        """Change the simulated SGLang's settings on a host (takes effect at the next launch)."""
+        h = self._host(host)
+        if "fail_when_arg" in changes and isinstance(changes["fail_when_arg"], str):
+            changes["fail_when_arg"] = [changes["fail_when_arg"]] if changes["fail_when_arg"] else []
+        if changes.get("failure") and changes["failure"] not in FAILURES:
+            raise ValueError(f"unknown failure {changes['failure']!r}; one of {FAILURES}")
+        h.spec.sim = dataclasses.replace(h.spec.sim, **changes)  # type: ignore[arg-type]
+        _write_atomic(h.root / "etc/sglang-sim.toml", h.spec.sim.to_toml())
+        return h.spec.sim
+
+    def make_model(self, host: Host | str, path: str, architecture: str, **config: object) -> None:
+        """Create a config-only model directory on a host (what the simulator reads)."""
+        h = self._host(host)
+        d = h.root / path.lstrip("/")
+        d.mkdir(parents=True, exist_ok=True)
+        cfg = {"architectures": [architecture], "model_type": "sim", **config}
+        (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+    def plant_stray(
+        self, host: Host | str, gpu: int, mib: int, *, name: str = "python3", seconds: int = 3600
+    ) -> int:
+        """Start a process on the host that holds `mib` MiB on GPU `gpu`; returns its pid."""
+        unit = f"stray-{uuid.uuid4().hex[:8]}"
+        self.ssh(
+            host,
+            f"systemd-run --quiet --unit={unit} --collect /usr/local/bin/sim-gpu-hold "
+            f"--gpu {gpu} --mib {mib} --name {shlex.quote(name)} --seconds {seconds}",
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            out = self.ssh(host, f"systemctl show -p MainPID --value {unit}").stdout.strip()
+            if out and out != "0":
+                pid = int(out)
+                if (self._host(host).root / f"run/sim-gpu/{pid}.json").exists():
+                    return pid
+            time.sleep(0.05)
+        raise TimeoutError(f"stray process on {self._host(host).name} did not register")
+
+    def nvidia_smi(self, host: Host | str, args: str = "") -> str:
+        return self.ssh(host, f"nvidia-smi {args}").stdout
+
+    def journal(self, host: Host | str, unit: str) -> str:
+        return self.ssh(host, f"journalctl -u {shlex.quote(unit)} -o cat --no-pager").stdout
+
+    # -- lifecycle
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        _teardown(self.run_dir, [h.__dict__ | {"dir": str(h.dir)} for h in self.hosts])
+
+
+def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def _keygen(path: Path, comment: str) -> str:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
+    return (path.with_suffix(".pub") if path.suffix else Path(f"{path}.pub")).read_text().strip()
+
+
+def _gpu_toml(spec: HostSpec) -> str:
+    return _toml_table(
+        "gpu",
+        {
+            "name": spec.smi_name,
+            "compute_capability": spec.compute_capability,
+            "count": spec.gpu_count,
+            "memory_mib": spec.gpu_memory_mib,
+            "driver_version": "580.159.04",
+            "cuda_version": "13.0",
+        },
+    )
+
+
+def _dist_info(version: str) -> dict[str, str]:
+    di = f"opt/sglang-sim/sglang-{version}.dist-info"
+    return {
+        f"{di}/METADATA": f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n"
+        "Summary: SGLang (simulated for sgdeploy tests)\n",
+        f"{di}/INSTALLER": "pip\n",
+        f"{di}/top_level.txt": "sglang\n",
+        f"{di}/entry_points.txt": "[console_scripts]\nsglang = sglang.cli.main:main\n",
+    }
+
+
+def _prepare_host(rootfs: Path, h: Host, client_pub: str) -> None:
+    for d in ("upper", "work", "merged"):
+        (h.dir / d).mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            "mount", "-t", "overlay", "overlay", "-o",
+            f"lowerdir={rootfs},upperdir={h.dir / 'upper'},workdir={h.dir / 'work'}",
+            str(h.root),
+        ],
+        check=True,
+    )  # fmt: skip
+    root = h.root
+    shutil.copytree(PAYLOAD, root, dirs_exist_ok=True, symlinks=True)
+    spec = h.spec
+    files = {
+        "etc/hostname": f"{spec.name}\n",
+        "etc/sim-gpu.toml": _gpu_toml(spec),
+        "etc/sglang-sim.toml": spec.sim.to_toml(),
+        "etc/ssh/sshd_config.d/10-testhost-port.conf": (
+            f"Port {h.port}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
+        ),
+        "root/.ssh/authorized_keys": client_pub + "\n",
+        **_dist_info(spec.sglang_version),
+    }
+    for rel, text in files.items():
+        _write_atomic(root / rel, text)
+    os.chmod(root / "root/.ssh/authorized_keys", 0o600)
+    cat = root / f"opt/sglang-sim/catalogs/{spec.sglang_version}.json"
+    cat.parent.mkdir(parents=True, exist_ok=True)
+    cat.write_bytes(find_catalog(spec.sglang_version))
+    key = root / "etc/ssh/ssh_host_ed25519_key"
+    pub = _keygen(key, f"root@{spec.name}")
+    typ, b64 = pub.split()[:2]
+    h.host_key_line = f"[127.0.0.1]:{h.port} {typ} {b64}"
+    # enable the simulated GPU driver's bookkeeping service
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    link = wants / "sim-gpu.service"
+    if not link.is_symlink():
+        link.symlink_to("/etc/systemd/system/sim-gpu.service")
+    # config-only model directories a deployer's reference profiles point at
+    for path, arch in (
+        ("root/models/Qwen3.6-27B", "Qwen3_5ForConditionalGeneration"),
+        ("root/models/Qwen3-8B", "Qwen3ForCausalLM"),
+    ):
+        (root / path).mkdir(parents=True, exist_ok=True)
+        (root / path / "config.json").write_text(
+            json.dumps({"architectures": [arch], "model_type": "sim"}) + "\n"
+        )
+
+
+def _start_nspawn(h: Host) -> None:
+    log = open(h.dir / "boot.log", "wb")
+    proc = subprocess.Popen(
+        [
+            "systemd-nspawn", "--boot", "--quiet",
+            "--register=no", "--keep-unit",
+            "--console=read-only",
+            "-D", str(h.root),
+            "-M", h.machine,
+            f"--hostname={h.spec.name}",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    log.close()
+    h.pid = proc.pid
+    # reaped in _teardown via os.waitpid; keep the Popen from warning on GC
+    proc.returncode = 0
+
+
+def _wait_port(port: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            try:
+                s.connect(("127.0.0.1", port))
+                if s.recv(4).startswith(b"SSH"):
+                    return
+            except OSError:
+                pass
+        time.sleep(0.02)
+    raise TimeoutError(f"sshd on 127.0.0.1:{port} did not come up")
+
+
+def _save_state(run_dir: Path, hosts: list[Host]) -> None:
+    state = {
+        "run_dir": str(run_dir),
+        "owner_pid": os.getpid(),
+        "hosts": [
+            {"name": h.name, "machine": h.machine, "pid": h.pid, "port": h.port, "dir": str(h.dir)}
+            for h in hosts
+        ],
+    }
+    _write_atomic(run_dir / "state.json", json.dumps(state, indent=1))
+
+
+def _is_our_nspawn(pid: int, machine: str) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and argv[0].endswith(b"systemd-nspawn") and machine.encode() in argv
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for t in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                out += [int(x) for x in (t / "children").read_text().split()]
+    return out
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child of ours counts as gone
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _teardown(run_dir: Path, hosts: list[dict[str, object]]) -> None:
+    """Stop exactly the nspawn processes and mounts listed, then remove the run directory."""
+    for h in hosts:
+        d = Path(str(h["dir"]))
+        if (d / "cm").exists():
+            subprocess.run(
+                ["ssh", "-F", "/dev/null", "-o", f"ControlPath={d}/cm", "-O", "exit", "x"],
+                capture_output=True,
+                timeout=5,
+            )
+    pids = []
+    for h in hosts:
+        pid, machine = int(h["pid"]), str(h["machine"])  # type: ignore[call-overload]
+        if pid and _is_our_nspawn(pid, machine):
+            # killing the container's init ends its whole PID namespace; nspawn then exits
+            # and removes its own mounts
+            for child in _children(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            pids.append((pid, machine))
+    deadline = time.monotonic() + 10
+    for pid, machine in pids:
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            _reap(pid)
+            time.sleep(0.02)
+        if _pid_alive(pid) and _is_our_nspawn(pid, machine):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+        _reap(pid)
+    for h in hosts:
+        merged = Path(str(h["dir"])) / "merged"
+        if os.path.ismount(merged):
+            r = subprocess.run(["umount", str(merged)], capture_output=True)
+            if r.returncode != 0:
+                subprocess.run(["umount", "-l", str(merged)], capture_output=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def teardown_run(run_dir: Path) -> None:
+    """Tear down a run from its state.json (for hosts left running by the CLI)."""
+    state = json.loads((run_dir / "state.json").read_text())
+    _teardown(run_dir, state["hosts"])
+
+
+@contextlib.contextmanager
+def boot_hosts(
+    specs: Sequence[HostSpec | str],
+    *,
+    timeout: float = 60,
+    keep: bool = False,
+) -> Iterator[HostSet]:
+    """Boot the hosts, yield a HostSet, tear them down on exit (unless keep=True).
+
+    A string in `specs` is a preset name (see PRESETS).
+    """
+    hs = start_hosts(specs, timeout=timeout)
+    try:
+        yield hs
+    finally:
+        if not keep:
+            hs.close()
+
+
+def start_hosts(specs: Sequence[HostSpec | str], *, timeout: float = 60) -> HostSet:
+    """Boot the hosts and return the HostSet; the caller must call .close()."""
+    reason = skip_reason()
+    if reason:
+        raise RuntimeError(reason)
+    resolved: list[HostSpec] = []
+    for s in specs:
+        spec = HostSpec.like(s) if isinstance(s, str) else dataclasses.replace(s)
+        spec.sim = dataclasses.replace(spec.sim)
+        resolved.append(spec)
+    names = [s.name for s in resolved]
+    if len(set(names)) != len(names):
+        raise ValueError(f"host names must be unique: {names}")
+    rootfs = ensure_rootfs()
+    t0 = time.monotonic()
+    run_id = uuid.uuid4().hex[:8]
+    run_dir = RUN_ROOT / run_id
+    run_dir.mkdir(parents=True)
+    hosts: list[Host] = []
+    hs = HostSet(run_dir, hosts)
+    try:
+        client_pub = _keygen(hs.key_path, f"sgdeploy-testhosts-{run_id}")
+        used: set[int] = set()
+        for spec in resolved:
+            port = spec.port or free_port()
+            while port in used:
+                port = free_port()
+            used.add(port)
+            h = Host(spec, port, f"sgd-{run_id}-{spec.name}"[:64], run_dir / spec.name)
+            hosts.append(h)
+        threads = [
+            threading.Thread(target=_prepare_host, args=(rootfs, h, client_pub)) for h in hosts
+        ]
+        errors: list[BaseException] = []
+
+        def run_all(ts: list[threading.Thread]) -> None:
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+
+        # prepare in parallel (keygen + copies), then boot
+        for t in threads:
+            orig = t.run
+
+            def wrapped(orig=orig) -> None:  # type: ignore[no-untyped-def]
+                try:
+                    orig()
+                except BaseException as e:  # noqa: BLE001
+                    errors.append(e)
+
+            t.run = wrapped  # type: ignore[method-assign]
+        run_all(threads)
+        if errors:
+            raise errors[0]
+        hs.known_hosts_path.write_text("".join(h.host_key_line + "\n" for h in hosts))
+        for h in hosts:
+            _start_nspawn(h)
+        _save_state(run_dir, hosts)
+        hs.inventory_path.write_text(inventory_toml(hs))
+        deadline = time.monotonic() + timeout
+
+        def wait(h: Host) -> None:
+            try:
+                _wait_port(h.port, deadline)
+                left = max(1.0, deadline - time.monotonic())
+                cp = hs.ssh(h, "systemctl is-system-running --wait", check=False, timeout=left)
+                state = cp.stdout.strip()
+                if state not in ("running", "degraded"):
+                    raise RuntimeError(f"{h.name}: system state {state!r}: {cp.stderr.strip()}")
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        run_all([threading.Thread(target=wait, args=(h,)) for h in hosts])
+        if errors:
+            logs = "\n".join(
+                f"--- {h.name} boot.log\n" + (h.dir / "boot.log").read_text(errors="replace")[-3000:]
+                for h in hosts
+            )
+            raise RuntimeError(f"test hosts did not boot: {errors[0]}\n{logs}")
+        hs.boot_seconds = time.monotonic() - t0
+        return hs
+    except BaseException:
+        hs.close()
+        raise
+
+
+def inventory_toml(hs: HostSet) -> str:
+    """An sgdeploy inventory (SPEC section 3) for the hosts of a HostSet."""
+    out = [f"# test hosts of run {hs.run_dir.name}; connect with the key and known_hosts below\n"]
+    for h in hs.hosts:
+        s = h.spec
+        out.append(
+            _toml_table(
+                f"hosts.{s.name}",
+                {
+                    "address": "127.0.0.1",
+                    "port": h.port,
+                    "user": "root",
+                    "identity_file": str(hs.key_path),
+                    "known_hosts": str(hs.known_hosts_path),
+                    "gpu": s.gpu,
+                    "compute_capability": s.compute_capability,
+                    "gpu_count": s.gpu_count,
+                    "gpu_memory_gib": s.gpu_memory_gib,
+                    "sglang_version": s.sglang_version,
+                },
+            )
+        )
+    out.append(_toml_table("groups", {"all": [h.name for h in hs.hosts]}))
+    return "\n".join(out)
