@@ -181,8 +181,12 @@ _MIB = re.compile(r"(\d+)(?:\s*MiB)?")
 _FREE_TEXT_FIELDS = ("process_name", "name")
 
 
-def _is_header(cells: Sequence[str]) -> bool:
-    return all(_HEADER_CELL.fullmatch(c) for c in cells)
+def _is_header(cells: Sequence[str], fields: Sequence[str]) -> bool:
+    # Field-like cells, at least one of them a field we asked for: a lone lowercase word that
+    # a broken tool printed is data (and fails to parse), not a header.
+    return all(_HEADER_CELL.fullmatch(c) for c in cells) and any(
+        _field_name(c) in fields for c in cells
+    )
 
 
 def _field_name(header_cell: str) -> str:
@@ -192,11 +196,10 @@ def _field_name(header_cell: str) -> str:
 
 def _csv_rows(text: str, fields: Sequence[str]) -> Iterator[dict[str, str | None]]:
     """Yield each data row of nvidia-smi csv as field -> value (None for [N/A] and friends)."""
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+    lines = [line for line in text.splitlines() if line.strip()]
+    for number, line in enumerate(lines):
         cells = [c.strip() for c in line.split(",")]
-        if _is_header(cells):
+        if number == 0 and _is_header(cells, fields):
             fields = [_field_name(c) for c in cells]
             continue
         yield dict(zip(fields, _fit_cells(cells, fields), strict=True))
