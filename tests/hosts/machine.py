@@ -452,9 +452,10 @@ def _wait_port(port: int, deadline: float) -> None:
     raise TimeoutError(f"sshd on 127.0.0.1:{port} did not come up")
 
 
-def _save_state(run_dir: Path, hosts: list[Host]) -> None:
+def _save_state(run_dir: Path, hosts: list[Host], owner: str) -> None:
     state = {
         "run_dir": str(run_dir),
+        "owner": owner,
         "owner_pid": os.getpid(),
         "hosts": [
             {"name": h.name, "machine": h.machine, "pid": h.pid, "port": h.port, "dir": str(h.dir)}
@@ -564,7 +565,9 @@ def boot_hosts(
             hs.close()
 
 
-def start_hosts(specs: Sequence[HostSpec | str], *, timeout: float = 60) -> HostSet:
+def start_hosts(
+    specs: Sequence[HostSpec | str], *, timeout: float = 60, owner: str = "python"
+) -> HostSet:
     """Boot the hosts and return the HostSet; the caller must call .close()."""
     reason = skip_reason()
     if reason:
@@ -622,7 +625,7 @@ def start_hosts(specs: Sequence[HostSpec | str], *, timeout: float = 60) -> Host
         hs.known_hosts_path.write_text("".join(h.host_key_line + "\n" for h in hosts))
         for h in hosts:
             _start_nspawn(h)
-        _save_state(run_dir, hosts)
+        _save_state(run_dir, hosts, owner)
         hs.inventory_path.write_text(inventory_toml(hs))
         deadline = time.monotonic() + timeout
 

@@ -1,0 +1,1 @@
+"""Simulated SGLang internals (sgdeploy test hosts)."""

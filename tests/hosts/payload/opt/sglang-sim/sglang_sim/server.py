@@ -1,0 +1,1147 @@
+"""A simulated SGLang server: real argument parsing, real log lines, fake GPUs.
+
+Started exactly like SGLang (``python -m sglang.launch_server ...`` or
+``sglang serve ...``).  Parses its flags against the flag catalog of the version
+it claims to be (/opt/sglang-sim/catalogs/<version>.json), applies the silent
+adjustments SGLang makes that matter to a deployer, prints SGLang's startup log
+lines in their real format and order (one forked scheduler process per TP rank,
+each holding simulated GPU memory), and serves SGLang's HTTP endpoints.
+
+Behaviour knobs: /etc/sglang-sim.toml ([sglang_sim] table) and SGLANG_SIM_*
+environment variables (SGLANG_SIM_FAIL, SGLANG_SIM_STARTUP_S, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import importlib.metadata
+import json
+import os
+import random
+import select
+import shlex
+import signal
+import socket
+import sys
+import threading
+import time
+import tomllib
+import traceback
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+sys.path.insert(0, "/opt/sglang-sim")
+import sim_gpu  # noqa: E402
+
+CATALOG_DIR = Path(os.environ.get("SGLANG_SIM_CATALOGS", "/opt/sglang-sim/catalogs"))
+SETTINGS_FILE = Path(os.environ.get("SGLANG_SIM_CONFIG", "/etc/sglang-sim.toml"))
+PKG = "/root/ml-env/lib/python3.11/site-packages"
+
+DEFAULT_SETTINGS = {
+    "startup_s": 2.5,
+    "tokens_per_s": 200.0,
+    "release_delay_s": 2.0,
+    "failure": "",
+    "fail_when_arg": [],
+    "crash_after_ready_s": 2.0,
+    "slow_start_s": 20.0,
+    "hang_at": "load",
+    "mem_mib": 0,
+    "orphan_children": False,
+}
+
+VERSION = importlib.metadata.version("sglang")
+V = tuple(int(x) for x in VERSION.split(".")[:3] if x.isdigit())
+NEW = V >= (0, 5, 20)  # 0.5.2x wording and behaviour; older = 0.5.10/0.5.11
+
+
+# ------------------------------------------------------------------------ logging
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+_RANK_PREFIX = ""
+
+
+def log(msg: str) -> None:
+    """SGLang's format: [%Y-%m-%d %H:%M:%S{ TPk}] message (no level name)."""
+    os.write(2, f"[{_now()}{_RANK_PREFIX}] {msg}\n".encode())
+
+
+def uv(msg: str, level: str = "INFO") -> None:
+    """uvicorn's format: INFO:     message."""
+    os.write(2, f"{(level + ':').ljust(9)} {msg}\n".encode())
+
+
+def access(client: str, line: str, status: int) -> None:
+    phrase = {200: "OK", 401: "Unauthorized", 404: "Not Found", 503: "Service Unavailable",
+              400: "Bad Request"}.get(status, "")
+    os.write(1, f'INFO:     {client} - "{line}" {status} {phrase}\n'.encode())
+
+
+def emit_raw(text: str) -> None:
+    os.write(2, text.encode())
+
+
+# ----------------------------------------------------------------------- settings
+
+
+def load_settings() -> dict:
+    s = dict(DEFAULT_SETTINGS)
+    with contextlib.suppress(FileNotFoundError):
+        s.update(tomllib.loads(SETTINGS_FILE.read_text()).get("sglang_sim", {}))
+    env = os.environ
+    if env.get("SGLANG_SIM_FAIL") is not None:
+        s["failure"] = env["SGLANG_SIM_FAIL"]
+        s["fail_when_arg"] = []
+    for key in ("startup_s", "tokens_per_s", "release_delay_s", "crash_after_ready_s",
+                "slow_start_s"):
+        if env.get(f"SGLANG_SIM_{key.upper()}"):
+            s[key] = float(env[f"SGLANG_SIM_{key.upper()}"])
+    if env.get("SGLANG_SIM_FAIL_WHEN_ARG"):
+        s["fail_when_arg"] = [env["SGLANG_SIM_FAIL_WHEN_ARG"]]
+    if isinstance(s["fail_when_arg"], str):
+        s["fail_when_arg"] = [s["fail_when_arg"]] if s["fail_when_arg"] else []
+    return s
+
+
+def _arg_present(argv: list[str], want: str) -> bool:
+    """`--flag=value`, `--flag value` or a bare `--flag` in argv."""
+    if want in argv:
+        return True
+    if "=" in want:
+        flag, value = want.split("=", 1)
+        for i, a in enumerate(argv):
+            if a == flag and i + 1 < len(argv) and argv[i + 1] == value:
+                return True
+    return False
+
+
+def active_failure(settings: dict, argv: list[str]) -> str:
+    f = settings.get("failure") or ""
+    if f and all(_arg_present(argv, w) for w in settings["fail_when_arg"]):
+        return f
+    return ""
+
+
+# ------------------------------------------------------------------------ parsing
+
+
+def human_readable_int(value: str) -> int:
+    v = value.strip().lower()
+    mult = {"k": 1000, "m": 1000**2, "g": 1000**3}
+    if v and v[-1] in mult:
+        return int(float(v[:-1]) * mult[v[-1]])
+    return int(v)
+
+
+def json_list_type(value: str) -> list:
+    return json.loads(value)
+
+
+def loads(value: str) -> object:
+    return json.loads(value)
+
+
+def nullable_str(value: str) -> str | None:
+    return None if value.lower() in ("none", "null", "") else value
+
+
+def parse_cuda_graph_backend_arg(value: str) -> str:
+    return value
+
+
+def parse_cuda_graph_config_arg(value: str) -> str:
+    return value
+
+
+TYPES = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "json.loads": loads,
+    "loads": loads,
+    "human_readable_int": human_readable_int,
+    "json_list_type": json_list_type,
+    "nullable_str": nullable_str,
+    "parse_cuda_graph_backend_arg": parse_cuda_graph_backend_arg,
+    "parse_cuda_graph_config_arg": parse_cuda_graph_config_arg,
+}
+
+
+def load_catalog() -> dict:
+    return json.loads((CATALOG_DIR / f"{VERSION}.json").read_text())
+
+
+def build_parser(catalog: dict) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sglang serve", allow_abbrev=True)
+    seen: set[str] = set()
+    for f in catalog["flags"]:
+        opts = [o for o in f["flags"] if o not in seen]
+        if not opts:
+            continue
+        kw: dict = {"dest": f["field"], "default": f.get("default")}
+        if f.get("boolean_optional"):
+            pos = [o for o in opts if not any(o == "--no-" + p[2:] for p in opts)]
+            kw["action"] = argparse.BooleanOptionalAction
+            opts = pos
+        elif f.get("store_true") or (not f.get("takes_value", True) and not f.get("nargs")) or (
+            f.get("nargs") in ("0", 0)
+        ):
+            kw["action"] = "store_true"
+            kw["default"] = bool(f.get("default") or False)
+        else:
+            t = f.get("argparse_type")
+            if t:
+                kw["type"] = TYPES.get(t, str)
+            if f.get("choices"):
+                kw["choices"] = f["choices"]
+            if f.get("nargs") not in (None, "0", 0):
+                kw["nargs"] = f["nargs"]
+        try:
+            parser.add_argument(*opts, **kw)
+        except (argparse.ArgumentError, ValueError):
+            continue
+        seen.update(opts)
+        if kw.get("action") is argparse.BooleanOptionalAction:
+            seen.update("--no-" + o[2:] for o in opts)
+    return parser
+
+
+# ---------------------------------------------------------------------- resolution
+
+
+def _traceback_exit(frames: list[tuple[str, int, str, str]], final: str, code: int = 1) -> None:
+    out = ["Traceback (most recent call last):\n"]
+    for file, line, func, src in frames:
+        out.append(f'  File "{file}", line {line}, in {func}\n')
+        if src:
+            out.append(f"    {src}\n")
+    out.append(final + "\n")
+    emit_raw("".join(out))
+    sys.exit(code)
+
+
+def _entry_frames(entry: str) -> list[tuple[str, int, str, str]]:
+    if entry == "launch_server":
+        return [
+            ("<frozen runpy>", 198, "_run_module_as_main", ""),
+            ("<frozen runpy>", 88, "_run_code", ""),
+            (f"{PKG}/sglang/launch_server.py", 24 if not NEW else 88, "<module>",
+             "server_args = prepare_server_args(sys.argv[1:])"),
+        ]
+    return [
+        ("/root/ml-env/bin/sglang", 8, "<module>", "sys.exit(main())"),
+        (f"{PKG}/sglang/cli/main.py", 41, "main", "serve(args, extra_argv)"),
+        (f"{PKG}/sglang/cli/serve.py", 97, "serve", "server_args = prepare_server_args(extra_argv)"),
+    ]
+
+
+def model_config(path: str, entry: str) -> dict:
+    p = Path(path)
+    if not p.is_dir():
+        hf = ("huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+              f"'namespace/repo_name': '{path}'. Use `repo_type` argument if needed.")
+        emit_raw(
+            "Traceback (most recent call last):\n"
+            f'  File "{PKG}/transformers/configuration_utils.py", line 708, in _get_config_dict\n'
+            "    resolved_config_file = cached_file(\n"
+            f'  File "{PKG}/huggingface_hub/utils/_validators.py", line 154, in validate_repo_id\n'
+            "    raise HFValidationError(\n"
+            f"{hf}\n\nDuring handling of the above exception, another exception occurred:\n\n"
+        )
+        _traceback_exit(
+            _entry_frames(entry)
+            + [
+                (f"{PKG}/sglang/srt/server_args.py", 6515 if not NEW else 712,
+                 "prepare_server_args", "return ServerArgs.from_cli_args(raw_args)"),
+                (f"{PKG}/sglang/srt/utils/hf_transformers_utils.py", 390, "get_config",
+                 "raise e"),
+                (f"{PKG}/transformers/configuration_utils.py", 731, "_get_config_dict",
+                 "raise OSError("),
+            ],
+            f"OSError: Can't load the configuration of '{path}'. If you were trying to load it "
+            "from 'https://huggingface.co/models', make sure you don't have a local directory "
+            f"with the same name. Otherwise, make sure '{path}' is the correct path to a "
+            "directory containing a config.json file",
+        )
+    cfg_file = p / "config.json"
+    if not cfg_file.exists():
+        _traceback_exit(
+            _entry_frames(entry)
+            + [(f"{PKG}/transformers/configuration_utils.py", 731, "_get_config_dict",
+                "raise OSError(")],
+            f"OSError: {path} does not appear to have a file named config.json. Checkout "
+            f"'https://huggingface.co/{path}/tree/None' for available files.",
+        )
+    return json.loads(cfg_file.read_text())
+
+
+def is_multimodal(cfg: dict) -> bool:
+    arch = (cfg.get("architectures") or [""])[0]
+    return (
+        "ForConditionalGeneration" in arch
+        or "VL" in arch
+        or "vision_config" in cfg
+        or "Omni" in arch
+    )
+
+
+def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> list[dict]:
+    """Apply SGLang's own adjustments in place; return what changed (field, old, new, reason)."""
+    changes: list[dict] = []
+
+    def change(field: str, new: object, reason: str) -> None:
+        old = args.get(field)
+        if old != new:
+            args[field] = new
+            changes.append({"field": field, "old": old, "new": new, "reason": reason})
+
+    arch = (cfg.get("architectures") or ["LlamaForCausalLM"])[0]
+    mem_total = int(gpu["memory_mib"])
+    cc = float(gpu.get("compute_capability", "9.0"))
+    if args.get("tokenizer_path") is None:
+        args["tokenizer_path"] = args["model_path"]
+    if args.get("served_model_name") is None:
+        args["served_model_name"] = args["model_path"]
+
+    # GPU-dependent defaults
+    if args.get("mem_fraction_static") is None:
+        args["mem_fraction_static"] = 0.88 if mem_total > 80_000 else 0.85
+    if args.get("chunked_prefill_size") is None:
+        args["chunked_prefill_size"] = 4096 if mem_total < 60_000 else (
+            8192 if mem_total < 160_000 else 16384)
+    if args.get("attention_backend") is None:
+        args["attention_backend"] = "flashinfer" if cc < 9 else ("fa3" if cc < 10 else "trtllm_mha")
+    if "sampling_backend" in args and args.get("sampling_backend") is None:
+        args["sampling_backend"] = "flashinfer"
+    if args.get("page_size") is None:
+        args["page_size"] = 1
+    if "cuda_graph_max_bs" in args and args.get("cuda_graph_max_bs") is None:
+        args["cuda_graph_max_bs"] = 32 if mem_total < 60_000 else 256
+    if args.get("context_length") is None:
+        args["context_length"] = int(cfg.get("max_position_embeddings", 262144))
+
+    # speculative decoding
+    algo = args.get("speculative_algorithm")
+    if algo:
+        if algo.upper() == "NEXTN":
+            change("speculative_algorithm", "EAGLE", "NEXTN is an alias of EAGLE")
+        steps = args.get("speculative_num_steps")
+        topk = args.get("speculative_eagle_topk")
+        draft = args.get("speculative_num_draft_tokens")
+        if args["speculative_algorithm"] in ("EAGLE", "EAGLE3", "STANDALONE"):
+            if args.get("max_running_requests") is None:
+                change("max_running_requests", 48, "speculative decoding")
+                early.append("Max running requests is reset to 48 for speculative decoding. "
+                             "You can override this by explicitly setting --max-running-requests.")
+            if steps is None:
+                if topk is not None or draft is not None:
+                    _traceback_exit(
+                        _entry_frames(entry)
+                        + [(f"{PKG}/sglang/srt/server_args.py", 3054, "_handle_speculative_decoding",
+                            "assert (")],
+                        "AssertionError",
+                    )
+                auto = (5, 4, 8) if "Llama" in arch or "Grok" in arch else (3, 1, 4)
+                change("speculative_num_steps", auto[0], "auto-chosen")
+                change("speculative_eagle_topk", auto[1], "auto-chosen")
+                change("speculative_num_draft_tokens", auto[2], "auto-chosen")
+            elif topk == 1 and draft != steps + 1:
+                early.append("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
+                             "when speculative_eagle_topk == 1")
+                change("speculative_num_draft_tokens", steps + 1,
+                       "topk == 1 forces draft tokens = steps + 1")
+            if args.get("enable_mixed_chunk"):
+                change("enable_mixed_chunk", False, "not supported with speculative decoding")
+
+    # piecewise / prefill CUDA graph
+    if "disable_piecewise_cuda_graph" in args:
+        if not args.get("enforce_piecewise_cuda_graph") and is_multimodal(cfg):
+            change("disable_piecewise_cuda_graph", True,
+                   "multimodal / VLM model (_handle_piecewise_cuda_graph)")
+    elif "cuda_graph_backend_prefill" in args:
+        explicit = args.get("cuda_graph_backend_prefill") is not None or args.get(
+            "disable_prefill_cuda_graph") or args.get("disable_cuda_graph")
+        if not explicit and is_multimodal(cfg):
+            change("cuda_graph_backend_prefill", "disabled", "multimodal model")
+            early.append("Breakable CUDA graph is incompatible with multimodal models; "
+                         "disabling prefill CUDA graph.")
+
+    # encoder disaggregation
+    if args.get("language_only") and not args.get("encoder_urls"):
+        if not NEW:
+            _traceback_exit(
+                _entry_frames(entry)
+                + [
+                    (f"{PKG}/sglang/srt/server_args.py", 6515, "prepare_server_args",
+                     "return ServerArgs.from_cli_args(raw_args)"),
+                    (f"{PKG}/sglang/srt/server_args.py", 6092, "from_cli_args",
+                     "return cls(**{attr: getattr(args, attr) for attr in attrs})"),
+                    ("<string>", 369, "__init__", ""),
+                    (f"{PKG}/sglang/srt/server_args.py", 853, "__post_init__",
+                     "self._handle_encoder_disaggregation()"),
+                    (f"{PKG}/sglang/srt/server_args.py", 3808, "_handle_encoder_disaggregation",
+                     "raise ValueError("),
+                ],
+                "ValueError: requires at least one encoder urls to be set via --encoder-urls",
+            )
+        early.append("--language-only is set without --encoder-urls; the encoder can register "
+                     "later via --encoder-register-urls.")
+    return changes
+
+
+def args_repr(args: dict) -> str:
+    if NEW:
+        return "server_args=" + repr({k: ("<redacted>" if k in ("api_key", "admin_api_key")
+                                          and v else v) for k, v in args.items()})
+    return "server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")"
+
+
+# ------------------------------------------------------------------- GPU placement
+
+
+def visible_gpus(gpu_count: int) -> list[int]:
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is None:
+        return list(range(gpu_count))
+    out = []
+    uuids = {sim_gpu.gpu_uuid(i): i for i in range(gpu_count)}
+    for tok in cvd.split(","):
+        tok = tok.strip()
+        if tok.isdigit() and int(tok) < gpu_count:
+            out.append(int(tok))
+        elif tok in uuids:
+            out.append(uuids[tok])
+        else:
+            break  # CUDA stops at the first invalid entry
+    return out
+
+
+# ---------------------------------------------------------------------- scheduler
+
+
+def set_proc_name(name: str) -> None:
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+
+
+def set_pdeathsig() -> None:
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def gb(mib: float) -> str:
+    return f"{mib / 1024:.2f}"
+
+
+class Rank:
+    """One scheduler process (forked)."""
+
+    def __init__(self, rank: int, ctx: dict) -> None:
+        self.rank = rank
+        self.ctx = ctx
+        self.args = ctx["args"]
+        self.s = ctx["settings"]
+        self.failure = ctx["failure"]
+        self.gpu_total = int(ctx["gpu"]["memory_mib"])
+        self.reserved = int(ctx["gpu"].get("reserved_mib", 615))
+        self.gpu_index: int | None = None
+        self.used = 0
+
+    def phase_sleep(self, frac: float) -> None:
+        time.sleep(max(0.0, self.ctx["startup_s"] * frac) + self.rank * 0.003)
+
+    def avail(self) -> float:
+        if self.gpu_index is None:
+            return 0
+        return sim_gpu.free_mib(self.gpu_index, exclude_pid=None)
+
+    def hold(self, mib: int) -> None:
+        self.used = mib
+        sim_gpu.update(os.getpid(), mib)
+
+    def hit_exception(self, frames: list[tuple[str, int, str, str]], final: str) -> None:
+        """Scheduler hit an exception: log it, SIGQUIT the parent, wait to be killed."""
+        tb = ["Traceback (most recent call last):\n"]
+        base = [
+            (f"{PKG}/sglang/srt/managers/scheduler.py", 6360 if NEW else 2922,
+             "run_scheduler_process", "scheduler = Scheduler("),
+        ]
+        for file, line, func, src in base + frames:
+            tb.append(f'  File "{file}", line {line}, in {func}\n')
+            if src:
+                tb.append(f"    {src}\n")
+        tb.append(final)
+        log("Scheduler hit an exception: " + "".join(tb))
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.ctx["parent"], signal.SIGQUIT)
+        time.sleep(30)
+        os._exit(1)
+
+    def oom(self, where: str, tried_mib: float) -> str:
+        free = max(0.0, self.avail())
+        total_gib = (self.gpu_total - self.reserved) / 1024
+        return (
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tried_mib / 1024:.2f} "
+            f"GiB. GPU {self.rank} has a total capacity of {total_gib:.2f} GiB of which "
+            f"{free:.2f} MiB is free. Including non-PyTorch memory, this process has "
+            f"{self.used / 1024:.2f} GiB memory in use. Of the allocated memory "
+            f"{max(0.0, self.used / 1024 - 0.12):.2f} GiB is allocated by PyTorch, and "
+            "120.53 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory "
+            "is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+            "fragmentation.  See documentation for Memory Management  "
+            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+        )
+
+    def run(self) -> None:
+        global _RANK_PREFIX
+        a, s = self.args, self.s
+        tp = int(a.get("tp_size") or 1)
+        _RANK_PREFIX = f" TP{self.rank}" if tp > 1 else ""
+        set_proc_name(f"sglang::scheduler_TP{self.rank}" if tp > 1 else "sglang::scheduler")
+        if not s.get("orphan_children"):
+            set_pdeathsig()
+        visible = visible_gpus(int(self.ctx["gpu"]["count"]))
+        slot = int(a.get("base_gpu_id") or 0) + self.rank * int(a.get("gpu_id_step") or 1)
+        mem_frac = float(a["mem_fraction_static"])
+        target = int(s.get("mem_mib") or mem_frac * self.gpu_total)
+        weights = int(self.ctx["weights_mib"])
+        graph_mib = min(900, max(64, int(target * 0.03)))
+        self.phase_sleep(0.05)
+        if NEW:
+            log("Init parallel begin.")
+        else:
+            log("Init torch distributed begin.")
+        if slot >= len(visible):
+            self.hit_exception(
+                [(f"{PKG}/torch/cuda/__init__.py", 567, "set_device",
+                  "torch._C._cuda_setDevice(device)")],
+                "RuntimeError: CUDA error: invalid device ordinal\nCUDA kernel errors might be "
+                "asynchronously reported at some other API call, so the stacktrace below might be "
+                "incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with "
+                "`TORCH_USE_CUDA_DSA` to enable device-side assertions.\n",
+            )
+        self.gpu_index = visible[slot]
+        sim_gpu.register(os.getpid(), [self.gpu_index], 0, "python3",
+                         float(s.get("release_delay_s", 2.0)))
+        self.hold(min(520, target))
+        self.phase_sleep(0.05)
+        t0 = time.monotonic()
+        log(f"Init {'parallel' if NEW else 'torch distributed'} ends. "
+            f"elapsed={time.monotonic() - t0 + 0.1:.2f} s")
+        avail0 = self.avail()
+        log(f"Load weight begin. avail mem={gb(avail0)} GB")
+        if self.failure == "hang" and s.get("hang_at", "load") == "load":
+            while True:
+                time.sleep(3600)
+        t0 = time.monotonic()
+        self.phase_sleep(0.3)
+        if self.failure == "cuda_oom" or avail0 < weights:
+            self.hit_exception(
+                [
+                    (f"{PKG}/sglang/srt/model_executor/model_runner.py", 1324 if NEW else 887,
+                     "load_model", "self.model = get_model("),
+                    (f"{PKG}/sglang/srt/model_loader/loader.py", 680, "load_model",
+                     "model = _initialize_model("),
+                    (f"{PKG}/torch/nn/modules/module.py", 1355, "to", "return self._apply(convert)"),
+                    (f"{PKG}/torch/nn/modules/module.py", 1341, "convert",
+                     "return t.to(device, dtype if t.is_floating_point() else None, non_blocking)"),
+                ],
+                self.oom("load", max(1024.0, weights / 8)) + "\n",
+            )
+        self.hold(self.used + weights)
+        arch = self.ctx["arch"]
+        log(f"Load weight end. elapsed={time.monotonic() - t0:.2f} s, type={arch}, "
+            f"avail mem={gb(self.avail())} GB, mem usage={gb(weights)} GB.")
+        self.phase_sleep(0.05)
+        kv = target - self.used - graph_mib
+        if self.failure == "kv_cache_oom" or kv <= 0:
+            self.hit_exception(
+                [
+                    (f"{PKG}/sglang/srt/model_executor/model_runner.py", 520 if NEW else 412,
+                     "initialize", "self.init_memory_pool("),
+                    (f"{PKG}/sglang/srt/model_executor/pool_configurator.py" if NEW else
+                     f"{PKG}/sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
+                     94 if NEW else 55, "init_memory_pool" if not NEW else "configure",
+                     "raise RuntimeError("),
+                ],
+                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                f"Current value: mem_fraction_static={mem_frac}\n",
+            )
+        tokens = int(kv * 1024 * 1024 / self.ctx["kv_bytes_per_token"])
+        self.ctx["tokens"] = tokens
+        self.hold(self.used + kv)
+        dtype = "dtype: torch.bfloat16, " if NEW else ""
+        log(f"KV Cache is allocated. {dtype}#tokens: {tokens}, K size: {gb(kv / 2)} GB, "
+            f"V size: {gb(kv / 2)} GB")
+        if NEW:
+            log(f"Memory pool end. avail mem={gb(self.avail())} GB")
+        self.capture_graphs(graph_mib, target)
+        if self.rank == 0:
+            mrr = a.get("max_running_requests") or (2048 if NEW else 4096)
+            log(f"max_total_num_tokens={tokens}, chunked_prefill_size={a['chunked_prefill_size']}, "
+                f"max_prefill_tokens={a.get('max_prefill_tokens') or 16384}, "
+                f"max_running_requests={mrr}, context_len={a['context_length']}, "
+                f"available_gpu_mem={gb(self.avail())} GB")
+
+    def capture_graphs(self, graph_mib: int, target: int) -> None:
+        a = self.args
+        spec = bool(a.get("speculative_algorithm"))
+        disable_all = bool(a.get("disable_cuda_graph"))
+        per = 0.25 / (3 if spec else 2)
+        max_bs = a.get("cuda_graph_max_bs") or a.get("cuda_graph_max_bs_decode") or 32
+        bs = [b for b in (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192,
+                          224, 256) if b <= int(max_bs)] or [1]
+        over = self.avail() < 0  # mem fraction beyond the GPU
+        fail = self.failure == "graph_capture" or over or target > self.gpu_total - self.reserved
+
+        def fail_capture() -> None:
+            if NEW:
+                sol = ("Possible solutions:\n"
+                       "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+                       "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
+                       "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
+                       "(Not recommended. Huge performance loss)\n")
+            else:
+                sol = ("Possible solutions:\n"
+                       "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+                       "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+                       "3. disable torch compile by not using --enable-torch-compile\n"
+                       "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge "
+                       "performance loss)\n")
+            sol += ("Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/"
+                    "choose \n")
+            self.hit_exception(
+                [
+                    (f"{PKG}/sglang/srt/model_executor/model_runner.py", 2450 if not NEW else 1580,
+                     "init_device_graphs", "self.graph_runner = graph_runners[self.device](self)"),
+                    (f"{PKG}/sglang/srt/model_executor/cuda_graph_runner.py" if not NEW else
+                     f"{PKG}/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
+                     390 if not NEW else 603, "__init__", "raise Exception("),
+                ],
+                f"Exception: Capture cuda graph failed: {self.oom('graph', 2048.0)}\n{sol}",
+            )
+
+        if disable_all:
+            return
+        avail = self.avail()
+        t0 = time.monotonic()
+        if NEW:
+            kind = "verify" if spec else "decode"
+            ntpr = (a.get("speculative_num_draft_tokens") or 4) if spec else 1
+            log(f"Capture target {kind} CUDA graph begin. backend=full, num_tokens_per_req={ntpr}, "
+                f"avail mem={gb(avail)} GB")
+            self.phase_sleep(per)
+            if fail:
+                fail_capture()
+            self.hold(self.used + graph_mib // 2)
+            log(f"Capture target {kind} CUDA graph end. bs={bs}, elapsed="
+                f"{time.monotonic() - t0:.2f} s, mem usage={gb(graph_mib / 2)} GB, "
+                f"avail mem={gb(self.avail())} GB.")
+            prefill = a.get("cuda_graph_backend_prefill")
+            if a.get("disable_prefill_cuda_graph") or prefill == "disabled":
+                reason = ("--disable-prefill-cuda-graph is set" if a.get("disable_prefill_cuda_graph")
+                          else "--cuda-graph-backend-prefill=disabled")
+                log(f"Disable prefill CUDA graph because {reason}")
+            else:
+                t0 = time.monotonic()
+                toks = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+                log(f"Capture target prefill CUDA graph begin. backend={prefill or 'breakable'}, "
+                    f"num_tokens={toks}, avail mem={gb(self.avail())} GB")
+                self.phase_sleep(per)
+                self.hold(self.used + graph_mib // 4)
+                log(f"Capture target prefill CUDA graph end. elapsed={time.monotonic() - t0:.2f} s, "
+                    f"mem usage={gb(graph_mib / 4)} GB, avail mem={gb(self.avail())} GB.")
+            if spec:
+                t0 = time.monotonic()
+                topk = a.get("speculative_eagle_topk") or 1
+                log(f"Capture draft decode CUDA graph begin. backend=full, num_tokens_per_req={topk}, "
+                    f"bs={bs}, avail mem={gb(self.avail())} GB")
+                self.phase_sleep(per)
+                self.hold(self.used + graph_mib // 8)
+                log(f"Capture draft decode CUDA graph end. elapsed={time.monotonic() - t0:.2f} s, "
+                    f"mem usage={gb(graph_mib / 8)} GB, avail mem={gb(self.avail())} GB.")
+                if self.rank == 0:
+                    t0 = time.monotonic()
+                    log(f"Capture draft extend CUDA graph begin. backend=full, "
+                        f"num_tokens_per_req={a.get('speculative_num_draft_tokens') or 4}, "
+                        f"bs={bs}, avail mem={gb(self.avail())} GB")
+                    log(f"Capture draft extend CUDA graph end. elapsed="
+                        f"{time.monotonic() - t0 + 0.05:.2f} s, mem usage=0.05 GB, "
+                        f"avail mem={gb(self.avail())} GB.")
+            return
+        # 0.5.10 / 0.5.11 wording
+        log(f"Capture cuda graph begin. This can take up to several minutes. avail mem={gb(avail)} GB")
+        log(f"Capture cuda graph bs {bs}")
+        self.phase_sleep(per)
+        if fail:
+            fail_capture()
+        self.hold(self.used + graph_mib // 2)
+        log(f"Capture cuda graph end. Time elapsed: {time.monotonic() - t0:.2f} s. "
+            f"mem usage={gb(graph_mib / 2)} GB. avail mem={gb(self.avail())} GB.")
+        if spec:
+            t0 = time.monotonic()
+            log("Capture draft cuda graph begin. This can take up to several minutes. "
+                f"avail mem={gb(self.avail())} GB")
+            self.phase_sleep(per)
+            self.hold(self.used + graph_mib // 8)
+            log(f"Capture draft cuda graph end. Time elapsed: {time.monotonic() - t0:.2f} s. "
+                f"mem usage={gb(graph_mib / 8)} GB. avail mem={gb(self.avail())} GB.")
+            t0 = time.monotonic()
+            log("Capture draft extend cuda graph begin. This can take up to several minutes. "
+                f"avail mem={gb(self.avail())} GB")
+            log(f"Capture draft extend cuda graph end. Time elapsed: "
+                f"{time.monotonic() - t0 + 0.05:.2f} s. mem usage=0.05 GB. "
+                f"avail mem={gb(self.avail())} GB.")
+        if a.get("disable_piecewise_cuda_graph"):
+            log("Disable piecewise CUDA graph because --disable-piecewise-cuda-graph is set")
+        else:
+            t0 = time.monotonic()
+            log(f"Capture piecewise CUDA graph begin. avail mem={gb(self.avail())} GB")
+            maxtok = a.get("piecewise_cuda_graph_max_tokens") or 4096
+            toks = [t for t in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+                    if t <= maxtok]
+            log(f"Capture cuda graph num tokens {toks}")
+            self.phase_sleep(per)
+            self.hold(self.used + graph_mib // 4)
+            log(f"Capture piecewise CUDA graph end. Time elapsed: {time.monotonic() - t0:.2f} s. "
+                f"mem usage={gb(graph_mib / 4)} GB. avail mem={gb(self.avail())} GB.")
+
+
+def scheduler_main(rank: int, ctx: dict, ready_w: int, ctl_r: int) -> None:
+    r = Rank(rank, ctx)
+    try:
+        r.run()
+        os.write(ready_w, json.dumps({"rank": rank, "tokens": ctx.get("tokens", 0)}).encode()
+                 + b"\n")
+        # wait for the server to be ready (or the parent to go away)
+        data = os.read(ctl_r, 1)
+        if not data and not ctx["settings"].get("orphan_children"):
+            os._exit(0)
+        if data and ctx["failure"] == "crash_after_ready" and rank == 0:
+            time.sleep(float(ctx["settings"].get("crash_after_ready_s", 2.0)))
+            r.hit_exception(
+                [
+                    (f"{PKG}/sglang/srt/managers/scheduler.py", 1120, "event_loop_overlap",
+                     "batch_result = self.run_batch(batch)"),
+                    (f"{PKG}/sglang/srt/model_executor/model_runner.py", 2760, "forward",
+                     "output = self._forward_raw("),
+                ],
+                "RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel "
+                "errors might be asynchronously reported at some other API call, so the "
+                "stacktrace below might be incorrect.\nFor debugging consider passing "
+                "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side "
+                "assertions.\n",
+            )
+        while True:
+            time.sleep(3600)
+    except SystemExit:
+        raise
+    except BaseException:
+        traceback.print_exc()
+        os._exit(1)
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+class State:
+    ready = False
+    bound = False
+    args: dict = {}
+    changes: list = []
+    launch_command = ""
+    tokens_per_s = 200.0
+    max_total_tokens = 0
+    started = time.time()
+
+
+WORDS = ("the quick brown fox jumps over a lazy dog and then some more tokens flow out of "
+         "this simulated model at a steady rate").split()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, fmt: str, *a: object) -> None:  # uvicorn-style access log instead
+        pass
+
+    def _access(self, status: int) -> None:
+        path = self.path.split("?")[0]
+        excl = State.args.get("uvicorn_access_log_exclude_prefixes") or []
+        if any(path.startswith(p) for p in excl):
+            return
+        access(f"{self.client_address[0]}:{self.client_address[1]}",
+               f"{self.command} {self.path} HTTP/1.1", status)
+
+    def _send(self, status: int, body: object = b"", ctype: str = "application/json") -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self._access(status)
+
+    def _auth_ok(self, path: str) -> bool:
+        key = State.args.get("api_key")
+        if not key:
+            return True
+        exempt = ("/health", "/metrics") + (("/ready",) if NEW else ())
+        if path.startswith(exempt):
+            return True
+        return self.headers.get("Authorization", "") == f"Bearer {key}"
+
+    def _body(self) -> dict:
+        n = int(self.headers.get("content-length") or 0)
+        if not n:
+            return {}
+        try:
+            return json.loads(self.rfile.read(n))
+        except ValueError:
+            return {}
+
+    def do_GET(self) -> None:  # noqa: N802
+        path = self.path.split("?")[0]
+        if not self._auth_ok(path):
+            return self._send(401, {"error": "Unauthorized"})
+        a = State.args
+        if path in ("/health", "/health_generate"):
+            return self._send(200 if State.ready else 503, b"", "text/plain")
+        if path == "/ready" and NEW:
+            return self._send(200 if State.ready else 503,
+                              {"status": "ready" if State.ready else "starting"})
+        if path in ("/model_info", "/get_model_info"):
+            return self._send(200, {
+                "model_path": a["model_path"], "tokenizer_path": a["tokenizer_path"],
+                "is_generation": True, "preferred_sampling_params": None,
+                "weight_version": "default",
+                "has_image_understanding": is_multimodal(State.cfg),  # type: ignore[attr-defined]
+                "has_audio_understanding": False,
+                "model_type": State.cfg.get("model_type"),  # type: ignore[attr-defined]
+                "architectures": State.cfg.get("architectures"),  # type: ignore[attr-defined]
+            })
+        if path == "/v1/models":
+            return self._send(200, {"object": "list", "data": [{
+                "id": a["served_model_name"], "object": "model", "created": int(State.started),
+                "owned_by": "sglang", "root": a["model_path"], "parent": None,
+                "max_model_len": a["context_length"]}]})
+        if path in ("/server_info", "/get_server_info"):
+            info = dict(a)
+            if info.get("api_key"):
+                info["api_key"] = "<redacted>"
+            info.update({
+                "version": VERSION,
+                "launch_command": State.launch_command,
+                "auto_adjusted": State.changes,
+                "status": "ready" if State.ready else "starting",
+                "internal_states": [{"max_total_num_tokens": State.max_total_tokens,
+                                     "last_gen_throughput": 0.0,
+                                     "speculative_num_draft_tokens":
+                                         a.get("speculative_num_draft_tokens")}],
+            })
+            if NEW:
+                info["frontend"] = "python"
+            return self._send(200, info)
+        if path == "/metrics" and a.get("enable_metrics"):
+            body = (f'sglang:num_running_reqs{{model_name="{a["served_model_name"]}"}} 0.0\n'
+                    f'sglang:max_total_num_tokens{{model_name="{a["served_model_name"]}"}} '
+                    f"{State.max_total_tokens}.0\n").encode()
+            return self._send(200, body, "text/plain; version=0.0.4")
+        return self._send(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self.path.split("?")[0]
+        if not self._auth_ok(path):
+            return self._send(401, {"error": "Unauthorized"})
+        body = self._body()
+        if path == "/generate":
+            sp = body.get("sampling_params") or {}
+            n = int(sp.get("max_new_tokens") or 16)
+            prompt = body.get("text") or body.get("input_ids") or ""
+            ptoks = len(prompt) if isinstance(prompt, list) else max(1, len(str(prompt).split()))
+            return self._generate(n, ptoks, bool(body.get("stream")), "native")
+        if path in ("/v1/completions", "/v1/chat/completions"):
+            n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+            prompt = body.get("prompt") or json.dumps(body.get("messages") or "")
+            ptoks = max(1, len(str(prompt).split()))
+            kind = "chat" if path.endswith("chat/completions") else "completion"
+            return self._generate(n, ptoks, bool(body.get("stream")), kind, body)
+        return self._send(404, {"detail": "Not Found"})
+
+    def _generate(self, n: int, ptoks: int, stream: bool, kind: str, body: dict | None = None
+                  ) -> None:
+        if not State.bound:
+            return self._send(503, {"error": "server starting"})
+        delay = 1.0 / max(0.001, State.tokens_per_s)
+        rid = f"{random.getrandbits(64):016x}"
+        model = State.args.get("served_model_name")
+        t0 = time.monotonic()
+        toks = [" " + WORDS[i % len(WORDS)] for i in range(n)]
+
+        def final_obj(text: str) -> dict:
+            usage = {"prompt_tokens": ptoks, "completion_tokens": n, "total_tokens": ptoks + n}
+            if kind == "native":
+                return {"text": text, "output_ids": list(range(n)), "meta_info": {
+                    "id": rid, "prompt_tokens": ptoks, "completion_tokens": n, "cached_tokens": 0,
+                    "finish_reason": {"type": "length", "length": n},
+                    "e2e_latency": time.monotonic() - t0}}
+            if kind == "chat":
+                return {"id": rid, "object": "chat.completion", "created": int(time.time()),
+                        "model": model, "choices": [{"index": 0, "message": {
+                            "role": "assistant", "content": text}, "finish_reason": "length"}],
+                        "usage": usage}
+            return {"id": rid, "object": "text_completion", "created": int(time.time()),
+                    "model": model, "choices": [{"index": 0, "text": text, "logprobs": None,
+                                                 "finish_reason": "length"}], "usage": usage}
+
+        if not stream:
+            time.sleep(delay * n)
+            return self._send(200, final_obj("".join(toks)))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        text = ""
+        try:
+            for i, tok in enumerate(toks):
+                time.sleep(delay)
+                text += tok
+                last = i == n - 1
+                if kind == "native":
+                    obj = {"text": text, "output_ids": list(range(i + 1)), "meta_info": {
+                        "id": rid, "prompt_tokens": ptoks, "completion_tokens": i + 1,
+                        "finish_reason": {"type": "length", "length": n} if last else None}}
+                elif kind == "chat":
+                    obj = {"id": rid, "object": "chat.completion.chunk", "model": model,
+                           "choices": [{"index": 0, "delta": {"content": tok},
+                                        "finish_reason": "length" if last else None}]}
+                else:
+                    obj = {"id": rid, "object": "text_completion", "model": model,
+                           "choices": [{"index": 0, "text": tok, "logprobs": None,
+                                        "finish_reason": "length" if last else None}]}
+                self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
+                self.wfile.flush()
+            if kind != "native" and body and (body.get("stream_options") or {}).get("include_usage"):
+                usage = {"prompt_tokens": ptoks, "completion_tokens": n,
+                         "total_tokens": ptoks + n}
+                self.wfile.write(f"data: {json.dumps({'id': rid, 'choices': [], 'usage': usage})}"
+                                 "\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self._access(200)
+
+
+# --------------------------------------------------------------------------- main
+
+
+CHILDREN: list[int] = []
+
+
+def kill_children() -> None:
+    for pid in CHILDREN:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def on_sigquit(signum: int, frame: object) -> None:
+    log("Received sigquit from a child process. It usually means the child failed.")
+    kill_children()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(argv: list[str], entry: str) -> None:
+    if entry == "launch_server" and NEW:
+        import warnings
+
+        warnings.warn_explicit(
+            "'python -m sglang.launch_server' is still supported, but 'sglang serve' is the "
+            "recommended entrypoint.", UserWarning, f"{PKG}/sglang/launch_server.py", 70)
+    settings = load_settings()
+    failure = active_failure(settings, argv)
+    catalog = load_catalog()
+    parser = build_parser(catalog)
+    if failure == "bad_argument":
+        bad = settings["fail_when_arg"] or ["--simulated-bad-argument"]
+        parser.print_usage(sys.stderr)
+        emit_raw(f"sglang serve: error: unrecognized arguments: {' '.join(bad)}\n")
+        sys.exit(2)
+    ns = parser.parse_args(argv)
+    args = vars(ns)
+    if not args.get("model_path"):
+        parser.error("the following arguments are required: --model-path/--model")
+    gpu = sim_gpu.config()
+    cfg = model_config(args["model_path"], entry)
+    early: list[str] = []
+    changes = resolve(args, cfg, gpu, entry, early)
+    for line in early:
+        log(line)
+    log(args_repr(args))
+
+    startup_s = float(settings["startup_s"])
+    if failure == "slow":
+        startup_s = float(settings["slow_start_s"])
+    tp = int(args.get("tp_size") or 1)
+    arch = (cfg.get("architectures") or ["LlamaForCausalLM"])[0]
+    ctx = {
+        "args": args, "settings": settings, "failure": failure, "gpu": gpu,
+        "startup_s": startup_s, "arch": arch, "parent": os.getpid(),
+        "weights_mib": int(cfg.get("sim_weights_mib", 0)) or int(
+            (settings.get("mem_mib") or args["mem_fraction_static"] * int(gpu["memory_mib"]))
+            * 0.45),
+        "kv_bytes_per_token": int(cfg.get("sim_kv_bytes_per_token", 65536)),
+    }
+    signal.signal(signal.SIGQUIT, on_sigquit)
+    ready_r, ready_w = os.pipe()
+    ctl = []
+    for rank in range(tp):
+        cr, cw = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(ready_r)
+            os.close(cw)
+            for _, w in ctl:
+                os.close(w)
+            signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+            scheduler_main(rank, ctx, ready_w, cr)
+            os._exit(0)
+        os.close(cr)
+        ctl.append((pid, cw))
+        CHILDREN.append(pid)
+    pid = os.fork()
+    if pid == 0:  # detokenizer
+        set_proc_name("sglang::detokenizer")
+        if not settings.get("orphan_children"):
+            set_pdeathsig()
+        while True:
+            time.sleep(3600)
+    CHILDREN.append(pid)
+    os.close(ready_w)
+
+    # wait for every rank
+    buf = b""
+    ready_ranks: dict[int, dict] = {}
+    while len(ready_ranks) < tp:
+        try:
+            rl, _, _ = select.select([ready_r], [], [], 0.5)
+        except InterruptedError:
+            continue
+        if rl:
+            data = os.read(ready_r, 4096)
+            if not data:
+                break
+            buf += data
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                msg = json.loads(line)
+                ready_ranks[msg["rank"]] = msg
+        for rank, (cpid, _) in enumerate(ctl):
+            with contextlib.suppress(ChildProcessError):
+                wpid, status = os.waitpid(cpid, os.WNOHANG)
+                if wpid and rank not in ready_ranks:
+                    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(
+                        status)
+                    kill_children()
+                    _traceback_exit(
+                        _entry_frames(entry) + [
+                            (f"{PKG}/sglang/srt/entrypoints/engine.py", 2008, "_launch_subprocesses",
+                             "raise RuntimeError(")],
+                        f"RuntimeError: Rank {rank} scheduler died during initialization (exit "
+                        f"code: {code}). If exit code is -9 (SIGKILL), a common cause is the OS "
+                        "OOM killer. Run `dmesg -T | grep -i oom` to check.",
+                    )
+    State.args = args
+    State.cfg = cfg  # type: ignore[attr-defined]
+    State.changes = changes
+    State.launch_command = shlex.join(sys.orig_argv)
+    State.tokens_per_s = float(settings["tokens_per_s"])
+    State.max_total_tokens = ready_ranks.get(0, {}).get("tokens", 0)
+
+    # uvicorn
+    host, port = args.get("host") or "127.0.0.1", int(args.get("port") or 30000)
+    uv(f"Started server process [{os.getpid()}]")
+    uv("Waiting for application startup.")
+    uv("Application startup complete.")
+    try:
+        if failure == "port_in_use":
+            raise OSError(98, "address already in use")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        class Server(ThreadingHTTPServer):
+            address_family = family
+            allow_reuse_address = True
+            daemon_threads = True
+
+        httpd = Server((host, port), Handler)
+    except OSError as e:
+        uv(f"[Errno {e.errno}] error while attempting to bind on address ('{host}', {port}): "
+           f"{e.strerror}", "ERROR")
+        uv("Waiting for application shutdown.")
+        uv("Application shutdown complete.")
+        sys.exit(1)
+    State.bound = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    shown = f"[{host}]" if ":" in host else host
+    scheme = "https" if args.get("ssl_certfile") else "http"
+    uv(f"Uvicorn running on {scheme}://{shown}:{port} (Press CTRL+C to quit)")
+
+    def on_term(signum: int, frame: object) -> None:
+        uv("Shutting down")
+        uv("Waiting for application shutdown.")
+        uv("Application shutdown complete.")
+        uv(f"Finished server process [{os.getpid()}]")
+        kill_children()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+
+    if failure == "hang" and settings.get("hang_at") == "warmup":
+        while True:
+            time.sleep(3600)
+    # warmup, like SGLang: poll /model_info, then one short generation
+    time.sleep(startup_s * 0.1)
+    client = "127.0.0.1" if family == socket.AF_INET else "::1"
+    if not args.get("skip_server_warmup"):
+        base = f"http://{client if host in ('0.0.0.0', '::') else shown}:{port}"
+        headers = {"Authorization": f"Bearer {args['api_key']}"} if args.get("api_key") else {}
+        with contextlib.suppress(Exception):
+            urllib.request.urlopen(urllib.request.Request(base + "/model_info", headers=headers),
+                                   timeout=10).read()
+        if True:
+            rank0 = " TP0" if tp > 1 else ""
+            os.write(2, f"[{_now()}{rank0}] Prefill batch. #new-seq: 1, #new-token: 6, "
+                        "#cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, \n"
+                     .encode())
+        with contextlib.suppress(Exception):
+            req = urllib.request.Request(
+                base + "/generate", method="POST",
+                data=json.dumps({"text": "The capital city of France is",
+                                 "sampling_params": {"temperature": 0, "max_new_tokens": 8}}
+                                ).encode(),
+                headers={"content-type": "application/json", **headers})
+            saved = State.tokens_per_s
+            urllib.request.urlopen(req, timeout=30).read()
+            State.tokens_per_s = saved
+        time.sleep(startup_s * 0.05)
+    State.ready = True
+    log("The server is fired up and ready to roll!")
+    for _, w in ctl:
+        with contextlib.suppress(OSError):
+            os.write(w, b"R")
+    while True:
+        time.sleep(3600)
