@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import shutil
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -99,6 +101,122 @@ def cmd_render(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------- plan / apply
+class Progress:
+    """Apply's progress: a live status line on a terminal, plain lines otherwise, or JSON events."""
+
+    def __init__(self, json_events: bool) -> None:
+        self.json_events = json_events
+        self.events: list[dict[str, object]] = []
+        self.live = sys.stderr.isatty() and not json_events
+        self.started = time.monotonic()
+        self._last_wait = 0.0
+
+    def __call__(self, kind: str, **data: object) -> None:
+        elapsed = time.monotonic() - self.started
+        if self.json_events:
+            if kind != "log":
+                self.events.append({"event": kind, "elapsed_s": round(elapsed, 3), **data})
+            return
+        text = self._text(kind, data)
+        if kind == "log":
+            if self.live and text:
+                width = shutil.get_terminal_size((100, 20)).columns
+                sys.stderr.write("\r\x1b[2K" + f"[{elapsed:6.1f}s] {text}"[: width - 1])
+                sys.stderr.flush()
+            return
+        if text:
+            sys.stderr.write(("\r\x1b[2K" if self.live else "") + f"[{elapsed:6.1f}s] {text}\n")
+            sys.stderr.flush()
+
+    def _text(self, kind: str, data: dict[str, object]) -> str:
+        if kind == "step":
+            rest = " ".join(f"{k}={v}" for k, v in data.items() if k != "step")
+            return f"{data.get('step')} {rest}".strip()
+        if kind == "phase":
+            return f"phase {data.get('name')} (log line {data.get('line')})"
+        if kind == "progress":
+            return f"{data.get('name')}"
+        if kind == "adjusted":
+            return f"SGLang changed {data.get('name')} on its own"
+        if kind == "failure":
+            return f"failure detected: {data.get('name')} at log line {data.get('line')}"
+        if kind == "waiting":
+            now = time.monotonic()
+            if now - self._last_wait < 5:
+                return ""
+            self._last_wait = now
+            return f"waiting for {data.get('what')}: {data.get('detail')}"
+        if kind in ("warning", "failed"):
+            return f"{kind}: {data.get('text') or data.get('reason')}"
+        if kind == "log":
+            return str(data.get("text", "")).strip()
+        return ""
+
+
+def _load_for_host(args: argparse.Namespace) -> tuple[object, str, object, object]:
+    """Offline validation, then the one host to act on: (loaded profile, name, entry, target)."""
+    from sgdeploy import report
+    from sgdeploy.inventory import inventory_path
+    from sgdeploy.profile import load_profile
+    from sgdeploy.validate import InventoryContext, select_host, validate_loaded
+
+    if not Path(args.profile).is_file():
+        raise UsageError(f"no such profile: {args.profile}")
+    inventory = InventoryContext.load(inventory_path(args.inventory))
+    loaded = load_profile(args.profile)
+    result = validate_loaded(loaded, inventory, getattr(args, "sglang", None))
+    if not result.ok or loaded.model is None:
+        sys.stderr.write(report.validation_text([result]))
+        raise RefusedError(f"{args.profile} is not valid; nothing was changed")
+    if inventory.inventory is None:
+        raise UsageError(f"{inventory.path}: an inventory is needed to reach the host")
+    try:
+        target = select_host(loaded.model.deploy.host, inventory, args.host)
+    except LookupError as exc:
+        raise UsageError(str(exc)) from None
+    assert target is not None
+    return loaded, target.name, inventory.inventory.hosts[target.name], target
+
+
+class RefusedError(Exception):
+    """Refused before touching anything: exit code 2."""
+
+
+def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
+    from sgdeploy import report
+    from sgdeploy.apply import ApplyOptions, apply_profile
+
+    loaded, name, entry, target = _load_for_host(args)
+    options = ApplyOptions(rollback=not getattr(args, "no_rollback", False), force=getattr(args, "force", False),
+                           dry_run=dry_run, gpu_idle_timeout_s=getattr(args, "gpu_idle_timeout", 120.0))
+    progress = Progress(json_events=getattr(args, "json", False))
+    result = apply_profile(loaded, name, entry, target, options, progress)  # type: ignore[arg-type]
+    if getattr(args, "json", False):
+        document = result.as_dict()
+        document["events"] = progress.events
+        _out(json.dumps(document, indent=2, default=str) + "\n")
+    elif dry_run and result.plan is not None:
+        _out(report.plan_text(result.plan))
+    else:
+        _out(report.apply_text(result))
+    if dry_run:
+        return EXIT_OK if result.exit_code == 0 and result.plan and not result.plan.refused else EXIT_FAILED
+    return int(result.exit_code)
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    return _run_apply(args, dry_run=False)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    try:
+        return _run_apply(args, dry_run=True)
+    except RefusedError as exc:
+        _err(f"sgdeploy plan: would refuse: {exc}")
+        return EXIT_FAILED
+
+
 # --------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sgdeploy", description="Deploy SGLang to GPU hosts safely.")
@@ -119,6 +237,23 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--sglang", metavar="VERSION", help=argparse.SUPPRESS)
     render.set_defaults(func=cmd_render)
 
+    plan = sub.add_parser("plan", help="show what apply would do on the host; changes nothing")
+    plan.add_argument("profile", metavar="PROFILE")
+    plan.add_argument("--host", metavar="H")
+    plan.add_argument("--inventory", metavar="FILE")
+    plan.add_argument("--json", action="store_true")
+    plan.set_defaults(func=cmd_plan)
+
+    apply = sub.add_parser("apply", help="deploy a profile: validate, stop, install, start, wait ready")
+    apply.add_argument("profile", metavar="PROFILE")
+    apply.add_argument("--host", metavar="H")
+    apply.add_argument("--inventory", metavar="FILE")
+    apply.add_argument("--no-rollback", action="store_true", help="leave a failed deployment stopped")
+    apply.add_argument("--force", action="store_true", help="redeploy even when the host runs this unit")
+    apply.add_argument("--gpu-idle-timeout", type=float, default=120.0, metavar="S")
+    apply.add_argument("--json", action="store_true", help="one JSON document with the result and events")
+    apply.set_defaults(func=cmd_apply)
+
     schema = sub.add_parser("schema", help="print the JSON Schema of a profile")
     schema.add_argument("--sglang", metavar="VERSION", help="spell out [server] for this version")
     schema.set_defaults(func=cmd_schema)
@@ -133,6 +268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except UsageError as exc:
         _err(f"sgdeploy {args.command}: error: {exc}")
+        return EXIT_USAGE
+    except RefusedError as exc:
+        _err(f"sgdeploy {args.command}: refused: {exc}")
         return EXIT_USAGE
     except KeyboardInterrupt:
         _err("interrupted")

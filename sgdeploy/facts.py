@@ -156,8 +156,10 @@ class HostFacts:
     unit: SystemdUnitState | None = None
     deployments: tuple[str, ...] = ()
     last_good: str | None = None
-    locked: bool = False
-    lock_holder: str | None = None
+    lock_present: bool = False  # the lock file exists (a lock may still be free)
+    locked: bool | None = False  # a process holds a kernel lock on it; None: cannot tell
+    lock_pid: int | None = None
+    lock_holder: str | None = None  # what the holder wrote into the lock file
     unit_dir_free_bytes: int | None = None
     errors: tuple[FactError, ...] = ()
 
@@ -360,6 +362,46 @@ def listening_ports_proc(text: str) -> frozenset[int]:
     return frozenset(ports)
 
 
+# --- kernel locks -----------------------------------------------------------------------------
+
+
+def _stat_id(text: str) -> tuple[int, int, int] | None:
+    # `stat -c %D:%i`: st_dev in hex, split the way Linux encodes dev_t (kdev_t.h).
+    dev_hex, _, inode = text.partition(":")
+    try:
+        dev = int(dev_hex, 16)
+        major = ((dev >> 8) & 0xFFF) | ((dev >> 32) & ~0xFFF)
+        minor = (dev & 0xFF) | ((dev >> 12) & ~0xFF)
+        return major, minor, int(inode)
+    except ValueError:
+        return None
+
+
+def _proc_locks_id(text: str) -> tuple[int, int, int] | None:
+    # /proc/locks writes MAJOR:MINOR:INODE, major and minor in hex.
+    parts = text.split(":")
+    try:
+        return int(parts[0], 16), int(parts[1], 16), int(parts[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def lock_holder_pid(proc_locks: str, file_id: str) -> int | None:
+    """PID holding a lock on a file, from /proc/locks; None when no lock is held.
+
+    `file_id` is `stat -c %D:%i` of the file (st_dev in hex, inode). Waiters (`->` lines)
+    are not holders. An OFD lock has no owning process and gives -1.
+    """
+    wanted = _stat_id(file_id)
+    for line in proc_locks.splitlines():
+        cols = line.split()
+        if wanted is None or len(cols) < 6 or cols[1] == "->":
+            continue
+        if _proc_locks_id(cols[5]) == wanted:
+            return int(cols[4]) if cols[4].lstrip("-").isdigit() else -1
+    return None
+
+
 # --- df ---------------------------------------------------------------------------------------
 
 
@@ -444,7 +486,12 @@ s_last_good() {
   if [ -L "$sgd_state/@LAST_GOOD@" ]; then readlink "$sgd_state/@LAST_GOOD@"
   elif [ -e "$sgd_state/@LAST_GOOD@" ]; then cat "$sgd_state/@LAST_GOOD@"; fi
 }
-s_lock() { [ -e "$sgd_state/@LOCK@" ] || exit 0; echo locked; cat "$sgd_state/@LOCK@"; }
+s_lock() {
+  [ -e "$sgd_state/@LOCK@" ] || exit 0
+  stat -c 'id=%D:%i' "$sgd_state/@LOCK@" || echo id=
+  echo --; cat "$sgd_state/@LOCK@"
+}
+s_proc_locks() { cat /proc/locks; }
 s_disk() { df -Pk @UNIT_DIR@; }
 sgd_section request s_request
 sgd_section host s_host
@@ -462,6 +509,7 @@ sgd_section unit s_unit
 sgd_section state s_state
 sgd_section last_good s_last_good
 sgd_section lock s_lock
+[ ! -e "$sgd_state/@LOCK@" ] || sgd_section proc_locks s_proc_locks
 sgd_section disk s_disk
 exit 0
 """
@@ -730,10 +778,23 @@ def _facts_state(b: _Builder) -> None:
     if (s := b.ok("last_good")) is not None and s.stdout.strip():
         # A file holding the id, or a link to the deployment's folder: the id is the last part.
         b.values["last_good"] = s.stdout.strip().splitlines()[0].rstrip("/").rpartition("/")[2]
-    if (s := b.ok("lock")) is not None and s.stdout.startswith("locked\n"):
-        holder = s.stdout.removeprefix("locked\n").strip()
-        b.values["locked"] = True
-        b.values["lock_holder"] = holder or None
+    _facts_lock(b)
+
+
+def _facts_lock(b: _Builder) -> None:
+    if (s := b.ok("lock")) is None or not s.stdout:
+        return
+    head, _, content = s.stdout.partition("--\n")
+    b.values["lock_present"] = True
+    b.values["lock_holder"] = content.strip() or None
+    file_id = parse_key_values(head).get("id", "")
+    locks = b.ok("proc_locks")
+    if not file_id or locks is None:
+        b.values["locked"] = None
+        return
+    pid = lock_holder_pid(locks.stdout, file_id)
+    b.values["locked"] = pid is not None
+    b.values["lock_pid"] = pid if pid and pid > 0 else None
 
 
 def _facts_disk(b: _Builder) -> None:

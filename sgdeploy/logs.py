@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 # --------------------------------------------------------------------------------------------
 # Names that are part of the JSON contract (SPEC section 4).
@@ -97,6 +97,11 @@ PHASE_RULES: Final[tuple[PhaseRule, ...]] = (
     PhaseRule("ready", "ready to roll", re.compile(r"The server is fired up and ready to roll!")),
 )
 
+_PHASE_HINT = re.compile(
+    "|".join(
+        re.escape(t) for t in sorted({r.trigger for r in PHASE_RULES} | {"max_total_num_tokens="})
+    )
+)
 _GRAPH_BEGIN = re.compile(rf"^Capture (?P<which>(?:[a-z]+ )*){_GRAPH} begin\b")
 _GRAPH_END = re.compile(rf"^Capture (?:[a-z]+ )*{_GRAPH} end\b")
 _DIST_BEGIN = re.compile(r"^Init (?:torch distributed|parallel) begin\b")
@@ -244,6 +249,8 @@ ADJUST_RULES: Final[tuple[AdjustRule, ...]] = (
     ),
 )
 
+_ADJUST_HINT = re.compile("|".join(re.escape(rule.trigger) for rule in ADJUST_RULES))
+
 FIELD_ALIASES: Final[Mapping[str, str]] = {
     "chunked prefill size": "chunked_prefill_size",
     "expert parallel size": "ep_size",
@@ -268,7 +275,7 @@ BEHAVIOUR_FIELDS: Final[Mapping[str, tuple[Any, str]]] = {
 FAILURE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "graph_capture_failed",
-        re.compile(r"Capture [\w ]{0,40}?graph failed|Piecewise CUDA Graph failed"),
+        re.compile(r"(?:^|: )(?:Capture [\w ]{0,40}?graph failed|Piecewise CUDA Graph failed)"),
     ),
     (
         "kv_cache_oom",
@@ -345,6 +352,9 @@ _WEAK = re.compile(
 )
 _BAD_ARG_TYPES: Final[frozenset[str]] = frozenset({"ValueError", "AssertionError"})
 
+_FAILURE_HINT = re.compile(
+    "|".join(re.escape(t) for t in (*_SIGNATURE_TRIGGERS, ": error: ")) + "|" + _WEAK.pattern
+)
 _TB_HEADER = "Traceback (most recent call last):"
 _CHAIN = re.compile(
     r"^(?:During handling of the above exception, another exception occurred:|"
@@ -379,8 +389,7 @@ _UVICORN = re.compile(r"^(?P<lvl>INFO|WARNING|ERROR|DEBUG|CRITICAL|TRACE):\s+")
 Source = Literal["sglang", "uvicorn", "plain"]
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedLine:
+class ParsedLine(NamedTuple):
     """One log line without its journal, ANSI, SGLang and uvicorn decorations."""
 
     text: str  # the message; leading whitespace kept (traceback frames are indented)
@@ -398,6 +407,18 @@ class ParsedLine:
     def is_primary(self) -> bool:
         """Rank 0 on every axis, or no rank label at all (the main process)."""
         return all(v == 0 for _, v in self.ranks)
+
+
+_RANK_CACHE: dict[str, tuple[tuple[str, int], ...]] = {}
+
+
+def _ranks(label: str) -> tuple[tuple[str, int], ...]:
+    ranks = _RANK_CACHE.get(label)
+    if ranks is None:
+        ranks = tuple((k, int(v)) for k, v in _RANK.findall(label))
+        if len(_RANK_CACHE) < 1024:  # a real log has a handful of labels
+            _RANK_CACHE[label] = ranks
+    return ranks
 
 
 def strip_line(raw: str) -> ParsedLine:
@@ -425,7 +446,7 @@ def strip_line(raw: str) -> ParsedLine:
     if m is not None:
         t = f"{m.group('d')}T{m.group('tm')}" + (f".{m.group('ms')}" if m.group("ms") else "")
         if m.group("ranks"):
-            ranks = tuple((k, int(v)) for k, v in _RANK.findall(m.group("ranks")))
+            ranks = _ranks(m.group("ranks"))
         line = line[m.end() :]
         source, prefixed = "sglang", True
     level: str | None = None
@@ -787,6 +808,7 @@ class LogReader:
         self._last_failure: tuple[str, int] | None = None
         self._emitted_adjust: set[str] = set()
         self._progressed: set[str] = set()
+        self._tail: deque[tuple[int, str]] = deque(maxlen=_CONTEXT_FRAMES)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -797,6 +819,8 @@ class LogReader:
         if self._finished:
             return events
         p = strip_line(line)
+        if p.text:
+            self._tail.append((self._n, p.text))
         if p.t is not None and self._first_t is None:
             self._first_t = p.t
         consumed = self._traceback(p, events)
@@ -842,6 +866,8 @@ class LogReader:
 
     def _phases(self, p: ParsedLine, events: list[LogEvent]) -> None:
         text = p.text
+        if not _PHASE_HINT.search(text):
+            return
         for rule in PHASE_RULES:
             if rule.trigger not in text or not rule.pattern.search(text):
                 continue
@@ -918,6 +944,8 @@ class LogReader:
 
     def _adjustments(self, p: ParsedLine, events: list[LogEvent]) -> None:
         text = p.text
+        if not _ADJUST_HINT.search(text):
+            return
         for rule in ADJUST_RULES:
             if rule.trigger not in text:
                 continue
@@ -1046,6 +1074,8 @@ class LogReader:
 
     def _signatures(self, p: ParsedLine, events: list[LogEvent]) -> None:
         text = p.text
+        if not _FAILURE_HINT.search(text):
+            return
         if ": error: " in text:
             am = _ARGPARSE.match(text)
             if am is not None:
@@ -1087,9 +1117,8 @@ class LogReader:
         if self._finished and self._ready_line is None:
             reached = [ph.name for ph in sorted(self._primary.values(), key=lambda ph: ph.line)]
             last = f"last phase reached: {reached[-1]}" if reached else "no startup phase reached"
-            return Failure(
-                "incomplete", self._n, f"the log ends before the server was ready ({last})"
-            )
+            message = f"the log ends before the server was ready ({last})"
+            return Failure("incomplete", self._n, message, tuple(self._tail))
         return None
 
     def _emit_failure(self, events: list[LogEvent]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from sgdeploy.diagnostics import Diagnostic
 from sgdeploy.validate import ValidationResult
@@ -56,3 +57,50 @@ def github_command(d: Diagnostic) -> str:
 
 def validation_github(results: Sequence[ValidationResult]) -> str:
     return "".join(github_command(d) + "\n" for r in results for d in r.diagnostics)
+
+
+# --------------------------------------------------------------------------- apply / plan
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def apply_text(result: Any) -> str:
+    """The end-of-apply summary: outcome, phase times, what SGLang changed, why it failed."""
+    lines = [f"{result.status.upper()}: {result.message}"]
+    for d in result.diagnostics:
+        lines.append("  " + finding_line(d))
+    if result.phase_times:
+        times = result.phase_times
+        lines.append("startup phases: " + ", ".join(f"{name} {_seconds(value)}" for name, value in times.items()))
+    if result.kv_cache_tokens:
+        lines.append(f"KV cache: {result.kv_cache_tokens} tokens")
+    if result.timings:
+        lines.append("apply: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items()))
+    if result.auto_adjusted:
+        lines.append("settings SGLang changed on its own:")
+        lines.extend(f"  {a['field']} = {json.dumps(a['value'])}  ({a['reason']})" for a in result.auto_adjusted)
+    if result.explain:
+        lines.append("the log lines that explain it:")
+        lines.extend(f"  | {text}" for text in result.explain)
+    if result.rollback:
+        rb = result.rollback
+        lines.append(f"rollback to {rb['restored']}: {'ready' if rb['ready'] else 'FAILED: ' + rb['reason']}")
+    return "\n".join(lines) + "\n"
+
+
+def plan_text(plan: Any) -> str:
+    lines = [f"plan for {plan.deployment.unit}.service on {plan.host} "
+             f"(SGLang {plan.deployment.sglang_version}, deployment {plan.deployment.id}):"]
+    for d in (*plan.refusals, *plan.notes):
+        lines.append("  " + finding_line(d))
+    if plan.refused:
+        lines.append("REFUSED: the profile cannot run on this host; nothing would change")
+        return "\n".join(lines) + "\n"
+    if plan.up_to_date:
+        lines.append("up to date: the unit on the host is this one and it is active; nothing to do")
+    for number, step in enumerate(plan.steps, 1):
+        lines.append(f"  {number}. {step.kind.value:<15} {step.why}")
+    lines.append("unit diff:" if plan.unit_diff else "unit diff: none")
+    if plan.unit_diff:
+        lines.append(plan.unit_diff.rstrip("\n"))
+    return "\n".join(lines) + "\n"

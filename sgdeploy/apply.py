@@ -1,0 +1,638 @@
+"""Executing a plan on a host: the deployment transaction, readiness, records and rollback.
+
+Everything here talks to the host through one `RemoteHost`. The order is SPEC §6: facts and
+preflight (nothing changed yet), lock, stop, wait for idle GPUs, install, start, follow the
+journal until the launch's readiness lines, check health, record. A failure rolls back to the
+last good deployment with the same steps.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
+
+from sgdeploy.diagnostics import Diagnostic
+from sgdeploy.facts import (
+    APPS_QUERY_FIELDS,
+    GPU_QUERY_FIELDS,
+    HostFacts,
+    IdleVerdict,
+    facts_command,
+    gpus_idle,
+    parse_compute_apps,
+    parse_facts,
+    parse_query_gpu,
+)
+from sgdeploy.inventory import HostEntry, HostTarget
+from sgdeploy.logs import LogReader, LogReport
+from sgdeploy.plan import Deployment, Plan, deployment_meta, gpus_for, make_plan, new_deployment_id, who
+from sgdeploy.preflight import preflight
+from sgdeploy.profile import LoadedProfile
+from sgdeploy.remote import CommandResult, ConnectError, ConnectionLost, RemoteError, RemoteHost
+
+Reporter = Callable[..., None]
+
+EXITED_MARKER = "@@sgdeploy:exited@@"
+LOCKED_MARKER = "@@sgdeploy:locked@@"
+LOCK_BUSY_RC = 75
+UNIT_FILE_MARKER = "@@sgdeploy:unit-file@@"
+
+
+class Exit(enum.IntEnum):
+    READY = 0
+    ROLLED_BACK = 1
+    REFUSED = 2
+    NOTHING_HEALTHY = 3
+
+
+@dataclass
+class ApplyOptions:
+    rollback: bool = True
+    force: bool = False
+    dry_run: bool = False
+    gpu_idle_timeout_s: float = 120.0
+    health_timeout_s: float = 60.0
+    sglang: str | None = None
+
+
+@dataclass
+class StartupResult:
+    """How one start of a unit went."""
+
+    ready: bool
+    report: LogReport | None = None
+    reason: str = ""
+    failure_kind: str | None = None
+    explain: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    ready_seen_at: float | None = None
+    auto_adjusted: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ApplyResult:
+    exit_code: int
+    status: str
+    host: str
+    unit: str
+    message: str
+    deployment_id: str | None = None
+    phase_times: dict[str, float | None] = field(default_factory=dict)
+    kv_cache_tokens: int | None = None
+    auto_adjusted: list[dict[str, Any]] = field(default_factory=list)
+    failure: dict[str, Any] | None = None
+    explain: list[str] = field(default_factory=list)
+    rollback: dict[str, Any] | None = None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    plan: Plan | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "exit_code": self.exit_code,
+            "status": self.status,
+            "host": self.host,
+            "unit": self.unit,
+            "message": self.message,
+            "deployment_id": self.deployment_id,
+            "phase_times": self.phase_times,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "auto_adjusted": self.auto_adjusted,
+            "failure": self.failure,
+            "explain": self.explain,
+            "rollback": self.rollback,
+            "diagnostics": [d.as_dict() for d in self.diagnostics],
+            "steps": [{"step": s.kind.value, "why": s.why} for s in self.plan.steps] if self.plan else [],
+            "timings": self.timings,
+            "ssh": self.stats,
+        }
+
+
+def _quiet(*_: Any, **__: Any) -> None:
+    return None
+
+
+# --------------------------------------------------------------------------- building a deployment
+def build_deployment(loaded: LoadedProfile, host: str, sglang_version: str, rollback_of: str | None = None) -> Deployment:
+    from sgdeploy.render import render_unit
+    from sgdeploy.sglang.catalog import load_catalog
+
+    profile = loaded.model
+    assert profile is not None
+    unit = render_unit(loaded, load_catalog(sglang_version), host)
+    return Deployment(
+        id=new_deployment_id(loaded.sha256),
+        unit=profile.deploy.unit,
+        unit_text=unit.text,
+        profile_name=loaded.name,
+        profile_sha256=loaded.sha256,
+        profile_text=loaded.text,
+        sglang_version=sglang_version,
+        server=dict(profile.server),
+        gpus=gpus_for(dict(profile.server), profile.deploy.gpus),
+        ready_timeout_s=profile.deploy.ready_timeout_s,
+        rollback_of=rollback_of,
+    )
+
+
+# --------------------------------------------------------------------------- the host side
+class HostSession:
+    """The deployment steps on one connected host. Each method is one or two round trips."""
+
+    def __init__(self, remote: RemoteHost, report: Reporter = _quiet) -> None:
+        self.remote = remote
+        self.report = report
+
+    # -- facts --------------------------------------------------------------------------
+    def facts(self, unit: str, python: str, model_path: str, port: int) -> tuple[HostFacts, str | None]:
+        """Host facts and the current unit file text, in one round trip."""
+        script = facts_command(unit, python, model_path, port)
+        path = f"/etc/systemd/system/{unit}.service"
+        command = (f"sh -c {shlex.quote(script)}; printf '%s\\n' {UNIT_FILE_MARKER}; "
+                   f"cat {shlex.quote(path)} 2>/dev/null || printf '%s' '@@none@@'")
+        output = self.remote.run(command).stdout
+        facts_out, _, unit_text = output.partition(UNIT_FILE_MARKER + "\n")
+        return parse_facts(facts_out), (None if unit_text == "@@none@@" else unit_text)
+
+    # -- lock ----------------------------------------------------------------------------
+    def lock(self, state_dir: str) -> tuple[Any, str | None]:
+        """Take the per-unit lock; returns (holder handle or None, message)."""
+        holder = f"{who()} pid={os.getpid()} since={datetime.now(UTC).isoformat(timespec='seconds')}"
+        q = shlex.quote(state_dir)
+        inner = (f'd={q}; if [ -e "$d/lock" ]; then printf "stale:%s\\n" "$(cat "$d/lock")"; fi; '
+                 f'printf "%s\\n" "$1" > "$d/lock.tmp" && mv -f "$d/lock.tmp" "$d/lock"; '
+                 f'echo {LOCKED_MARKER}; cat >/dev/null; rm -f "$d/lock"')
+        command = (f"mkdir -p {q} && exec flock -n -E {LOCK_BUSY_RC} {q}/.flock "
+                   f"sh -c {shlex.quote(inner)} sh {shlex.quote(holder)}")
+        held = self.remote.hold(command, LOCKED_MARKER)
+        if held.held:
+            stale = next((line[6:] for line in held.output.splitlines() if line.startswith("stale:")), None)
+            note = (f"a stale lock was left by an apply that is gone ({stale}); taken over" if stale else None)
+            return held, note
+        if held.exit_code == LOCK_BUSY_RC:
+            current = self.remote.run(f"cat {q}/lock 2>/dev/null").stdout.strip() or "unknown"
+            return None, f"another apply holds the lock on this unit: {current}"
+        return None, f"cannot take the lock under {state_dir}: {held.output.strip() or held.exit_code}"
+
+    # -- stop and GPUs -------------------------------------------------------------------
+    def stop(self, unit: str) -> CommandResult:
+        self.report("step", step="stop", unit=unit)
+        q = shlex.quote(f"{unit}.service")
+        return self.remote.run(f"systemctl stop {q}; systemctl show -p ActiveState --value {q}", timeout=600)
+
+    def gpu_state(self) -> tuple[Any, Any]:
+        command = (f"nvidia-smi --query-gpu={','.join(GPU_QUERY_FIELDS)} --format=csv,noheader,nounits; "
+                   f"echo @@apps@@; nvidia-smi --query-compute-apps={','.join(APPS_QUERY_FIELDS)} "
+                   "--format=csv,noheader,nounits")
+        out = self.remote.run(command, timeout=60).stdout
+        gpus_text, _, apps_text = out.partition("@@apps@@\n")
+        return parse_query_gpu(gpus_text), parse_compute_apps(apps_text)
+
+    def wait_gpus_idle(self, gpus: tuple[int | str, ...], timeout_s: float) -> IdleVerdict:
+        self.report("step", step="wait_gpus_idle", gpus=list(gpus))
+
+        def check() -> IdleVerdict:
+            info, apps = self.gpu_state()
+            verdict = gpus_idle(info, apps, gpus)
+            if not verdict.idle:
+                self.report("waiting", what="gpus", detail=verdict.describe())
+            return verdict
+
+        retrying = Retrying(stop=stop_after_delay(timeout_s), wait=wait_exponential(multiplier=0.25, max=2),
+                            retry=retry_if_result(lambda v: not v.idle))
+        try:
+            verdict: IdleVerdict = retrying(check)
+        except RetryError as exc:
+            verdict = exc.last_attempt.result()
+        return verdict
+
+    # -- install, start, follow ----------------------------------------------------------
+    def install_and_start(self, deployment: Deployment) -> tuple[CommandResult, str | None]:
+        """Record the deployment, install its unit atomically, daemon-reload and start it."""
+        self.report("step", step="install", path=deployment.unit_path)
+        unit_q = shlex.quote(f"{deployment.unit}.service")
+        then = (f"systemctl daemon-reload; systemctl reset-failed {unit_q} 2>/dev/null || true; "
+                f"systemctl start {unit_q}; echo @@invocation@@; systemctl show -p InvocationID --value {unit_q}")
+        meta = deployment_meta(deployment, "starting")
+        record = deployment.record_dir
+        files = {
+            f"{record}/profile.toml": deployment.profile_text.encode(),
+            f"{record}/unit.service": deployment.unit_text.encode(),
+            f"{record}/meta.json": (json.dumps(meta, indent=2) + "\n").encode(),
+            deployment.unit_path: deployment.unit_text.encode(),
+        }
+        self.report("step", step="start", unit=deployment.unit)
+        result = self.remote.write_files(files, then=then)
+        _, _, tail = result.stdout.partition("@@invocation@@\n")
+        invocation = tail.strip() or None
+        return result, invocation
+
+    def follow(self, deployment: Deployment, invocation: str, expected: list[str]) -> StartupResult:
+        """Read the unit's journal for this invocation until ready, a failure, or the deadline."""
+        self.report("step", step="wait_ready", expected=expected)
+        reader = LogReader(deployment.server, deployment.sglang_version)
+        unit_q = shlex.quote(f"{deployment.unit}.service")
+        command = (
+            "trap 'kill $jp 2>/dev/null; exit 0' PIPE HUP TERM; "
+            f"journalctl --no-pager -o json --output-fields=MESSAGE --follow --lines=all "
+            f"_SYSTEMD_INVOCATION_ID={shlex.quote(invocation)} & jp=$!; "
+            f'while [ "$(systemctl show -p SubState --value {unit_q})" = running ]; do '
+            "sleep 0.25; printf '\\n' || break; done; sleep 1; kill $jp 2>/dev/null; "
+            f"echo {EXITED_MARKER}; systemctl show -p ActiveState,SubState,ExecMainStatus,ExecMainCode,NRestarts "
+            f"--no-pager {unit_q} | tr '\\n' ' '; echo"
+        )
+        started = time.monotonic()
+        deadline = started + deployment.ready_timeout_s
+        exited: str | None = None
+        lines = self.remote.stream_lines(command)
+        try:
+            for line in lines:
+                if time.monotonic() > deadline:
+                    break
+                if not line:
+                    continue
+                if exited is not None:
+                    exited += line
+                    continue
+                if line == EXITED_MARKER:
+                    exited = ""
+                    continue
+                message = _journal_message(line)
+                if message is None:
+                    continue
+                for event in reader.feed(message):
+                    self.report(event.kind, name=event.name, line=event.line, t=event.t,
+                                elapsed=round(time.monotonic() - started, 2), data=dict(event.data))
+                    if event.kind == "failure":
+                        return self._failed(reader, started, "the server logged a failure")
+                self.report("log", text=message)
+                report = reader.report()
+                if report.ready and not report.missing(expected):
+                    return StartupResult(True, report, seconds=time.monotonic() - started,
+                                         ready_seen_at=time.monotonic())
+        finally:
+            close = getattr(lines, "close", None)
+            if close:
+                close()
+        if exited is not None:
+            return self._failed(reader, started, f"the unit stopped before ready ({exited.strip()})")
+        missing = ", ".join(reader.report().missing(expected))
+        result = self._failed(reader, started, f"not ready within {deployment.ready_timeout_s} s "
+                              f"(still waiting for: {missing})")
+        result.failure_kind = result.failure_kind if result.failure_kind != "incomplete" else "timeout"
+        return result
+
+    def _failed(self, reader: LogReader, started: float, reason: str) -> StartupResult:
+        reader.finish()
+        report = reader.report()
+        failure = report.failure
+        explain = [text for _, text in failure.context] if failure else []
+        if failure and failure.kind != "incomplete":
+            reason = f"{failure.kind}: {failure.message}"
+        return StartupResult(False, report, reason, failure.kind if failure else None, explain,
+                             time.monotonic() - started)
+
+    def check_health(self, deployment: Deployment, timeout_s: float) -> tuple[bool, str]:
+        self.report("step", step="check_health", path=deployment.health_path)
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                response = self.remote.http_get(deployment.port, deployment.health_path)
+                if response.status == 200:
+                    return True, "200"
+                last = f"HTTP {response.status}"
+            except ConnectionRefusedError as exc:
+                last = str(exc)
+            time.sleep(0.5)
+        return False, f"{deployment.health_path} did not return 200 within {timeout_s:.0f} s ({last})"
+
+    def server_info(self, deployment: Deployment) -> dict[str, Any] | None:
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                response = self.remote.http_get(deployment.port, path)
+            except (ConnectionRefusedError, RemoteError):
+                return None
+            if response.status == 200:
+                try:
+                    info = json.loads(response.body)
+                except ValueError:
+                    return None
+                return info if isinstance(info, dict) else None
+        return None
+
+    # -- records -------------------------------------------------------------------------
+    def record(self, deployment: Deployment, meta: dict[str, Any], last_good: bool) -> None:
+        files = {f"{deployment.record_dir}/meta.json": (json.dumps(meta, indent=2) + "\n").encode()}
+        if last_good:
+            files[f"{deployment.state_dir}/last_good"] = (deployment.id + "\n").encode()
+        result = self.remote.write_files(files)
+        if not result.ok:
+            self.report("warning", text=f"could not record {deployment.id}: {result.stderr.strip()}")
+
+    def read_record(self, state_dir: str, deployment_id: str) -> dict[str, str] | None:
+        folder = shlex.quote(f"{state_dir}/{deployment_id}")
+        out = self.remote.run(
+            f"for f in meta.json profile.toml unit.service; do printf '@@file %s@@\\n' $f; "
+            f"base64 {folder}/$f 2>/dev/null || exit 1; done").stdout
+        return _split_files(out)
+
+
+def _split_files(output: str) -> dict[str, str] | None:
+    import base64
+    import binascii
+
+    files: dict[str, str] = {}
+    name: str | None = None
+    chunks: list[str] = []
+    for line in [*output.splitlines(), "@@file @@"]:
+        if line.startswith("@@file ") and line.endswith("@@"):
+            if name:
+                try:
+                    files[name] = base64.b64decode("".join(chunks)).decode("utf-8", "replace")
+                except (binascii.Error, ValueError):
+                    return None
+            name, chunks = line[7:-2], []
+        else:
+            chunks.append(line.strip())
+    return files if {"meta.json", "profile.toml", "unit.service"} <= files.keys() else None
+
+
+def _journal_message(line: str) -> str | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    message = entry.get("MESSAGE")
+    if isinstance(message, list):  # journald stores non-UTF-8 messages as byte arrays
+        return bytes(v for v in message if isinstance(v, int) and 0 <= v < 256).decode("utf-8", "replace")
+    return message if isinstance(message, str) else None
+
+
+# --------------------------------------------------------------------------- the transaction
+class Transaction:
+    """One apply or rollback on one host, holding the unit's lock throughout."""
+
+    def __init__(self, session: HostSession, host: str, options: ApplyOptions, report: Reporter) -> None:
+        self.session = session
+        self.host = host
+        self.options = options
+        self.report = report
+
+    def start(self, deployment: Deployment, stop_first: bool, best_effort_idle: bool = False) -> StartupResult:
+        """Stop what runs, wait for the GPUs, install and start `deployment`, wait until healthy."""
+        began = time.monotonic()
+        if stop_first:
+            self.session.stop(deployment.unit)
+        verdict = self.session.wait_gpus_idle(deployment.gpus, self.options.gpu_idle_timeout_s)
+        if not verdict.idle:
+            detail = f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: {verdict.describe()}"
+            if not best_effort_idle:
+                return StartupResult(False, reason=detail, failure_kind="gpus_busy",
+                                     seconds=time.monotonic() - began)
+            self.report("warning", text=f"{detail}; starting the previous deployment anyway")
+        result, invocation = self.session.install_and_start(deployment)
+        if not result.ok or not invocation:
+            return StartupResult(False, reason="installing or starting the unit failed: "
+                                 + (result.stderr.strip() or f"exit {result.exit_code}"),
+                                 failure_kind="start_failed", explain=result.stderr.strip().splitlines()[-10:],
+                                 seconds=time.monotonic() - began)
+        startup = self.session.follow(deployment, invocation, deployment.expected_phases)
+        if startup.ready:
+            healthy, why = self.session.check_health(deployment, self.options.health_timeout_s)
+            if not healthy:
+                startup.ready, startup.reason, startup.failure_kind = False, why, "unhealthy"
+            else:
+                startup.auto_adjusted = _adjustments(startup.report, self.session.server_info(deployment),
+                                                     deployment.server)
+        startup.seconds = time.monotonic() - began
+        return startup
+
+    def record(self, deployment: Deployment, startup: StartupResult, outcome: str) -> None:
+        report = startup.report
+        meta = deployment_meta(
+            deployment, outcome,
+            host=self.host,
+            startup_s=round(startup.seconds, 2),
+            phases=[p.as_dict() for p in report.phases] if report else [],
+            phase_times=report.phase_times() if report else {},
+            kv_cache_tokens=report.kv_cache_tokens if report else None,
+            auto_adjusted=startup.auto_adjusted,
+            failure={"kind": startup.failure_kind, "reason": startup.reason} if not startup.ready else None,
+        )
+        self.session.record(deployment, meta, last_good=outcome == "ready")
+
+
+def _adjustments(report: LogReport | None, info: dict[str, Any] | None, server: dict[str, Any]) -> list[dict[str, Any]]:
+    """What SGLang changed on its own: from the log, confirmed or completed by /server_info."""
+    from sgdeploy.logs import settings_changed
+
+    found = {a.field: a.as_dict() for a in report.auto_adjusted} if report else {}
+    if info:
+        for adjustment in settings_changed(server, info, reason="reported by /server_info"):
+            found.setdefault(adjustment.field, adjustment.as_dict())
+    return list(found.values())
+
+
+def _result_from(startup: StartupResult, **kwargs: Any) -> ApplyResult:
+    report = startup.report
+    failure = None
+    if not startup.ready:
+        f = report.failure if report else None
+        failure = {"kind": startup.failure_kind or (f.kind if f else "failed"), "reason": startup.reason,
+                   "line": f.line if f else None}
+    return ApplyResult(
+        phase_times=report.phase_times() if report and startup.ready else {},
+        kv_cache_tokens=report.kv_cache_tokens if report else None,
+        auto_adjusted=startup.auto_adjusted,
+        failure=failure,
+        explain=startup.explain,
+        **kwargs,
+    )
+
+
+def previous_deployment(session: HostSession, plan: Plan, current_unit_text: str | None) -> Deployment | None:
+    """What to restore if the new deployment fails: the last good record, else the unit as it was."""
+    deployment = plan.deployment
+    if plan.last_good:
+        restored = deployment_from_record(session, deployment.unit, plan.last_good)
+        if restored is not None:
+            return restored
+    if current_unit_text is not None and plan.previous_active:
+        return Deployment(
+            id=new_deployment_id("0" * 8), unit=deployment.unit, unit_text=current_unit_text,
+            profile_name="(unit found on the host)", profile_sha256="", profile_text="",
+            sglang_version=deployment.sglang_version, server={}, gpus=deployment.gpus,
+            ready_timeout_s=deployment.ready_timeout_s, rollback_of="pre-sgdeploy")
+    return None
+
+
+def deployment_from_record(session: HostSession, unit: str, deployment_id: str) -> Deployment | None:
+    """Rebuild a recorded deployment (for rollback) from its folder on the host."""
+    import tomllib
+
+    from sgdeploy.facts import state_dir
+
+    files = session.read_record(state_dir(unit), deployment_id)
+    if files is None:
+        return None
+    try:
+        meta = json.loads(files["meta.json"])
+        profile = tomllib.loads(files["profile.toml"]) if files["profile.toml"] else {}
+    except (ValueError, tomllib.TOMLDecodeError):
+        return None
+    server = profile.get("server", {}) if isinstance(profile.get("server"), dict) else {}
+    deploy = profile.get("deploy", {}) if isinstance(profile.get("deploy"), dict) else {}
+    timeout = deploy.get("ready_timeout_s", 1200)
+    gpus = deploy.get("gpus") if isinstance(deploy.get("gpus"), list) else None
+    return Deployment(
+        id=new_deployment_id(str(meta.get("profile_sha256") or "0" * 8)),
+        unit=unit,
+        unit_text=files["unit.service"],
+        profile_name=str(meta.get("profile", "")),
+        profile_sha256=str(meta.get("profile_sha256", "")),
+        profile_text=files["profile.toml"],
+        sglang_version=str(meta.get("sglang_version") or "0.5.23"),
+        server=server,
+        gpus=gpus_for(server, gpus),
+        ready_timeout_s=timeout if isinstance(timeout, int) and timeout > 0 else 1200,
+        rollback_of=deployment_id,
+    )
+
+
+# --------------------------------------------------------------------------- entry points
+def connect(name: str, entry: HostEntry) -> RemoteHost:
+    return RemoteHost(name, entry).connect()
+
+
+def apply_profile(
+    loaded: LoadedProfile,
+    name: str,
+    entry: HostEntry,
+    declared: HostTarget | None,
+    options: ApplyOptions,
+    report: Reporter = _quiet,
+) -> ApplyResult:
+    """`sgdeploy apply` (and `plan` with options.dry_run) on one host."""
+    profile = loaded.model
+    assert profile is not None
+    unit = profile.deploy.unit
+    began = time.monotonic()
+    try:
+        remote = connect(name, entry)
+    except ConnectError as exc:
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, str(exc))
+    with remote:
+        session = HostSession(remote, report)
+        try:
+            return _apply(session, loaded, name, declared, options, report, began)
+        except ConnectionLost as exc:
+            return ApplyResult(Exit.NOTHING_HEALTHY, "connection_lost", name, unit,
+                               f"{exc}; the host may be mid-deployment: re-run apply (it converges) or "
+                               "`sgdeploy status`", stats=remote.stats.as_dict())
+        finally:
+            report("ssh", **remote.stats.as_dict())
+
+
+def _apply(
+    session: HostSession,
+    loaded: LoadedProfile,
+    name: str,
+    declared: HostTarget | None,
+    options: ApplyOptions,
+    report: Reporter,
+    began: float,
+) -> ApplyResult:
+    profile = loaded.model
+    assert profile is not None
+    unit = profile.deploy.unit
+    port = profile.server.get("port", 30000)
+    report("step", step="facts", host=name)
+    facts, current_unit = session.facts(unit, profile.deploy.python, str(profile.server.get("model_path", "")),
+                                        port if isinstance(port, int) else 30000)
+    diagnostics, _, version = preflight(loaded, name, facts, declared)
+    version = options.sglang or version
+    if version is None or any(d.is_error for d in diagnostics):
+        return ApplyResult(Exit.REFUSED, "refused", name, unit,
+                           f"preflight refused the profile on {name}; nothing was changed",
+                           diagnostics=diagnostics, stats=session.remote.stats.as_dict())
+    deployment = build_deployment(loaded, name, version)
+    plan = make_plan(name, deployment, facts, current_unit, diagnostics, force=options.force)
+    common = {"host": name, "unit": unit, "plan": plan, "diagnostics": diagnostics}
+    if options.dry_run:
+        return ApplyResult(Exit.READY, "planned", message=f"{len(plan.steps)} steps would run", **common)
+    if plan.up_to_date:
+        return ApplyResult(Exit.READY, "up_to_date", deployment_id=facts.last_good,
+                           message=f"{unit}.service already runs this unit (deployment {facts.last_good}); "
+                           "nothing to do (--force redeploys)", **common)
+    held, note = session.lock(deployment.state_dir)
+    if held is None:
+        return ApplyResult(Exit.REFUSED, "refused", message=f"{note}; nothing was changed", **common)
+    if note:
+        report("warning", text=note)
+    try:
+        return _transact(session, plan, current_unit, options, report, began, common)
+    finally:
+        held.release()
+
+
+def _transact(
+    session: HostSession,
+    plan: Plan,
+    current_unit: str | None,
+    options: ApplyOptions,
+    report: Reporter,
+    began: float,
+    common: dict[str, Any],
+) -> ApplyResult:
+    deployment = plan.deployment
+    transaction = Transaction(session, plan.host, options, report)
+    previous = previous_deployment(session, plan, current_unit)
+    startup = transaction.start(deployment, stop_first=plan.previous_active)
+    installed = startup.failure_kind != "gpus_busy"
+    if installed:
+        transaction.record(deployment, startup, "ready" if startup.ready else "failed")
+    if startup.ready:
+        return _result_from(startup, exit_code=Exit.READY, status="ready", deployment_id=deployment.id,
+                            message=f"{deployment.id} is ready on {plan.host} after {startup.seconds:.1f} s",
+                            timings=_timings(startup, began), stats=session.remote.stats.as_dict(), **common)
+    report("failed", reason=startup.reason, explain=startup.explain)
+    failed = _result_from(startup, exit_code=Exit.NOTHING_HEALTHY, status="failed",
+                          deployment_id=deployment.id if installed else None,
+                          message=f"{deployment.id} failed on {plan.host}: {startup.reason}", **common)
+    if not options.rollback or previous is None:
+        if installed:
+            session.stop(deployment.unit)
+        why = "--no-rollback was given" if not options.rollback else "there is no previous deployment to restore"
+        failed.message += f"; {why}, so nothing healthy is running"
+        failed.stats = session.remote.stats.as_dict()
+        return failed
+    report("step", step="rollback", to=previous.rollback_of)
+    restored = transaction.start(previous, stop_first=True, best_effort_idle=True)
+    transaction.record(previous, restored, "ready" if restored.ready else "failed")
+    failed.rollback = {"deployment_id": previous.id, "restored": previous.rollback_of, "ready": restored.ready,
+                       "reason": restored.reason, "startup_s": round(restored.seconds, 2)}
+    failed.stats = session.remote.stats.as_dict()
+    if restored.ready:
+        failed.exit_code, failed.status = Exit.ROLLED_BACK, "rolled_back"
+        failed.message += f"; rolled back to {previous.rollback_of} (now {previous.id}), which is ready"
+    else:
+        failed.message += f"; the rollback to {previous.rollback_of} failed too: {restored.reason}"
+    return failed
+
+
+def _timings(startup: StartupResult, began: float) -> dict[str, float]:
+    total = time.monotonic() - began
+    return {"total_s": round(total, 3), "startup_s": round(startup.seconds, 3)}

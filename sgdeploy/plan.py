@@ -1,0 +1,208 @@
+"""What `apply` will do on a host, decided as data before anything runs.
+
+`Deployment` is what gets installed (unit text, profile, expectations); `Plan` is the ordered
+steps with the reason for each, the unit diff, and whether preflight refuses. `plan` prints a
+Plan; `apply` executes one. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import getpass
+import hashlib
+import socket
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sgdeploy import __version__
+from sgdeploy.diagnostics import Diagnostic
+from sgdeploy.facts import HostFacts, state_dir
+from sgdeploy.logs import expected_phases
+from sgdeploy.sglang.versions import parse_version
+
+UNIT_DIR = "/etc/systemd/system"
+READY_ENDPOINT_SINCE = (0, 5, 23, 0)  # `/ready` exists from 0.5.23; older servers answer `/health`
+
+
+class StepKind(enum.StrEnum):
+    LOCK = "lock"
+    STOP = "stop"
+    WAIT_GPUS_IDLE = "wait_gpus_idle"
+    INSTALL = "install"
+    START = "start"
+    WAIT_READY = "wait_ready"
+    CHECK_HEALTH = "check_health"
+    RECORD = "record"
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: StepKind
+    why: str
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployable thing: a rendered unit and what its server must show to be ready."""
+
+    id: str
+    unit: str
+    unit_text: str
+    profile_name: str
+    profile_sha256: str
+    profile_text: str
+    sglang_version: str
+    server: dict[str, Any]
+    gpus: tuple[int | str, ...]
+    ready_timeout_s: int
+    rollback_of: str | None = None
+
+    @property
+    def unit_path(self) -> str:
+        return f"{UNIT_DIR}/{self.unit}.service"
+
+    @property
+    def state_dir(self) -> str:
+        return state_dir(self.unit)
+
+    @property
+    def record_dir(self) -> str:
+        return f"{self.state_dir}/{self.id}"
+
+    @property
+    def unit_sha256(self) -> str:
+        return hashlib.sha256(self.unit_text.encode()).hexdigest()
+
+    @property
+    def port(self) -> int:
+        port = self.server.get("port", 30000)
+        return port if isinstance(port, int) else 30000
+
+    @property
+    def expected_phases(self) -> list[str]:
+        return expected_phases(self.server, self.sglang_version)
+
+    @property
+    def health_path(self) -> str:
+        return "/ready" if parse_version(self.sglang_version) >= READY_ENDPOINT_SINCE else "/health"
+
+
+def new_deployment_id(profile_sha256: str, now: datetime | None = None) -> str:
+    """Sortable and unique enough: `20261130T112614Z-8fc7671f`."""
+    moment = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return f"{moment}-{profile_sha256[:8]}"
+
+
+def gpus_for(server: dict[str, Any], explicit: list[int | str] | None) -> tuple[int | str, ...]:
+    """The GPUs a launch occupies: deploy.gpus, else the first tp x pp (x dp) indices."""
+    if explicit:
+        return tuple(explicit)
+    count = 1
+    for key in ("tp_size", "pp_size"):
+        value = server.get(key, 1)
+        count *= value if isinstance(value, int) and value > 0 else 1
+    dp = server.get("dp_size", 1)
+    if isinstance(dp, int) and dp > 1 and not server.get("enable_dp_attention"):
+        count *= dp
+    nnodes = server.get("nnodes", 1)
+    if isinstance(nnodes, int) and nnodes > 1:
+        count = max(count // nnodes, 1)
+    return tuple(range(count))
+
+
+def who() -> str:
+    """`user@machine` of whoever runs sgdeploy, for the deployment record and the lock."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    host: str
+    deployment: Deployment
+    steps: tuple[Step, ...]
+    unit_diff: str
+    refusals: tuple[Diagnostic, ...] = ()
+    notes: tuple[Diagnostic, ...] = ()
+    up_to_date: bool = False
+    previous_active: bool = False
+    last_good: str | None = None
+    facts: HostFacts | None = field(default=None, repr=False)
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.refusals)
+
+
+def unit_diff(current: str | None, new: str, path: str) -> str:
+    if current == new:
+        return ""
+    return "".join(difflib.unified_diff(
+        (current or "").splitlines(keepends=True), new.splitlines(keepends=True),
+        fromfile=f"{path} (on host)" if current is not None else "/dev/null", tofile=f"{path} (new)"))
+
+
+def make_plan(
+    host: str,
+    deployment: Deployment,
+    facts: HostFacts,
+    current_unit_text: str | None,
+    diagnostics: list[Diagnostic],
+    force: bool = False,
+) -> Plan:
+    """Decide the steps of a deployment on a host from its facts."""
+    refusals = tuple(d for d in diagnostics if d.is_error)
+    notes = tuple(d for d in diagnostics if not d.is_error)
+    unit = facts.unit
+    active = bool(unit and unit.active)
+    same_unit = current_unit_text == deployment.unit_text
+    up_to_date = same_unit and active and facts.last_good is not None and not force
+    steps: list[Step] = [Step(StepKind.LOCK, f"one apply at a time on {deployment.unit}")]
+    if active and unit is not None:
+        steps.append(Step(StepKind.STOP, f"{deployment.unit}.service is {unit.active_state} "
+                          f"(pid {unit.main_pid}); the new server needs its GPUs"))
+    gpus = ", ".join(str(g) for g in deployment.gpus)
+    steps += [
+        Step(StepKind.WAIT_GPUS_IDLE, f"GPUs {gpus} must have no compute process and memory back at baseline"),
+        Step(StepKind.INSTALL, f"write {deployment.unit_path} atomically, daemon-reload"),
+        Step(StepKind.START, f"systemctl start {deployment.unit}.service"),
+        Step(StepKind.WAIT_READY, f"follow the journal until {', '.join(deployment.expected_phases)} "
+             f"(deadline {deployment.ready_timeout_s} s)"),
+        Step(StepKind.CHECK_HEALTH, f"GET {deployment.health_path} on 127.0.0.1:{deployment.port} returns 200"),
+        Step(StepKind.RECORD, f"record {deployment.id} under {deployment.state_dir}; mark it last good"),
+    ]
+    return Plan(
+        host=host,
+        deployment=deployment,
+        steps=tuple(steps),
+        unit_diff=unit_diff(current_unit_text, deployment.unit_text, deployment.unit_path),
+        refusals=refusals,
+        notes=notes,
+        up_to_date=up_to_date,
+        previous_active=active,
+        last_good=facts.last_good,
+        facts=facts,
+    )
+
+
+def deployment_meta(deployment: Deployment, outcome: str, **extra: Any) -> dict[str, Any]:
+    """The `meta.json` of a deployment record (SPEC §5)."""
+    meta: dict[str, Any] = {
+        "id": deployment.id,
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "profile": deployment.profile_name,
+        "profile_sha256": deployment.profile_sha256,
+        "unit_sha256": deployment.unit_sha256,
+        "sglang_version": deployment.sglang_version,
+        "outcome": outcome,
+        "deployed_by": who(),
+        "sgdeploy_version": __version__,
+        "rollback_of": deployment.rollback_of,
+    }
+    meta.update(extra)
+    return meta

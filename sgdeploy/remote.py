@@ -1,0 +1,353 @@
+"""The one module that talks to a host: an SSH connection (Fabric/Paramiko) and what runs over it.
+
+Everything sgdeploy does on a host goes through `RemoteHost`: commands, atomic file writes,
+a streaming command (journal follower), a lock held by an open channel, and HTTP requests to
+the server's port on the host's loopback through the SSH transport (like `ssh -L`), so the
+server never has to listen beyond the host. It counts connections and commands for the
+benchmarks.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import posixpath
+import select
+import shlex
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import paramiko
+from fabric import Connection
+
+from sgdeploy.inventory import HostEntry
+
+CONNECT_TIMEOUT_S = 10.0
+COMMAND_TIMEOUT_S = 120.0
+
+
+class RemoteError(Exception):
+    """Base of everything that goes wrong talking to a host.
+
+    RemoteError
+    ├── ConnectError        cannot connect or authenticate (host key refused included)
+    ├── CommandTimeout      a command ran past its timeout
+    └── ConnectionLost      the connection dropped while in use
+    """
+
+
+class ConnectError(RemoteError):
+    pass
+
+
+class CommandTimeout(RemoteError):
+    pass
+
+
+class ConnectionLost(RemoteError):
+    pass
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass
+class RemoteStats:
+    connections: int = 0
+    commands: int = 0
+    uploads: int = 0
+    http_requests: int = 0
+    streams: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class RemoteHost:
+    """An SSH connection to one inventory host."""
+
+    def __init__(self, name: str, entry: HostEntry, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
+        self.name = name
+        self.entry = entry
+        self.connect_timeout = connect_timeout
+        self.stats = RemoteStats()
+        self._conn: Connection | None = None
+
+    # -- connection ---------------------------------------------------------------------
+    def _known_hosts(self) -> Path:
+        return Path(os.path.expanduser(self.entry.known_hosts or "~/.ssh/known_hosts"))
+
+    def connect(self) -> RemoteHost:
+        connect_kwargs: dict[str, Any] = {"banner_timeout": self.connect_timeout,
+                                          "auth_timeout": self.connect_timeout,
+                                          "look_for_keys": self.entry.identity_file is None}
+        if self.entry.identity_file:
+            connect_kwargs["key_filename"] = [os.path.expanduser(self.entry.identity_file)]
+        conn = Connection(host=self.entry.address, user=self.entry.user or "root", port=self.entry.port,
+                          connect_timeout=self.connect_timeout, connect_kwargs=connect_kwargs)
+        client: paramiko.SSHClient = conn.client
+        if self.entry.strict_host_key_checking:
+            # Fabric's default policy adds unknown keys silently; a deploy tool must refuse them.
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            known = self._known_hosts()
+            if known.exists():
+                client.load_host_keys(str(known))
+        else:
+            client.set_missing_host_key_policy(paramiko.WarningPolicy())
+        try:
+            conn.open()
+        except paramiko.BadHostKeyException as exc:
+            raise ConnectError(f"{self.name}: the host key of {self.entry.address} CHANGED "
+                               f"(known_hosts: {self._known_hosts()}); refusing to connect") from exc
+        except paramiko.SSHException as exc:
+            if "not found in known_hosts" in str(exc):
+                raise ConnectError(f"{self.name}: host key of {self.entry.address}:{self.entry.port} is not in "
+                                   f"{self._known_hosts()}; add it (ssh-keyscan) or set "
+                                   "strict_host_key_checking = false for this host") from exc
+            raise ConnectError(f"{self.name}: SSH to {self.entry.address}:{self.entry.port} failed: {exc}") from exc
+        except (OSError, EOFError) as exc:
+            raise ConnectError(f"{self.name}: cannot connect to {self.entry.address}:{self.entry.port}: "
+                               f"{exc}") from exc
+        transport = client.get_transport()
+        if transport is not None:
+            transport.set_keepalive(15)
+        self._conn = conn
+        self.stats.connections += 1
+        return self
+
+    def __enter__(self) -> RemoteHost:
+        return self.connect() if self._conn is None else self
+
+    def __exit__(self, *exc: object | TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @property
+    def _transport(self) -> paramiko.Transport:
+        if self._conn is None:
+            raise ConnectionLost(f"{self.name}: not connected")
+        transport = self._conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectionLost(f"{self.name}: the SSH connection dropped")
+        return transport
+
+    def _open_channel(self) -> paramiko.Channel:
+        try:
+            return self._transport.open_session(timeout=self.connect_timeout)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+
+    # -- commands -------------------------------------------------------------------------
+    def run(self, command: str, timeout: float = COMMAND_TIMEOUT_S, stdin: bytes | None = None) -> CommandResult:
+        """Run one `sh` command line; never raises for a non-zero exit."""
+        channel = self._open_channel()
+        self.stats.commands += 1
+        deadline = time.monotonic() + timeout
+        out, err = bytearray(), bytearray()
+        try:
+            channel.exec_command(command)
+            if stdin is not None:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            while True:
+                if channel.recv_ready():
+                    out += channel.recv(65536)
+                elif channel.recv_stderr_ready():
+                    err += channel.recv_stderr(65536)
+                elif channel.exit_status_ready():
+                    while channel.recv_ready():
+                        out += channel.recv(65536)
+                    while channel.recv_stderr_ready():
+                        err += channel.recv_stderr(65536)
+                    break
+                elif time.monotonic() > deadline:
+                    raise CommandTimeout(f"{self.name}: command ran past {timeout:.0f} s: {command[:120]}")
+                elif channel.closed and not self._transport_alive():
+                    raise ConnectionLost(f"{self.name}: the SSH connection dropped during: {command[:120]}")
+                else:
+                    select.select([channel], [], [], 0.05)
+            code = channel.recv_exit_status()
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+        finally:
+            channel.close()
+        return CommandResult(command, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+    def _transport_alive(self) -> bool:
+        try:
+            return self._transport.is_active()
+        except ConnectionLost:
+            return False
+
+    def write_files(self, files: dict[str, bytes], mode: int = 0o644, then: str = "") -> CommandResult:
+        """Write files atomically (temporary file in the same folder, then rename) in one round trip.
+
+        `then` is a command run after every file is in place, in the same round trip. The old
+        content of a path stays intact when anything fails (disk full, read-only folder).
+        """
+        self.stats.uploads += len(files)
+        return self.run(write_files_command(files, mode, then))
+
+    # -- streams --------------------------------------------------------------------------
+    def stream_lines(self, command: str, idle_timeout: float = 0.2) -> Iterator[str | None]:
+        """Yield stdout lines of a long-running command as they arrive.
+
+        Yields None whenever `idle_timeout` passes without a line, so the caller can check its
+        deadlines; the command is killed (channel closed) when the caller stops iterating.
+        """
+        channel = self._open_channel()
+        self.stats.streams += 1
+        buffer = b""
+        try:
+            channel.exec_command(command)
+            while True:
+                ready, _, _ = select.select([channel], [], [], idle_timeout)
+                if not ready:
+                    if channel.exit_status_ready() and not channel.recv_ready():
+                        return
+                    if not self._transport_alive():
+                        raise ConnectionLost(f"{self.name}: the SSH connection dropped while following output")
+                    yield None
+                    continue
+                chunk = channel.recv(65536)
+                if not chunk:
+                    if buffer:
+                        yield buffer.decode("utf-8", "replace")
+                    return
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", "replace")
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+        finally:
+            channel.close()
+
+    def hold(self, command: str, ready_line: str, timeout: float = 15.0) -> HeldCommand:
+        """Start a command that keeps running while its channel stays open (a lock holder).
+
+        Returns once the command printed `ready_line`, or with `.held == False` and its output
+        when it exited first.
+        """
+        channel = self._open_channel()
+        self.stats.commands += 1
+        channel.exec_command(command)
+        deadline = time.monotonic() + timeout
+        out = b""
+        while time.monotonic() < deadline:
+            if ready_line.encode() in out:
+                return HeldCommand(channel, True, out.decode("utf-8", "replace"))
+            if channel.recv_ready():
+                out += channel.recv(4096)
+                continue
+            if channel.exit_status_ready():
+                while channel.recv_ready():
+                    out += channel.recv(4096)
+                code = channel.recv_exit_status()
+                channel.close()
+                return HeldCommand(None, False, out.decode("utf-8", "replace"), code)
+            select.select([channel], [], [], 0.05)
+        channel.close()
+        raise CommandTimeout(f"{self.name}: '{command[:80]}' did not answer within {timeout:.0f} s")
+
+    # -- HTTP on the host -----------------------------------------------------------------
+    def http_get(self, port: int, path: str, timeout: float = 10.0) -> HttpResponse:
+        """GET http://127.0.0.1:<port><path> as seen from the host, through the SSH transport."""
+        self.stats.http_requests += 1
+        try:
+            channel = self._transport.open_channel("direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0),
+                                                   timeout=timeout)
+        except paramiko.ChannelException as exc:
+            raise ConnectionRefusedError(f"{self.name}: nothing listens on 127.0.0.1:{port} ({exc})") from exc
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+        try:
+            channel.settimeout(timeout)
+            channel.sendall(f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+            raw = bytearray()
+            while True:
+                chunk = channel.recv(65536)
+                if not chunk:
+                    break
+                raw += chunk
+        except socket.timeout as exc:
+            raise CommandTimeout(f"{self.name}: GET {path} on port {port} timed out") from exc
+        finally:
+            channel.close()
+        return _parse_http(bytes(raw))
+
+
+@dataclass
+class HeldCommand:
+    """A command running on an open channel; closing stdin ends it."""
+
+    channel: paramiko.Channel | None
+    held: bool
+    output: str
+    exit_code: int | None = None
+
+    def release(self) -> None:
+        if self.channel is not None:
+            try:
+                self.channel.shutdown_write()
+                self.channel.close()
+            except (OSError, EOFError, paramiko.SSHException):
+                pass
+            self.channel = None
+
+
+def write_files_command(files: dict[str, bytes], mode: int = 0o644, then: str = "") -> str:
+    """One `sh` command writing each file to a temporary name, then renaming it into place."""
+    parts = ["set -e", "umask 022"]
+    for path, data in files.items():
+        folder, name = posixpath.split(path)
+        tmp = posixpath.join(folder, f".{name}.sgdeploy-{uuid.uuid4().hex[:8]}")
+        encoded = base64.b64encode(data).decode() or "''"
+        parts.append(
+            f"mkdir -p {shlex.quote(folder)}; sgd_tmp={shlex.quote(tmp)}; trap 'rm -f \"$sgd_tmp\"' EXIT; "
+            f"printf %s {encoded} | base64 -d > \"$sgd_tmp\"; chmod {mode:o} \"$sgd_tmp\"; "
+            f"mv -f \"$sgd_tmp\" {shlex.quote(path)}; trap - EXIT"
+        )
+    if then:
+        parts.append(then)
+    return "\n".join(parts)
+
+
+def _parse_http(raw: bytes) -> HttpResponse:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("iso-8859-1", "replace").split("\r\n")
+    try:
+        status = int(lines[0].split()[1])
+    except (IndexError, ValueError):
+        return HttpResponse(0, raw)
+    headers = {}
+    for line in lines[1:]:
+        key, _, value = line.partition(":")
+        headers[key.strip().lower()] = value.strip()
+    return HttpResponse(status, body, headers)
