@@ -53,7 +53,7 @@ def directives(path: Path) -> dict[str, str]:
 
 
 def key_line(text: str, dotted: str) -> int | None:
-    """The 1-based line of a key written as `[table]` + `key = ...` (how the test profiles are written)."""
+    """The 1-based line of `key = ...` under `[table]` (how the test profiles are written)."""
     table, _, key = dotted.partition(".")
     current = None
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -82,7 +82,9 @@ def inventory_for(path: Path) -> Path:
     return RULES_DIR / choice
 
 
-def validate(path: Path, inventory: Path = RULES_INVENTORY, sglang: str | None = None) -> ValidationResult:
+def validate(
+    path: Path, inventory: Path = RULES_INVENTORY, sglang: str | None = None
+) -> ValidationResult:
     return validate_file(str(path), InventoryContext.load(inventory), sglang)
 
 
@@ -104,14 +106,22 @@ def test_failing_profile_reports_its_rule(path: Path) -> None:
     assert "expect" in wanted, f"{path.name} has no '# expect: FIELD' line"
     field = None if wanted["expect"] == "-" else wanted["expect"]
     text = path.read_bytes().decode("utf-8", "replace")
-    line = int(wanted["expect-line"]) if "expect-line" in wanted else key_line(text, field) if field else None
+    line = (
+        int(wanted["expect-line"])
+        if "expect-line" in wanted
+        else key_line(text, field)
+        if field
+        else None
+    )
     if field:
         assert line is not None, f"{path.name}: the test cannot find {field} in the file"
 
     result = validate(path, inventory_for(path))
 
     found = [(d.rule, d.field, d.line) for d in result.diagnostics]
-    assert (rule_id, field, line) in found, f"{path.name}: expected {rule_id} at {field}:{line}, got {found}"
+    assert (rule_id, field, line) in found, (
+        f"{path.name}: expected {rule_id} at {field}:{line}, got {found}"
+    )
     allowed = {rule_id, *wanted.get("also", "").split()}
     assert {d.rule for d in result.diagnostics} <= allowed, f"{path.name}: unexpected {found}"
     ours = [d for d in result.diagnostics if d.rule == rule_id]
@@ -177,8 +187,12 @@ def test_rule_is_documented(rule_id: str) -> None:
     text = DOCS.read_text(encoding="utf-8")
     match = re.search(rf"^## {rule_id}\b.*$", text, re.M)
     assert match, f"docs/rules.md has no '## {rule_id}' section"
-    section = text[match.end():].split("\n## ", 1)[0]
-    name = RULES.by_id(rule_id).name if rule_id not in STRUCTURAL_RULES else STRUCTURAL_RULES[rule_id][0]
+    section = text[match.end() :].split("\n## ", 1)[0]
+    name = (
+        RULES.by_id(rule_id).name
+        if rule_id not in STRUCTURAL_RULES
+        else STRUCTURAL_RULES[rule_id][0]
+    )
     assert name in match.group(0) + section
     assert severity_of(rule_id).value in section.lower()
 
@@ -205,12 +219,19 @@ def test_language_only_without_encoders(tmp_path: Path) -> None:
     hit = [d for d in result.diagnostics if d.rule == "SGD301"]
     assert len(hit) == 1
     assert hit[0].field == "server.language_only"
-    assert hit[0].line == key_line(path.read_text(), "server.language_only") == len(path.read_text().splitlines())
+    assert (
+        hit[0].line
+        == key_line(path.read_text(), "server.language_only")
+        == len(path.read_text().splitlines())
+    )
     assert hit[0].severity is Severity.ERROR
 
 
 def test_language_only_with_encoder_urls_is_accepted(tmp_path: Path) -> None:
-    path = write_variant(tmp_path, lambda text: text + 'language_only = true\nencoder_urls = ["http://10.0.0.5:30002"]\n')
+    path = write_variant(
+        tmp_path,
+        lambda text: text + 'language_only = true\nencoder_urls = ["http://10.0.0.5:30002"]\n',
+    )
     assert validate(path, REPO_INVENTORY).ok
 
 
@@ -227,7 +248,11 @@ def test_nccl_nvls_is_an_error_on_a6000(tmp_path: Path) -> None:
     assert not result.ok
     hit = [d for d in result.diagnostics if d.rule == "SGD401"]
     assert [(d.field, d.line, d.severity) for d in hit] == [
-        ("server.enable_nccl_nvls", key_line(path.read_text(), "server.enable_nccl_nvls"), Severity.ERROR)
+        (
+            "server.enable_nccl_nvls",
+            key_line(path.read_text(), "server.enable_nccl_nvls"),
+            Severity.ERROR,
+        )
     ]
 
 
@@ -244,9 +269,15 @@ def test_reference_against_0_5_23_lists_removed_flags_with_replacements() -> Non
     assert result.sglang_versions == ["0.5.23"]
     assert not result.ok
     removed = {d.field: d for d in result.diagnostics if d.rule == "SGD011"}
-    assert set(removed) == {"server.mamba_scheduler_strategy", "server.enforce_piecewise_cuda_graph"}
+    assert set(removed) == {
+        "server.mamba_scheduler_strategy",
+        "server.enforce_piecewise_cuda_graph",
+    }
     assert "mamba_radix_cache_strategy" in removed["server.mamba_scheduler_strategy"].hint
-    assert 'cuda_graph_backend_prefill = "breakable"' in removed["server.enforce_piecewise_cuda_graph"].hint
+    assert (
+        'cuda_graph_backend_prefill = "breakable"'
+        in removed["server.enforce_piecewise_cuda_graph"].hint
+    )
     text = REFERENCE.read_text()
     for field, d in removed.items():
         assert d.line == key_line(text, field)
@@ -256,9 +287,11 @@ def test_reference_against_0_5_23_lists_removed_flags_with_replacements() -> Non
 def test_reference_without_enforce_warns_about_the_piecewise_graph(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = write_variant(
-        tmp_path, lambda text: "\n".join(l for l in text.splitlines() if not l.startswith("enforce_piecewise")) + "\n"
-    )
+    def drop_enforce(text: str) -> str:
+        kept = [line for line in text.splitlines() if not line.startswith("enforce_piecewise")]
+        return "\n".join(kept) + "\n"
+
+    path = write_variant(tmp_path, drop_enforce)
     result = validate(path, REPO_INVENTORY)
     warnings = [d for d in result.diagnostics if d.rule == "SGD602"]
     assert len(warnings) == 1 and warnings[0].severity is Severity.WARNING
