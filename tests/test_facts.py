@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +30,7 @@ from sgdeploy.facts import (
     gpus_idle,
     listening_ports_proc,
     listening_ports_ss,
+    lock_holder_pid,
     parse_compute_apps,
     parse_df_available,
     parse_facts,
@@ -42,7 +45,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 H200 = FIXTURES / "h200"  # captured with tests/fixtures/h200/capture.sh
 SHARED = FIXTURES / "nvidia-smi-h200"  # copied from shared/fixtures/nvidia-smi-h200
 
-UUID = "GPU-81a8fb40-695b-ea64-5fc5-2218af7a88de"
+UUID = "GPU-0e6c7052-814e-3e73-433d-990cf024f8b6"
 SHARED_UUID = "GPU-19941676-ad11-9619-7f5d-92dad1829175"
 # The shared noheader captures used a different query than sgdeploy's.
 SHARED_NOHEADER_FIELDS = (
@@ -65,7 +68,7 @@ def read(path: Path) -> str:
 # --- nvidia-smi csv -----------------------------------------------------------------------------
 
 H200_GPU_USED = {"idle": 0, "ctx": 527, "busy": 123407, "after": 0}
-H200_APPS = {"idle": (), "ctx": ((478, 518),), "busy": ((478, 123398),), "after": ()}
+H200_APPS = {"idle": (), "ctx": ((480, 518),), "busy": ((480, 123398),), "after": ()}
 
 
 @pytest.mark.parametrize("state", sorted(H200_GPU_USED))
@@ -224,6 +227,46 @@ def test_key_values_keeps_equals_in_values_and_skips_noise() -> None:
     }
 
 
+# --- kernel locks ---------------------------------------------------------------------------
+
+PROC_LOCKS = """\
+1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF
+1: -> FLOCK  ADVISORY  WRITE 5151 fd:01:1234 0 EOF
+2: POSIX  ADVISORY  WRITE 77 00:1a:99 0 EOF
+3: OFDLCK ADVISORY  READ  -1 08:02:555 0 EOF
+"""
+
+
+@pytest.mark.parametrize(
+    ("file_id", "pid"),
+    [("fd01:1234", 4242), ("1a:99", 77), ("802:555", -1), ("fd01:1235", None), ("", None)],
+)
+def test_lock_holder_pid(file_id: str, pid: int | None) -> None:
+    assert lock_holder_pid(PROC_LOCKS, file_id) == pid
+
+
+def test_lock_held_and_free() -> None:
+    lock = section("lock", 0, "id=fd01:1234\n--\npid=4242 user=ci")
+    held = parse_facts(lock + section("proc_locks", 0, PROC_LOCKS))
+    assert (held.locked, held.lock_pid, held.lock_holder) == (True, 4242, "pid=4242 user=ci")
+    free = parse_facts(lock + section("proc_locks", 0, ""))
+    assert (free.lock_present, free.locked, free.lock_pid) == (True, False, None)
+    assert free.lock_holder == "pid=4242 user=ci"  # the last holder's note stays in the file
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="no /proc/locks")
+def test_lock_holder_pid_against_this_kernel(tmp_path: Path) -> None:
+    lock = tmp_path / "lock"
+    lock.write_text("me\n")
+    file_id = subprocess.run(
+        ["stat", "-c", "%D:%i", str(lock)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    with lock.open() as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        assert lock_holder_pid(Path("/proc/locks").read_text(), file_id) == os.getpid()
+    assert lock_holder_pid(Path("/proc/locks").read_text(), file_id) is None
+
+
 # --- listening sockets, df ---------------------------------------------------------------------
 
 SS_OUTPUT = """\
@@ -272,7 +315,7 @@ def test_facts_h200_busy() -> None:
     assert facts.hostname == "vm" and facts.kernel is not None
     assert facts.nvidia_smi_found is True
     assert [g.uuid for g in facts.gpus] == [UUID]
-    assert facts.gpu_processes == (GpuProcess(478, "python3", 123398, UUID),)
+    assert facts.gpu_processes == (GpuProcess(480, "python3", 123398, UUID),)
     assert (facts.python_ok, facts.python_version, facts.sglang_version) == (True, "3.12.3", None)
     assert (facts.model_dir_present, facts.model_config_present) == (True, True)
     assert facts.model_architectures == ("Qwen3ForCausalLM",)
@@ -280,9 +323,10 @@ def test_facts_h200_busy() -> None:
     assert (facts.port, facts.port_listening) == (30000, True)
     assert facts.deployments == ("20261130T092248Z-1a2b3c", "20261130T101500Z-4d5e6f")
     assert facts.last_good == "20261130T092248Z-1a2b3c"
-    assert facts.locked
+    # The capture held the lock with `flock -o` (pid 476) while this snapshot ran.
+    assert (facts.lock_present, facts.locked, facts.lock_pid) == (True, True, 476)
     assert facts.lock_holder == "pid=4242 user=ci host=laptop started=2026-11-30T10:15:00Z"
-    assert facts.unit_dir_free_bytes == 67091956 * 1024
+    assert facts.unit_dir_free_bytes == 67090528 * 1024
     # The capture VM has no systemd and no ss: one error, and the /proc fallback served.
     assert facts.unit is None
     assert [e.section for e in facts.errors] == ["unit"]
@@ -297,7 +341,8 @@ def test_facts_h200_idle(state: str) -> None:
     assert (facts.model_dir_present, facts.model_config_present) == (False, False)
     assert facts.model_architecture is None
     assert facts.port_listening is False
-    assert (facts.deployments, facts.last_good, facts.locked) == ((), None, False)
+    assert (facts.deployments, facts.last_good, facts.lock_present) == ((), None, False)
+    assert facts.locked is False
     assert gpus_idle(facts).idle
 
 
@@ -345,7 +390,7 @@ def test_failed_sections_do_not_spoil_the_others() -> None:
             "ls: cannot open directory '/var/lib/sgdeploy/sglang': Permission denied",
         )
         + section("last_good", 0, "/var/lib/sgdeploy/sglang/20261101T000000Z-aaaaaa/")
-        + section("lock", 0, "locked\n")
+        + section("lock", 0, "id=fd01:1234\n--\n")
         + section("disk", None, "Filesystem 1024-blocks")
     )
     facts = parse_facts(output)
@@ -356,7 +401,7 @@ def test_failed_sections_do_not_spoil_the_others() -> None:
     assert facts.unit is not None and facts.unit.active
     assert facts.deployments == ()
     assert facts.last_good == "20261101T000000Z-aaaaaa"  # a link's target: its last part
-    assert facts.locked and facts.lock_holder is None
+    assert facts.lock_present and facts.locked is None and facts.lock_holder is None
     assert facts.unit_dir_free_bytes is None
     messages = {e.section: e.message for e in facts.errors}
     assert set(messages) == {"gpus", "gpu_apps", "model", "state", "disk"}
@@ -406,7 +451,7 @@ def test_sglang_probe_timeout() -> None:
 
 
 def test_marker_lookalikes_inside_output_are_content() -> None:
-    lock = "locked\n@@sgdeploy:end lock rc=0@@\n@@sgdeploy:begin gpus@@"
+    lock = "id=\n--\n@@sgdeploy:end lock rc=0@@\n@@sgdeploy:begin gpus@@"
     facts = parse_facts(section("lock", 0, lock))
     assert facts.lock_holder == "@@sgdeploy:end lock rc=0@@\n@@sgdeploy:begin gpus@@"
     assert facts.gpus == () and facts.errors == ()
@@ -500,7 +545,7 @@ def test_facts_command_with_fake_tools(tmp_path: Path) -> None:
     path = fake_path(tmp_path, {"nvidia-smi": SMI_FAKE, "systemctl": SYSTEMCTL_FAKE})
     facts = parse_facts(run_facts(facts_command("sglang", "/no/such/python", "/no/model", 1), path))
     assert facts.gpus[0].memory_used_mib == 123407
-    assert gpus_idle(facts).holders[0].pid == 478
+    assert gpus_idle(facts).holders[0].pid == 480
     assert facts.unit is not None and not facts.unit.exists
     assert not facts.python_ok and facts.model_dir_present is False
     assert {e.section for e in facts.errors} == {"python"}
@@ -583,7 +628,7 @@ def test_idle_from_fixtures() -> None:
     assert gpus_idle(idle, ()) == IdleVerdict(idle=True)
     verdict = gpus_idle(busy, apps, [0])
     assert not verdict.idle and verdict.residue == ()
-    assert verdict.describe() == "GPU 0: pid 478 (python3) holds 123398 MiB"
+    assert verdict.describe() == "GPU 0: pid 480 (python3) holds 123398 MiB"
 
 
 def timeline(path: Path) -> list[tuple[float, str]]:
@@ -596,7 +641,7 @@ def timeline(path: Path) -> list[tuple[float, str]]:
     return rows
 
 
-@pytest.mark.parametrize("how", ["exit", "kill"])
+@pytest.mark.parametrize("how", ["exit", "kill", "term"])
 def test_release_timeline_on_h200(how: str) -> None:
     rows = timeline(H200 / f"release.{how}.timeline.txt")
     end = next(t for t, r in rows if r.startswith("END"))
@@ -611,8 +656,8 @@ def test_release_timeline_on_h200(how: str) -> None:
     assert first_idle < 0.5  # released in well under a second
     # Once idle, it stays idle.
     assert all(v.idle for (dt, _), v in zip(after, verdicts, strict=True) if dt >= first_idle)
-    if how == "kill":
-        # Right after SIGKILL the process is gone from the list but its memory is not.
+    if how != "exit":
+        # Right after a signal the process is gone from the list but its memory is not.
         assert verdicts[0].residue and not verdicts[0].holders
 
 
