@@ -59,8 +59,9 @@ FAILURE_KINDS: Final[tuple[str, ...]] = (
 @dataclass(frozen=True)
 class PhaseRule:
     phase: str
-    trigger: str
+    trigger: str  # the message starts with it (or, with anywhere=True, contains it)
     pattern: re.Pattern[str]
+    anywhere: bool = False
 
 
 _GRAPH = r"(?:cuda|CUDA|cpu|CPU|npu|NPU|xpu|XPU) graph"
@@ -75,6 +76,7 @@ PHASE_RULES: Final[tuple[PhaseRule, ...]] = (
         re.compile(
             r"(?:^|\s)KV Cache is allocated\.|^Post-capture KV sizing: KV cache allocated\."
         ),
+        anywhere=True,
     ),
     # 0.5.10: `Capture cuda graph end.`; 0.5.23: `Capture target decode|verify CUDA graph end.`
     PhaseRule(
@@ -94,13 +96,26 @@ PHASE_RULES: Final[tuple[PhaseRule, ...]] = (
         re.compile(rf"^Capture draft (?:(?:decode|extend|verify) )?{_GRAPH} end\b"),
     ),
     PhaseRule("http_bound", "Uvicorn running on", re.compile(r"Uvicorn running on (?P<url>\S+)")),
-    PhaseRule("ready", "ready to roll", re.compile(r"The server is fired up and ready to roll!")),
+    PhaseRule(
+        "ready", "The server is fired up", re.compile(r"The server is fired up and ready to roll!")
+    ),
 )
 
-_PHASE_HINT = re.compile(
-    "|".join(
-        re.escape(t) for t in sorted({r.trigger for r in PHASE_RULES} | {"max_total_num_tokens="})
-    )
+_PHASE_STARTS: Final = (
+    *sorted({r.trigger for r in PHASE_RULES if not r.anywhere}),
+    "max_total_num_tokens=",
+)
+_PHASE_ANYWHERE: Final = tuple(sorted({r.trigger for r in PHASE_RULES if r.anywhere}))
+# Frequent lines that never matter: skipped before any other check.
+QUIET_STARTS: Final[tuple[str, ...]] = (
+    "Decode batch",
+    "Prefill batch",
+    "Capture cuda graph bs",
+    "Capture cuda graph num tokens",
+    "Memory pool end",
+    "Loading safetensors",
+    "Capturing batches",
+    "Mamba Cache is allocated",
 )
 _GRAPH_BEGIN = re.compile(rf"^Capture (?P<which>(?:[a-z]+ )*){_GRAPH} begin\b")
 _GRAPH_END = re.compile(rf"^Capture (?:[a-z]+ )*{_GRAPH} end\b")
@@ -395,30 +410,26 @@ class ParsedLine(NamedTuple):
     text: str  # the message; leading whitespace kept (traceback frames are indented)
     t: str | None = None  # ISO timestamp, "2026-05-12T00:01:11" (".123" with SGLANG_LOG_MS=1)
     ranks: tuple[tuple[str, int], ...] = ()  # (("DP", 0), ("TP", 1)); () when unlabelled
+    rank_label: str | None = None  # "DP0 TP1"; None when unlabelled
+    is_primary: bool = True  # rank 0 on every axis, or no rank label (the main process)
     source: Source = "plain"
     level: str | None = None  # uvicorn's level word, when it has one
     prefixed: bool = False  # carried an SGLang `[date time ...]` prefix
 
-    @property
-    def rank_label(self) -> str | None:
-        return " ".join(f"{k}{v}" for k, v in self.ranks) or None
 
-    @property
-    def is_primary(self) -> bool:
-        """Rank 0 on every axis, or no rank label at all (the main process)."""
-        return all(v == 0 for _, v in self.ranks)
+_Ranks = tuple[tuple[tuple[str, int], ...], str | None, bool]
+_RANK_CACHE: dict[str, _Ranks] = {}
 
 
-_RANK_CACHE: dict[str, tuple[tuple[str, int], ...]] = {}
-
-
-def _ranks(label: str) -> tuple[tuple[str, int], ...]:
-    ranks = _RANK_CACHE.get(label)
-    if ranks is None:
+def _ranks(label: str) -> _Ranks:
+    info = _RANK_CACHE.get(label)
+    if info is None:
         ranks = tuple((k, int(v)) for k, v in _RANK.findall(label))
+        text = " ".join(f"{k}{v}" for k, v in ranks) or None
+        info = (ranks, text, all(v == 0 for _, v in ranks))
         if len(_RANK_CACHE) < 1024:  # a real log has a handful of labels
-            _RANK_CACHE[label] = ranks
-    return ranks
+            _RANK_CACHE[label] = info
+    return info
 
 
 def strip_line(raw: str) -> ParsedLine:
@@ -439,22 +450,24 @@ def strip_line(raw: str) -> ParsedLine:
         sm = _SGLANG_ANYWHERE.search(line)  # a progress bar without its newline, then a record
         if sm is not None:
             line = line[sm.start() :]
-    ranks: tuple[tuple[str, int], ...] = ()
+    info: _Ranks = ((), None, True)
     source: Source = "plain"
     prefixed = False
     m = _SGLANG.match(line) if line[:1] == "[" else None
     if m is not None:
-        t = f"{m.group('d')}T{m.group('tm')}" + (f".{m.group('ms')}" if m.group("ms") else "")
+        t = line[1:11] + "T" + line[12:20]
+        if m.group("ms"):
+            t += "." + m.group("ms")
         if m.group("ranks"):
-            ranks = _ranks(m.group("ranks"))
+            info = _ranks(m.group("ranks"))
         line = line[m.end() :]
         source, prefixed = "sglang", True
     level: str | None = None
-    um = _UVICORN.match(line) if line[:1] in "IWEDCT" else None
+    um = _UVICORN.match(line) if line[:1] in "IWEDCT" and ":" in line[4:9] else None
     if um is not None:
         level, source = um.group("lvl"), "uvicorn"
         line = line[um.end() :]
-    return ParsedLine(line, t, ranks, source, level, prefixed)
+    return ParsedLine(line, t, info[0], info[1], info[2], source, level, prefixed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -823,10 +836,12 @@ class LogReader:
             self._tail.append((self._n, p.text))
         if p.t is not None and self._first_t is None:
             self._first_t = p.t
-        consumed = self._traceback(p, events)
-        if not consumed:
-            self._phases(p, events)
-            self._progress(p, events)
+        if self._traceback(p, events) or p.text.startswith(QUIET_STARTS):
+            return events
+        # A graph "end" line is both a phase and the end of a capture window.
+        if self._progress(p, events) | self._phases(p, events):
+            return events
+        if p.level != "INFO":
             self._adjustments(p, events)
             self._signatures(p, events)
         return events
@@ -864,19 +879,25 @@ class LogReader:
             for name, ph in chosen.items()
         }
 
-    def _phases(self, p: ParsedLine, events: list[LogEvent]) -> None:
+    def _phases(self, p: ParsedLine, events: list[LogEvent]) -> bool:
         text = p.text
-        if not _PHASE_HINT.search(text):
-            return
+        if not text.startswith(_PHASE_STARTS):
+            for trigger in _PHASE_ANYWHERE:
+                if trigger in text:
+                    break
+            else:
+                return False
         for rule in PHASE_RULES:
-            if rule.trigger not in text or not rule.pattern.search(text):
-                continue
-            self._reach(rule.phase, p, events)
-            break
-        if "max_total_num_tokens=" in text and self._sched_tokens is None:
-            sm = _SCHED_SUMMARY.search(text)
-            if sm is not None:
-                self._sched_tokens = int(sm.group(1))
+            hit = rule.trigger in text if rule.anywhere else text.startswith(rule.trigger)
+            if hit and rule.pattern.search(text):
+                self._reach(rule.phase, p, events)
+                return True
+        if text.startswith("max_total_num_tokens="):
+            if self._sched_tokens is None:
+                sm = _SCHED_SUMMARY.search(text)
+                self._sched_tokens = int(sm.group(1)) if sm else None
+            return True
+        return False
 
     def _reach(self, name: str, p: ParsedLine, events: list[LogEvent]) -> None:
         rank = p.rank_label or ""
@@ -905,7 +926,7 @@ class LogReader:
             self._ready_line = self._n
         events.append(LogEvent("phase", name, self._n, p.t, phase.as_dict()))
 
-    def _progress(self, p: ParsedLine, events: list[LogEvent]) -> None:
+    def _progress(self, p: ParsedLine, events: list[LogEvent]) -> bool:
         text = p.text
         if text.startswith("Capture "):
             bm = _GRAPH_BEGIN.match(text)
@@ -913,24 +934,28 @@ class LogReader:
                 self._capturing.add(p.rank_label or "")
                 which = bm.group("which").strip() or "decode"
                 if p.is_primary:
-                    events.append(
-                        LogEvent("progress", "graph_capture_begin", self._n, p.t, {"graph": which})
-                    )
-            elif _GRAPH_END.match(text):
+                    data = {"graph": which}
+                    events.append(LogEvent("progress", "graph_capture_begin", self._n, p.t, data))
+                return True
+            if _GRAPH_END.match(text):
                 self._capturing.discard(p.rank_label or "")
-        elif text.startswith("Load weight begin"):
+                return True
+            return False
+        if text.startswith("Load weight begin"):
             self._weights_begun = True
-            if p.is_primary and "weights_begin" not in self._progressed:
-                self._progressed.add("weights_begin")
-                events.append(LogEvent("progress", "weights_begin", self._n, p.t, _figures(text)))
-        elif (
-            text.startswith("Init ")
-            and _DIST_BEGIN.match(text)
-            and p.is_primary
-            and "dist_init_begin" not in self._progressed
-        ):
-            self._progressed.add("dist_init_begin")
-            events.append(LogEvent("progress", "dist_init_begin", self._n, p.t))
+            self._progress_once("weights_begin", p, events, _figures(text))
+            return True
+        if text.startswith("Init ") and _DIST_BEGIN.match(text):
+            self._progress_once("dist_init_begin", p, events, {})
+            return True
+        return False
+
+    def _progress_once(
+        self, name: str, p: ParsedLine, events: list[LogEvent], data: dict[str, Any]
+    ) -> None:
+        if p.is_primary and name not in self._progressed:
+            self._progressed.add(name)
+            events.append(LogEvent("progress", name, self._n, p.t, data))
 
     # -- settings SGLang changed --------------------------------------------------------------
 

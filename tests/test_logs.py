@@ -1,0 +1,344 @@
+"""The SGLang log reader against a corpus of startup logs (tests/logs/, verdicts in expected.json).
+
+Each corpus file starts with a `# source: ...` line saying where it came from. The reader is fed
+that line as an empty one, so line numbers in expected.json are the file's own line numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sgdeploy.logs import (
+    FAILURE_KINDS,
+    PHASES,
+    LogReader,
+    LogReport,
+    expected_phases,
+    parse_server_args,
+    read_log,
+    strip_line,
+)
+
+CORPUS = Path(__file__).parent / "logs"
+EXPECTED: dict[str, dict[str, Any]] = json.loads((CORPUS / "expected.json").read_text())
+
+
+def corpus_lines(name: str) -> list[str]:
+    lines = (CORPUS / name).read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("# source: "), f"{name}: first line must say where it came from"
+    return ["", *lines[1:]]
+
+
+def read(name: str) -> LogReport:
+    exp = EXPECTED[name]
+    return read_log(corpus_lines(name), exp.get("server"), exp.get("sglang_version"))
+
+
+def test_every_log_has_a_verdict_and_every_kind_is_covered() -> None:
+    logs = {p.name for p in CORPUS.glob("*.log")}
+    assert logs == set(EXPECTED)
+    kinds = {e["failure"]["kind"] for e in EXPECTED.values() if e["failure"]}
+    assert kinds == set(FAILURE_KINDS)
+    assert any(e["ready"] for e in EXPECTED.values())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_verdict(name: str) -> None:
+    exp, report = EXPECTED[name], read(name)
+    doc = report.as_json()
+    assert doc["ready"] is exp["ready"]
+    failure = doc["failure"]
+    if exp["failure"] is None:
+        assert failure is None
+    else:
+        assert failure is not None
+        assert (failure["kind"], failure["line"]) == (
+            exp["failure"]["kind"],
+            exp["failure"]["line"],
+        )
+        assert failure["message"]
+    assert doc["kv_cache_tokens"] == exp["kv_cache_tokens"]
+    assert [[p["name"], p["line"]] for p in doc["phases"]] == exp["phases"]
+    assert {a["field"]: a["value"] for a in doc["auto_adjusted"]} == exp["auto_adjusted"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_json_shape_is_specs(name: str) -> None:
+    doc = read(name).as_json()
+    assert set(doc) == {"ready", "failure", "phases", "kv_cache_tokens", "auto_adjusted"}
+    json.dumps(doc)
+    if doc["failure"] is not None:
+        assert set(doc["failure"]) == {"kind", "line", "message"}
+        assert doc["failure"]["kind"] in FAILURE_KINDS
+    for phase in doc["phases"]:
+        assert {"name", "line", "t"} <= set(phase)
+        assert phase["name"] in PHASES
+    for adj in doc["auto_adjusted"]:
+        assert set(adj) == {"field", "value", "reason"} and adj["reason"]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_incremental_reader_matches_batch(name: str) -> None:
+    exp = EXPECTED[name]
+    reader = LogReader(exp.get("server"), exp.get("sglang_version"))
+    phase_events: list[tuple[str, int]] = []
+    failure_events: list[tuple[str, int]] = []
+    for line in corpus_lines(name):
+        for event in reader.feed(line):
+            if event.kind == "phase":
+                phase_events.append((event.name, event.line))
+            elif event.kind == "failure":
+                failure_events.append((event.name, event.line))
+    before_finish = reader.report()
+    for event in reader.finish():
+        failure_events.append((event.name, event.line))
+    batch = read(name)
+    assert reader.report() == batch
+    assert sorted(phase_events, key=lambda e: e[1]) == [(p.name, p.line) for p in batch.phases]
+    if batch.failure is not None:
+        assert failure_events[-1] == (batch.failure.kind, batch.failure.line)
+        assert batch.failure.context, "a failure comes with the lines that explain it"
+    if batch.failure is not None and batch.failure.kind != "incomplete":
+        assert before_finish.failure == batch.failure  # known before the end of input
+
+
+def test_root_cause_is_the_error_not_the_sigquit() -> None:
+    report = read("fail-cuda-oom-load-tp2.log")
+    assert report.failure is not None
+    assert "torch.OutOfMemoryError: CUDA out of memory" in report.failure.message
+    assert any("Received sigquit" in line for line in corpus_lines("fail-cuda-oom-load-tp2.log"))
+
+
+def test_graph_capture_failure_points_at_the_first_traceback() -> None:
+    report = read("fail-graph-capture.log")
+    assert report.failure is not None
+    assert report.failure.message.startswith("torch.OutOfMemoryError")
+    assert any("Capture cuda graph failed" in text for _, text in report.failure.context)
+
+
+def test_reference_launch_expects_kv_graph_draft_ready() -> None:
+    server = {
+        "model_path": "/root/models/Qwen3.6-27B",
+        "tp_size": 2,
+        "speculative_algorithm": "NEXTN",
+    }
+    want = ["kv_cache_allocated", "cuda_graph_captured", "draft_graph_captured", "ready"]
+    assert expected_phases(server, "0.5.11") == want
+    assert expected_phases(server, None) == want
+    report = read("ok-0.5.11-qwen36-mtp-tp2.log")
+    assert report.missing(want) == []
+    partial = read_log(corpus_lines("incomplete-journal-short-iso.log"), server, "0.5.11")
+    assert partial.missing(want) == ["cuda_graph_captured", "draft_graph_captured", "ready"]
+
+
+@pytest.mark.parametrize(
+    ("server", "version", "want"),
+    [
+        ({}, "0.5.10", ["kv_cache_allocated", "cuda_graph_captured", "ready"]),
+        ({"disable_cuda_graph": True}, "0.5.10", ["kv_cache_allocated", "ready"]),
+        (
+            {"disable_cuda_graph": True, "speculative_algorithm": "EAGLE"},
+            "0.5.11",
+            ["kv_cache_allocated", "ready"],
+        ),
+        ({"cuda_graph_backend_decode": "disabled"}, "0.5.23", ["kv_cache_allocated", "ready"]),
+        (
+            {"disable_cuda_graph": True, "cuda_graph_backend_decode": "full"},
+            "0.5.23",
+            ["kv_cache_allocated", "cuda_graph_captured", "ready"],
+        ),
+        (
+            {"cuda_graph_config": '{"decode": {"backend": "disabled"}}'},
+            "0.5.23",
+            ["kv_cache_allocated", "ready"],
+        ),
+        (
+            {"speculative_algorithm": "NGRAM"},
+            "0.5.23",
+            ["kv_cache_allocated", "cuda_graph_captured", "ready"],
+        ),
+    ],
+)
+def test_expected_phases(server: dict[str, Any], version: str, want: list[str]) -> None:
+    assert expected_phases(server, version) == want
+
+
+def test_silently_disabled_piecewise_graph_is_reported() -> None:
+    report = read("ok-0.5.11-qwen36-mtp-tp2.log")
+    adjusted = {a.field: a for a in report.auto_adjusted}
+    assert adjusted["disable_piecewise_cuda_graph"].value is True
+    assert adjusted["speculative_algorithm"].value == "EAGLE"
+    assert adjusted["speculative_num_draft_tokens"].value == 4
+    # Without the later log line the dump alone still shows it.
+    lines = [
+        ln for ln in corpus_lines("ok-0.5.11-qwen36-mtp-tp2.log") if "Disable piecewise" not in ln
+    ]
+    alone = {
+        a.field: a
+        for a in read_log(lines, EXPECTED["ok-0.5.11-qwen36-mtp-tp2.log"]["server"]).auto_adjusted
+    }
+    assert alone["disable_piecewise_cuda_graph"].value is True
+    assert "the profile does not set it" in alone["disable_piecewise_cuda_graph"].reason
+
+
+def test_a_setting_the_profile_asked_for_is_not_an_adjustment() -> None:
+    server = dict(EXPECTED["ok-0.5.11-qwen36-mtp-tp2.log"]["server"])
+    server.update(disable_piecewise_cuda_graph=True, speculative_algorithm="EAGLE")
+    fields = {
+        a.field
+        for a in read_log(corpus_lines("ok-0.5.11-qwen36-mtp-tp2.log"), server).auto_adjusted
+    }
+    assert "disable_piecewise_cuda_graph" not in fields
+    assert "speculative_algorithm" not in fields
+
+
+def test_phase_figures_and_times() -> None:
+    report = read("ok-0.5.11-qwen36-mtp-tp2.log")
+    weights = report.phase("weights_loaded")
+    assert weights is not None and weights.rank == "TP0"
+    assert weights.figures["elapsed_s"] == 29.36 and weights.figures["mem_usage_gb"] == 26.65
+    assert set(weights.ranks) == {"TP0", "TP1"}
+    assert report.phase_times() == {
+        "weights": 29.36,
+        "kv_cache": 1.0,
+        "graph_capture": 15.0,
+        "total": 65.0,
+    }
+    graph = read("ok-0.5.23-tp1.log").phase("cuda_graph_captured")
+    assert graph is not None and graph.figures["elapsed_s"] == 2.87
+
+
+@pytest.mark.parametrize(
+    ("raw", "text", "t", "ranks"),
+    [
+        (
+            "[2026-05-12 00:01:11 TP0] Load weight end.",
+            "Load weight end.",
+            "2026-05-12T00:01:11",
+            "TP0",
+        ),
+        ("[2026-05-12 00:01:11.042 DP0 TP3] x", "x", "2026-05-12T00:01:11.042", "DP0 TP3"),
+        (
+            "[2026-05-12 00:01:11 DP1 PP1 ATTN_CP0 MOE_DP1 TP1 EP1] x",
+            "x",
+            None,
+            "DP1 PP1 ATTN_CP0 MOE_DP1 TP1 EP1",
+        ),
+        ("Nov 30 11:00:00 host python3[123]: [2026-05-12 00:01:11 PP1] x", "x", None, "PP1"),
+        (
+            '2026-05-12T00:01:11+0000 host python3[123]:   File "a.py", line 1',
+            '  File "a.py", line 1',
+            None,
+            None,
+        ),
+        ("\x1b[33m[2026-05-12 00:01:11] warn\x1b[0m", "warn", None, None),
+        ("INFO:     Uvicorn running on http://x:1", "Uvicorn running on http://x:1", None, None),
+        ("[2026-05-12 00:01:11] ERROR:    [Errno 98] boom", "[Errno 98] boom", None, None),
+    ],
+)
+def test_strip_line(raw: str, text: str, t: str | None, ranks: str | None) -> None:
+    parsed = strip_line(raw)
+    assert parsed.text == text
+    if t is not None:
+        assert parsed.t == t
+    assert parsed.rank_label == ranks
+
+
+def test_server_args_dump_is_parsed_leniently() -> None:
+    repr_form = (
+        "server_args=ServerArgs(a='x, y', b=[1, 2], c={'k': (1, 2)}, d=Foo(1), e=None, f=0.5)"
+    )
+    assert parse_server_args(repr_form) == {
+        "a": "x, y",
+        "b": [1, 2],
+        "c": {"k": [1, 2]},
+        "e": None,
+        "f": 0.5,
+    }
+    dict_form = "server_args={'a': True, 'b': <E.X: 1>, 'c': 'it''s'}"
+    assert parse_server_args(dict_form) == {"a": True, "c": "its"}
+    assert parse_server_args("server_args=ServerArgs(a=1, b=[[[") == {"a": 1}
+    assert parse_server_args("nothing") is None
+
+
+def test_errors_before_ready_do_not_fail_a_ready_server() -> None:
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "ImportError: optional kernel missing",
+        "[2026-05-12 00:01:36] The server is fired up and ready to roll!",
+    ]
+    report = read_log(lines)
+    assert report.ready and report.failure is None
+    crashed = read_log(
+        [*lines, "[2026-05-12 00:02:00] Scheduler hit an exception: " + lines[0], *lines[1:3]]
+    )
+    assert crashed.ready and crashed.failure is not None and crashed.failure.line == 7
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(max_size=300), max_size=40))
+def test_garbage_never_raises(lines: list[str]) -> None:
+    reader = LogReader({"speculative_algorithm": "NEXTN"}, "0.5.11")
+    for line in lines:
+        reader.feed(line)
+    reader.finish()
+    json.dumps(reader.report().as_json())
+
+
+_FRAGMENTS = [
+    "[2026-05-12 00:01:11 TP0] ",
+    "server_args=ServerArgs(",
+    "server_args={",
+    "Traceback (most recent call last):",
+    "  File ",
+    "ValueError: ",
+    "Capture cuda graph begin.",
+    "Capture target decode CUDA graph end. elapsed=1.2 s",
+    "KV Cache is allocated. #tokens: ",
+    " is adjusted to ",
+    "INFO:     ",
+    "\x1b[33m",
+    "((([[[{{{'\"",
+    "During handling of the above exception, another exception occurred:",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(_FRAGMENTS) | st.text(max_size=20), max_size=6), max_size=40)
+)
+def test_log_shaped_garbage_never_raises(parts: list[list[str]]) -> None:
+    report = read_log(["".join(p) for p in parts], {"tp_size": 2}, "0.5.23")
+    json.dumps(report.as_json())
+    report.phase_times()
+
+
+def test_throughput() -> None:
+    """100k lines (every corpus log, then a long stretch of serving) in well under a second."""
+    startup = [line for name in sorted(EXPECTED) for line in corpus_lines(name)]
+    serving = [
+        "[2026-05-12 00:05:01 TP0] Decode batch, #running-req: 12, #token: 20431, token usage: "
+        "0.08, accept len: 3.21, cuda graph: True, gen throughput (token/s): 412.55, #queue-req: 0",
+        "[2026-05-12 00:05:01] INFO:     10.0.0.7:51234 - "
+        '"POST /v1/chat/completions HTTP/1.1" 200 OK',
+        "[2026-05-12 00:05:02 TP0] Prefill batch, #new-seq: 1, #new-token: 812, #cached-token: 64, "
+        "token usage: 0.08, #running-req: 12, #queue-req: 0",
+    ]
+    lines = (startup * 20 + serving * 34_000)[:100_000]
+    best = float("inf")
+    for _ in range(3):  # best of three: CPU time on a shared machine still wobbles
+        reader = LogReader({"speculative_algorithm": "NEXTN"}, "0.5.11")
+        start = time.process_time()
+        for line in lines:
+            reader.feed(line)
+        reader.report()
+        best = min(best, time.process_time() - start)
+    assert best < 1.0, f"100k lines took {best:.2f} s of CPU"
