@@ -173,7 +173,6 @@ class HostFacts:
 # Header cells name the field, some differently from the query ("used_gpu_memory [MiB]").
 _FIELD_ALIASES = {
     "used_gpu_memory": "used_memory",
-    "gpu_uuid": "gpu_uuid",
     "gpu_name": "name",
     "gpu_bus_id": "pci.bus_id",
 }
