@@ -143,12 +143,22 @@ def _log(msg: str) -> None:
     print(f"[testhosts] {msg}", file=sys.stderr, flush=True)
 
 
+def _catalog_ok(data: bytes) -> bool:
+    try:
+        d = json.loads(data)
+        return all("field" in f and "flags" in f for f in d["flags"]) and bool(d["flags"])
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
 def find_catalog(version: str) -> bytes:
     """The flag catalog JSON of an SGLang version: the repo's bundled one, else the shared one."""
     for p in (REPO_CATALOGS / f"{version}.json.gz", REPO_CATALOGS / f"{version}.json"):
         if p.exists():
             data = p.read_bytes()
-            return gzip.decompress(data) if p.suffix == ".gz" else data
+            data = gzip.decompress(data) if p.suffix == ".gz" else data
+            if _catalog_ok(data):
+                return data
     p = SHARED_SGLANG / f"flags-{version}.json"
     if p.exists():
         return p.read_bytes()
@@ -299,15 +309,15 @@ class HostSet:
             f"systemd-run --quiet --unit={unit} --collect /usr/local/bin/sim-gpu-hold "
             f"--gpu {gpu} --mib {mib} --name {shlex.quote(name)} --seconds {seconds}",
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            out = self.ssh(host, f"systemctl show -p MainPID --value {unit}").stdout.strip()
-            if out and out != "0":
-                pid = int(out)
-                if (self._host(host).root / f"run/sim-gpu/{pid}.json").exists():
-                    return pid
-            time.sleep(0.05)
-        raise TimeoutError(f"stray process on {self._host(host).name} did not register")
+        script = (
+            f"for i in $(seq 200); do pid=$(systemctl show -p MainPID --value {unit}); "
+            f'if [ "$pid" != 0 ] && [ -e /run/sim-gpu/$pid.json ]; then echo $pid; exit 0; fi; '
+            "sleep 0.05; done; exit 1"
+        )
+        cp = self.ssh(host, script, check=False)
+        if cp.returncode != 0:
+            raise TimeoutError(f"stray process on {self._host(host).name} did not register")
+        return int(cp.stdout.strip())
 
     def nvidia_smi(self, host: Host | str, args: str = "") -> str:
         return self.ssh(host, f"nvidia-smi {args}").stdout

@@ -455,6 +455,7 @@ class Rank:
         self.reserved = int(ctx["gpu"].get("reserved_mib", 615))
         self.gpu_index: int | None = None
         self.used = 0
+        self.slot = 0
 
     def phase_sleep(self, frac: float) -> None:
         time.sleep(max(0.0, self.ctx["startup_s"] * frac) + self.rank * 0.003)
@@ -486,15 +487,21 @@ class Rank:
         time.sleep(30)
         os._exit(1)
 
-    def oom(self, where: str, tried_mib: float) -> str:
-        free = max(0.0, self.avail())
-        total_gib = (self.gpu_total - self.reserved) / 1024
+    def oom(self, tried_mib: float, free: float | None = None) -> str:
+        """torch's CUDA OOM message; `free` None = a forced failure (report a nearly full GPU)."""
+        capacity = self.gpu_total - self.reserved
+        if free is None:
+            free = 312.0
+            in_use = capacity - free
+        else:
+            in_use = self.used
+        tried_mib = max(tried_mib, free + 64)
         return (
             f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tried_mib / 1024:.2f} "
-            f"GiB. GPU {self.rank} has a total capacity of {total_gib:.2f} GiB of which "
+            f"GiB. GPU {self.slot} has a total capacity of {capacity / 1024:.2f} GiB of which "
             f"{free:.2f} MiB is free. Including non-PyTorch memory, this process has "
-            f"{self.used / 1024:.2f} GiB memory in use. Of the allocated memory "
-            f"{max(0.0, self.used / 1024 - 0.12):.2f} GiB is allocated by PyTorch, and "
+            f"{in_use / 1024:.2f} GiB memory in use. Of the allocated memory "
+            f"{max(0.0, in_use / 1024 - 0.12):.2f} GiB is allocated by PyTorch, and "
             "120.53 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory "
             "is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
             "fragmentation.  See documentation for Memory Management  "
@@ -530,6 +537,7 @@ class Rank:
                 "`TORCH_USE_CUDA_DSA` to enable device-side assertions.\n",
             )
         self.gpu_index = visible[slot]
+        self.slot = slot
         sim_gpu.register(os.getpid(), [self.gpu_index], 0, "python3",
                          float(s.get("release_delay_s", 2.0)))
         self.hold(min(520, target))
@@ -555,7 +563,9 @@ class Rank:
                     (f"{PKG}/torch/nn/modules/module.py", 1341, "convert",
                      "return t.to(device, dtype if t.is_floating_point() else None, non_blocking)"),
                 ],
-                self.oom("load", max(1024.0, weights / 8)) + "\n",
+                self.oom(max(1024.0, weights / 8),
+                         None if self.failure == "cuda_oom" else max(0.0, avail0 - self.used))
+                + "\n",
             )
         self.hold(self.used + weights)
         arch = self.ctx["arch"]
@@ -627,7 +637,9 @@ class Rank:
                      f"{PKG}/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
                      390 if not NEW else 603, "__init__", "raise Exception("),
                 ],
-                f"Exception: Capture cuda graph failed: {self.oom('graph', 2048.0)}\n{sol}",
+                f"Exception: Capture cuda graph failed: "
+                f"{self.oom(2048.0, None if self.failure == 'graph_capture' else max(0.0, self.avail()))}"
+                f"\n{sol}",
             )
 
         if disable_all:
@@ -1089,7 +1101,7 @@ def main(argv: list[str], entry: str) -> None:
         httpd = Server((host, port), Handler)
     except OSError as e:
         uv(f"[Errno {e.errno}] error while attempting to bind on address ('{host}', {port}): "
-           f"{e.strerror}", "ERROR")
+           f"{(e.strerror or '').lower()}", "ERROR")
         uv("Waiting for application shutdown.")
         uv("Application shutdown complete.")
         sys.exit(1)

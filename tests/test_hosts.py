@@ -1,0 +1,242 @@
+"""The test hosts themselves: systemd over SSH, the simulated SGLang and nvidia-smi."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import tomllib
+from collections.abc import Callable
+
+import pytest
+
+from tests.hosts import HostSet, HostSpec, SimSettings
+
+pytestmark = pytest.mark.hosts
+
+PY = "/root/ml-env/bin/python3"
+READY = "The server is fired up and ready to roll!"
+
+
+def wait_for(fn: Callable[[], object], timeout: float, what: str, interval: float = 0.1) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def start_unit(
+    hs: HostSet, host: str, unit: str, args: str, env: dict[str, str] | None = None,
+    *, serve: bool = False,
+) -> None:
+    """Install /etc/systemd/system/<unit>.service running the (simulated) SGLang, start it."""
+    cmd = f"/root/ml-env/bin/sglang serve {args}" if serve else f"{PY} -m sglang.launch_server {args}"
+    envs = "".join(f"Environment={k}={v}\n" for k, v in (env or {}).items())
+    text = f"[Unit]\nDescription=SGLang test\n\n[Service]\nType=exec\n{envs}ExecStart={cmd}\n"
+    hs.ssh(host, f"cat > /etc/systemd/system/{unit}.service && systemctl daemon-reload && "
+                 f"systemctl reset-failed {unit} 2>/dev/null; systemctl start {unit}", input=text)
+
+
+def unit_result(hs: HostSet, host: str, unit: str) -> dict[str, str]:
+    out = hs.ssh(host, f"systemctl show -p ActiveState,Result,ExecMainCode,ExecMainStatus {unit}")
+    return dict(line.split("=", 1) for line in out.stdout.split())
+
+
+def gpu_used(hs: HostSet, host: str) -> list[int]:
+    out = hs.nvidia_smi(host, "--query-gpu=memory.used --format=csv,noheader,nounits")
+    return [int(x) for x in out.split()]
+
+
+def test_inventory_and_ssh(hosts: HostSet) -> None:
+    inv = tomllib.loads(hosts.inventory_path.read_text())
+    assert set(inv["hosts"]) == {"ct129", "h200"}
+    ct = inv["hosts"]["ct129"]
+    assert ct["address"] == "127.0.0.1" and ct["user"] == "root"
+    assert (ct["gpu"], ct["compute_capability"], ct["gpu_count"]) == ("RTX A6000", "8.6", 2)
+    assert ct["sglang_version"] == "0.5.11" and inv["hosts"]["h200"]["sglang_version"] == "0.5.23"
+    # known_hosts pins each host's key: strict checking with only these files works
+    for name, h in inv["hosts"].items():
+        kh = open(h["known_hosts"]).read()
+        assert f"[127.0.0.1]:{h['port']} ssh-ed25519 " in kh
+        out = hosts.ssh(name, "hostname; systemctl is-system-running; "
+                              "python3 -c \"import importlib.metadata as m; print(m.version('sglang'))\"")
+        assert out.stdout.split() == [name, "running", h["sglang_version"]]
+    smi = hosts.nvidia_smi("h200", "--query-gpu=index,name,compute_cap,memory.total "
+                                   "--format=csv,noheader")
+    assert smi.splitlines() == ["0, NVIDIA H200, 9.0, 143771 MiB", "1, NVIDIA H200, 9.0, 143771 MiB"]
+
+
+def test_reference_launch_ready_health_memory(hosts: HostSet) -> None:
+    """0.5.11 on ct129: the reference profile's flags reach ready; what SGLang changed is
+    visible in /server_info; GPU memory is held while alive and freed after the delay."""
+    args = ("--model-path /root/models/Qwen3.6-27B --tp-size 2 --port 30000 "
+            "--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 8 --mamba-scheduler-strategy extra_buffer")
+    start_unit(hosts, "ct129", "sgl-ref", args)
+    log = wait_for(lambda: READY in (j := hosts.journal("ct129", "sgl-ref")) and j,
+                   15, "the ready line")
+    assert isinstance(log, str)
+    assert "server_args=ServerArgs(model_path='/root/models/Qwen3.6-27B'" in log
+    assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP1\] Load weight begin\. avail mem=",
+                     log, re.M)
+    assert re.search(r"TP0\] KV Cache is allocated\. #tokens: \d+, K size: [\d.]+ GB", log)
+    assert "Capture cuda graph end. Time elapsed:" in log
+    assert "Capture draft cuda graph end." in log
+    assert "Disable piecewise CUDA graph because --disable-piecewise-cuda-graph is set" in log
+    assert "INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)" in log
+    assert log.index("Uvicorn running") < log.index(READY)
+    health = hosts.ssh("ct129", "curl -s -o /dev/null -w '%{http_code}' "
+                                "http://127.0.0.1:30000/health").stdout
+    assert health == "200"
+    info = hosts.ssh("ct129", "curl -s http://127.0.0.1:30000/server_info").stdout
+    info_d = json.loads(info)
+    assert info_d["version"] == "0.5.11"
+    assert info_d["speculative_algorithm"] == "EAGLE"
+    assert info_d["speculative_num_draft_tokens"] == 4
+    assert info_d["disable_piecewise_cuda_graph"] is True
+    assert "sglang.launch_server" in info_d["launch_command"]
+    ready_404 = hosts.ssh("ct129", "curl -s -o /dev/null -w '%{http_code}' "
+                                   "http://127.0.0.1:30000/ready").stdout
+    assert ready_404 == "404"  # /ready only exists from 0.5.2x
+    # streaming generation at the configured rate
+    gen = hosts.ssh("ct129", "curl -sN http://127.0.0.1:30000/v1/completions -H "
+                             "'content-type: application/json' -d "
+                             "'{\"prompt\": \"hi\", \"max_tokens\": 5, \"stream\": true}'").stdout
+    assert gen.count("data: ") == 6 and gen.rstrip().endswith("data: [DONE]")
+    # GPU memory: held by one scheduler per rank, on both GPUs
+    used = gpu_used(hosts, "ct129")
+    assert all(u > 30000 for u in used), used
+    apps = hosts.nvidia_smi("ct129", "--query-compute-apps=pid,process_name,used_memory,gpu_uuid,"
+                                     "gpu_bus_id --format=csv,noheader")
+    assert len(apps.splitlines()) == 2
+    # a second server on the same port fails like uvicorn does, after loading
+    start_unit(hosts, "ct129", "sgl-dup", "--model-path /root/models/Qwen3-8B --port 30000 "
+                                           "--mem-fraction-static 0.05 --base-gpu-id 1")
+    wait_for(lambda: unit_result(hosts, "ct129", "sgl-dup")["ActiveState"] == "failed", 15,
+             "the duplicate to fail")
+    dup = hosts.journal("ct129", "sgl-dup")
+    assert ("ERROR:    [Errno 98] error while attempting to bind on address "
+            "('127.0.0.1', 30000): address already in use") in dup
+    assert unit_result(hosts, "ct129", "sgl-dup")["ExecMainStatus"] == "1"
+    # stop: memory stays reported until the release delay has passed, then it is free
+    hosts.ssh("ct129", "systemctl stop sgl-ref")
+    assert "Finished server process" in hosts.journal("ct129", "sgl-ref")
+    t_stop = time.monotonic()
+    assert gpu_used(hosts, "ct129")[0] > 30000
+    assert hosts.nvidia_smi("ct129", "--query-compute-apps=pid --format=csv,noheader") == ""
+    wait_for(lambda: gpu_used(hosts, "ct129") == [0, 0], 5, "memory release")
+    assert time.monotonic() - t_stop >= 0.5
+
+
+FAILURE_CASES = {
+    # failure: (expected lines, ActiveState/Result, ExecMainStatus)
+    "cuda_oom": (["Scheduler hit an exception: Traceback (most recent call last):",
+                  "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate",
+                  "Received sigquit from a child process. It usually means the child failed."],
+                 "signal", "9"),
+    "kv_cache_oom": (["RuntimeError: Not enough memory. Please try to increase "
+                      "--mem-fraction-static. Current value: mem_fraction_static=0.88"],
+                     "signal", "9"),
+    "graph_capture": (["Exception: Capture cuda graph failed: torch.OutOfMemoryError",
+                       "Possible solutions:", "--cuda-graph-backend-decode=disabled"],
+                      "signal", "9"),
+    "crash_after_ready": ([READY, "RuntimeError: CUDA error: an illegal memory access",
+                           "Received sigquit from a child process."], "signal", "9"),
+    "port_in_use": (["ERROR:    [Errno 98] error while attempting to bind on address "
+                     "('127.0.0.1', 310"], "exit-code", "1"),
+    "bad_argument": (["usage: sglang serve", "sglang serve: error: unrecognized arguments:"],
+                     "exit-code", "2"),
+}
+
+
+def test_failure_modes_end_units_like_sglang(host_factory: Callable[..., HostSet]) -> None:
+    """Every failure mode, each in its own unit on its own GPU of an 8-GPU 0.5.23 host."""
+    hs = host_factory(HostSpec.like("b200", name="fails",
+                                    sim=SimSettings(startup_s=1.2, crash_after_ready_s=0.5,
+                                                    release_delay_s=0.5)))
+    units = {}
+    for gpu, failure in enumerate([*FAILURE_CASES, "hang"]):
+        unit = f"fail-{failure.replace('_', '-')}"
+        units[failure] = unit
+        start_unit(hs, "fails", unit,
+                   f"--model-path /root/models/Qwen3-8B --port {31000 + gpu}",
+                   {"SGLANG_SIM_FAIL": failure, "CUDA_VISIBLE_DEVICES": str(gpu)}, serve=True)
+    # fail_when_arg from the host's config file: same host, profile A works, profile B fails
+    hs.configure_sim("fails", failure="kv_cache_oom", fail_when_arg="--cuda-graph-max-bs-decode=999")
+    start_unit(hs, "fails", "prof-a", "--model-path /root/models/Qwen3-8B --port 31010",
+               {"CUDA_VISIBLE_DEVICES": "7"})
+    start_unit(hs, "fails", "prof-b", "--model-path /root/models/Qwen3-8B --port 31011 "
+                                      "--cuda-graph-max-bs-decode=999",
+               {"CUDA_VISIBLE_DEVICES": "6"}, serve=True)
+
+    def all_done() -> bool:
+        return all(unit_result(hs, "fails", u)["ActiveState"] == "failed"
+                   for f, u in units.items() if f != "hang") and \
+            unit_result(hs, "fails", "prof-b")["ActiveState"] == "failed" and \
+            READY in hs.journal("fails", "prof-a")
+
+    wait_for(all_done, 25, "every failing unit to end", interval=0.3)
+    for failure, (lines, result, status) in FAILURE_CASES.items():
+        log = hs.journal("fails", units[failure])
+        for line in lines:
+            assert line in log, f"{failure}: {line!r} not in\n{log[-3000:]}"
+        r = unit_result(hs, "fails", units[failure])
+        assert (r["Result"], r["ExecMainStatus"]) == (result, status), (failure, r)
+        if failure != "crash_after_ready":
+            assert READY not in log, failure
+    # hang: still running, never ready, nothing listening
+    assert unit_result(hs, "fails", units["hang"])["ActiveState"] == "active"
+    hang_log = hs.journal("fails", units["hang"])
+    assert "Load weight begin." in hang_log and "Load weight end." not in hang_log
+    # 0.5.23 wording
+    ok_log = hs.journal("fails", "prof-a")
+    assert "server_args={'model_path': '/root/models/Qwen3-8B'" in ok_log
+    assert "Capture target decode CUDA graph end. bs=" in ok_log
+    assert "KV Cache is allocated. dtype: torch.bfloat16, #tokens:" in ok_log
+    assert "UserWarning: 'python -m sglang.launch_server' is still supported" in ok_log
+    assert "Not enough memory" in hs.journal("fails", "prof-b")
+    ready = hs.ssh("fails", "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:31010/ready")
+    assert ready.stdout == "200"
+
+
+def test_argument_errors(hosts: HostSet) -> None:
+    def run(host: str, args: str) -> tuple[int, str]:
+        cp = hosts.ssh(host, f"{PY} -m sglang.launch_server {args}", check=False)
+        return cp.returncode, cp.stderr
+
+    code, err = run("ct129", "--model-path /root/models/Qwen3-8B --foo bar")
+    assert code == 2 and err.startswith("usage: sglang serve")
+    assert err.rstrip().endswith("sglang serve: error: unrecognized arguments: --foo bar")
+    # 0.5.23 removed the flags the reference profile uses
+    code, err = run("h200", "--model-path /m --mamba-scheduler-strategy extra_buffer "
+                            "--enforce-piecewise-cuda-graph")
+    assert code == 2 and ("unrecognized arguments: --mamba-scheduler-strategy extra_buffer "
+                          "--enforce-piecewise-cuda-graph") in err
+    code, err = run("ct129", "--model-path /m --tp-size two")
+    assert code == 2 and "argument --tensor-parallel-size/--tp-size: invalid int value: 'two'" in err
+    code, err = run("ct129", "--model-path /m --speculative-algorithm MEDUSA")
+    assert code == 2 and "argument --speculative-algorithm: invalid choice: 'MEDUSA'" in err
+    # 0.5.11 refuses --language-only without --encoder-urls, after parsing
+    code, err = run("ct129", "--model-path /root/models/Qwen3.6-27B --language-only")
+    assert code == 1 and err.rstrip().endswith(
+        "ValueError: requires at least one encoder urls to be set via --encoder-urls")
+    code, err = run("ct129", "--model-path /root/models/nope")
+    assert code == 1 and "OSError: Can't load the configuration of '/root/models/nope'" in err
+
+
+def test_stray_process_shows_in_nvidia_smi(hosts: HostSet) -> None:
+    pid = hosts.plant_stray("h200", gpu=1, mib=5000)
+    apps = hosts.nvidia_smi("h200", "--query-compute-apps=pid,process_name,used_memory "
+                                    "--format=csv,noheader,nounits")
+    assert f"{pid}, python3, 5000" in apps.splitlines()
+    table = hosts.nvidia_smi("h200")
+    assert re.search(rf"\|\s+1\s+N/A\s+N/A\s+{pid}\s+C\s+python3\s+5000MiB \|", table)
+    assert gpu_used(hosts, "h200") == [0, 5009]
+    hosts.ssh("h200", f"kill {pid}")
+    wait_for(lambda: gpu_used(hosts, "h200") == [0, 0], 5, "the stray's memory to be freed")
+    xml = hosts.nvidia_smi("h200", "-q -x")
+    assert xml.count("<product_name>NVIDIA H200</product_name>") == 2
+    assert "<attached_gpus>2</attached_gpus>" in xml
