@@ -169,10 +169,11 @@ class HostSession:
         """Take the per-unit lock; returns (holder handle or None, message)."""
         holder = f"{who()} pid={os.getpid()} since={datetime.now(UTC).isoformat(timespec='seconds')}"
         q = shlex.quote(state_dir)
-        inner = (f'd={q}; if [ -e "$d/lock" ]; then printf "stale:%s\\n" "$(cat "$d/lock")"; fi; '
-                 f'printf "%s\\n" "$1" > "$d/lock.tmp" && mv -f "$d/lock.tmp" "$d/lock"; '
-                 f'echo {LOCKED_MARKER}; cat >/dev/null; rm -f "$d/lock"')
-        command = (f"mkdir -p {q} && exec flock -n -E {LOCK_BUSY_RC} {q}/.flock "
+        # flock on <state>/lock (the kernel frees it when the holder dies); the file's text names
+        # the holder while held and is emptied on release, so text found on entry is a stale holder.
+        inner = (f'd={q}; if [ -s "$d/lock" ]; then printf "stale:%s\\n" "$(cat "$d/lock")"; fi; '
+                 f'printf "%s\\n" "$1" > "$d/lock"; echo {LOCKED_MARKER}; cat >/dev/null; : > "$d/lock"')
+        command = (f"mkdir -p {q} && exec flock -n -E {LOCK_BUSY_RC} {q}/lock "
                    f"sh -c {shlex.quote(inner)} sh {shlex.quote(holder)}")
         held = self.remote.hold(command, LOCKED_MARKER)
         if held.held:
@@ -222,7 +223,7 @@ class HostSession:
         self.report("step", step="install", path=deployment.unit_path)
         unit_q = shlex.quote(f"{deployment.unit}.service")
         then = (f"systemctl daemon-reload; systemctl reset-failed {unit_q} 2>/dev/null || true; "
-                f"systemctl start {unit_q}; echo @@invocation@@; systemctl show -p InvocationID --value {unit_q}")
+                f"systemctl enable --quiet {unit_q} 2>/dev/null || true; systemctl start {unit_q}; echo @@invocation@@; systemctl show -p InvocationID --value {unit_q}")
         meta = deployment_meta(deployment, "starting")
         record = deployment.record_dir
         files = {
@@ -441,7 +442,7 @@ def _adjustments(report: LogReport | None, info: dict[str, Any] | None, server: 
 
     found = {a.field: a.as_dict() for a in report.auto_adjusted} if report else {}
     if info:
-        for adjustment in settings_changed(server, info, reason="reported by /server_info"):
+        for adjustment in settings_changed(server, info, "/server_info"):
             found.setdefault(adjustment.field, adjustment.as_dict())
     return list(found.values())
 
@@ -636,3 +637,68 @@ def _transact(
 def _timings(startup: StartupResult, began: float) -> dict[str, float]:
     total = time.monotonic() - began
     return {"total_s": round(total, 3), "startup_s": round(startup.seconds, 3)}
+
+
+def rollback_unit(
+    name: str,
+    entry: HostEntry,
+    unit: str,
+    to: str | None,
+    options: ApplyOptions,
+    report: Reporter = _quiet,
+) -> ApplyResult:
+    """`sgdeploy rollback`: redeploy the last good (or the given) recorded deployment."""
+    began = time.monotonic()
+    try:
+        remote = connect(name, entry)
+    except ConnectError as exc:
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, str(exc))
+    with remote:
+        session = HostSession(remote, report)
+        try:
+            return _rollback(session, name, unit, to, options, report, began)
+        except ConnectionLost as exc:
+            return ApplyResult(Exit.NOTHING_HEALTHY, "connection_lost", name, unit,
+                               f"{exc}; re-run the rollback (it converges) or `sgdeploy status`",
+                               stats=remote.stats.as_dict())
+
+
+def _rollback(
+    session: HostSession, name: str, unit: str, to: str | None, options: ApplyOptions, report: Reporter,
+    began: float,
+) -> ApplyResult:
+    report("step", step="facts", host=name)
+    facts, _ = session.facts(unit, "/bin/true", "/nonexistent", 1)
+    target = to or facts.last_good
+    if target is None:
+        return ApplyResult(Exit.REFUSED, "refused", name, unit,
+                           f"no last good deployment of {unit} is recorded on {name}; give --to ID")
+    if target not in facts.deployments:
+        known = ", ".join(facts.deployments[-5:]) or "none"
+        return ApplyResult(Exit.REFUSED, "refused", name, unit,
+                           f"no deployment {target} of {unit} on {name} (recent: {known})")
+    deployment = deployment_from_record(session, unit, target)
+    if deployment is None:
+        return ApplyResult(Exit.REFUSED, "refused", name, unit,
+                           f"the record of {target} on {name} is incomplete or corrupt; choose another with --to")
+    held, note = session.lock(deployment.state_dir)
+    if held is None:
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{note}; nothing was changed")
+    try:
+        transaction = Transaction(session, name, options, report)
+        active = bool(facts.unit and facts.unit.exists)
+        startup = transaction.start(deployment, stop_first=active, best_effort_idle=True)
+        transaction.record(deployment, startup, "ready" if startup.ready else "failed")
+    finally:
+        held.release()
+    if startup.ready:
+        return _result_from(startup, exit_code=Exit.READY, status="ready", host=name, unit=unit,
+                            deployment_id=deployment.id,
+                            message=f"rolled back to {target} (recorded as {deployment.id}); ready after "
+                            f"{startup.seconds:.1f} s", timings=_timings(startup, began),
+                            stats=session.remote.stats.as_dict())
+    session.stop(unit)
+    return _result_from(startup, exit_code=Exit.NOTHING_HEALTHY, status="failed", host=name, unit=unit,
+                        deployment_id=deployment.id,
+                        message=f"the rollback to {target} failed: {startup.reason}; nothing healthy is running",
+                        stats=session.remote.stats.as_dict())

@@ -771,6 +771,37 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def settings_changed(
+    server: Mapping[str, Any] | None,
+    resolved: Mapping[str, Any],
+    source: str = "server_args dump",
+    line: int | None = None,
+) -> list[Adjustment]:
+    """What SGLang resolved differently from the profile, given its resolved arguments.
+
+    `resolved` is the server_args dump of a log, or `/server_info` of a running server. Fields
+    the profile set and SGLang changed are reported, and fields the profile left alone whose
+    resolved value changes behaviour (BEHAVIOUR_FIELDS: a graph or cache turned off, ...).
+    """
+    out: list[Adjustment] = []
+    if server is not None:
+        for name, wanted in server.items():
+            if name in resolved and not _same(wanted, resolved[name]):
+                reason = (
+                    f"the profile sets {name}={_show(wanted)}; "
+                    f"SGLang resolved it to {_show(resolved[name])} ({source})"
+                )
+                out.append(Adjustment(name, resolved[name], reason, line))
+    for name, (value, why) in BEHAVIOUR_FIELDS.items():
+        if server is not None and name in server:
+            continue
+        if name in resolved and _same(value, resolved[name]):
+            how = "the profile does not set it" if server is not None else "no profile given"
+            reason = f"{why} ({source}: {name}={_show(resolved[name])}; {how})"
+            out.append(Adjustment(name, resolved[name], reason, line))
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # The reader.
 
@@ -1007,24 +1038,7 @@ class LogReader:
         return adj
 
     def _dump_adjustments(self) -> list[Adjustment]:
-        dump, server = self._dump or {}, self.server
-        out: list[Adjustment] = []
-        if server is not None:
-            for name, wanted in server.items():
-                if name in dump and not _same(wanted, dump[name]):
-                    reason = (
-                        f"the profile sets {name}={_show(wanted)}; "
-                        f"SGLang resolved it to {_show(dump[name])}"
-                    )
-                    out.append(Adjustment(name, dump[name], reason, self._dump_line))
-        for name, (value, why) in BEHAVIOUR_FIELDS.items():
-            if server is not None and name in server:
-                continue
-            if name in dump and _same(value, dump[name]):
-                how = "the profile does not set it" if server is not None else "no profile given"
-                reason = f"{why} (server_args dump: {name}={_show(dump[name])}; {how})"
-                out.append(Adjustment(name, dump[name], reason, self._dump_line))
-        return out
+        return settings_changed(self.server, self._dump or {}, "server_args dump", self._dump_line)
 
     def _auto_adjusted(self) -> list[Adjustment]:
         merged: dict[str, Adjustment] = {}
