@@ -29,15 +29,26 @@ def wait_for(fn: Callable[[], object], timeout: float, what: str, interval: floa
 
 
 def start_unit(
-    hs: HostSet, host: str, unit: str, args: str, env: dict[str, str] | None = None,
-    *, serve: bool = False,
+    hs: HostSet,
+    host: str,
+    unit: str,
+    args: str,
+    env: dict[str, str] | None = None,
+    *,
+    serve: bool = False,
 ) -> None:
     """Install /etc/systemd/system/<unit>.service running the (simulated) SGLang, start it."""
-    cmd = f"/root/ml-env/bin/sglang serve {args}" if serve else f"{PY} -m sglang.launch_server {args}"
+    cmd = (
+        f"/root/ml-env/bin/sglang serve {args}" if serve else f"{PY} -m sglang.launch_server {args}"
+    )
     envs = "".join(f"Environment={k}={v}\n" for k, v in (env or {}).items())
     text = f"[Unit]\nDescription=SGLang test\n\n[Service]\nType=exec\n{envs}ExecStart={cmd}\n"
-    hs.ssh(host, f"cat > /etc/systemd/system/{unit}.service && systemctl daemon-reload && "
-                 f"systemctl reset-failed {unit} 2>/dev/null; systemctl start {unit}", input=text)
+    hs.ssh(
+        host,
+        f"cat > /etc/systemd/system/{unit}.service && systemctl daemon-reload && "
+        f"systemctl reset-failed {unit} 2>/dev/null; systemctl start {unit}",
+        input=text,
+    )
 
 
 def unit_result(hs: HostSet, host: str, unit: str) -> dict[str, str]:
@@ -61,39 +72,51 @@ def test_inventory_and_ssh(hosts: HostSet) -> None:
     for name, h in inv["hosts"].items():
         kh = open(h["known_hosts"]).read()
         assert f"[127.0.0.1]:{h['port']} ssh-ed25519 " in kh
-        out = hosts.ssh(name, "hostname; systemctl is-system-running; "
-                              "python3 -c \"import importlib.metadata as m; print(m.version('sglang'))\"")
+        out = hosts.ssh(
+            name,
+            "hostname; systemctl is-system-running; "
+            "python3 -c \"import importlib.metadata as m; print(m.version('sglang'))\"",
+        )
         hostname, state, version = out.stdout.split()
         assert (hostname, version) == (name, h["sglang_version"])
         failed = hosts.ssh(name, "systemctl --failed --no-legend").stdout
         assert state in ("running", "degraded"), failed
         assert "sim-gpu" not in failed and "ssh" not in failed, failed
-    smi = hosts.nvidia_smi("h200", "--query-gpu=index,name,compute_cap,memory.total "
-                                   "--format=csv,noheader")
-    assert smi.splitlines() == ["0, NVIDIA H200, 9.0, 143771 MiB", "1, NVIDIA H200, 9.0, 143771 MiB"]
+    smi = hosts.nvidia_smi(
+        "h200", "--query-gpu=index,name,compute_cap,memory.total --format=csv,noheader"
+    )
+    assert smi.splitlines() == [
+        "0, NVIDIA H200, 9.0, 143771 MiB",
+        "1, NVIDIA H200, 9.0, 143771 MiB",
+    ]
 
 
 def test_reference_launch_ready_health_memory(hosts: HostSet) -> None:
     """0.5.11 on ct129: the reference profile's flags reach ready; what SGLang changed is
     visible in /server_info; GPU memory is held while alive and freed after the delay."""
-    args = ("--model-path /root/models/Qwen3.6-27B --tp-size 2 --port 30000 "
-            "--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
-            "--speculative-num-draft-tokens 8 --mamba-scheduler-strategy extra_buffer")
+    args = (
+        "--model-path /root/models/Qwen3.6-27B --tp-size 2 --port 30000 "
+        "--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 8 --mamba-scheduler-strategy extra_buffer"
+    )
     start_unit(hosts, "ct129", "sgl-ref", args)
-    log = wait_for(lambda: READY in (j := hosts.journal("ct129", "sgl-ref")) and j,
-                   15, "the ready line")
+    log = wait_for(
+        lambda: READY in (j := hosts.journal("ct129", "sgl-ref")) and j, 15, "the ready line"
+    )
     assert isinstance(log, str)
     assert "server_args=ServerArgs(model_path='/root/models/Qwen3.6-27B'" in log
-    assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP1\] Load weight begin\. avail mem=",
-                     log, re.M)
+    assert re.search(
+        r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP1\] Load weight begin\. avail mem=", log, re.M
+    )
     assert re.search(r"TP0\] KV Cache is allocated\. #tokens: \d+, K size: [\d.]+ GB", log)
     assert "Capture cuda graph end. Time elapsed:" in log
     assert "Capture draft cuda graph end." in log
     assert "Disable piecewise CUDA graph because --disable-piecewise-cuda-graph is set" in log
     assert "INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)" in log
     assert log.index("Uvicorn running") < log.index(READY)
-    health = hosts.ssh("ct129", "curl -s -o /dev/null -w '%{http_code}' "
-                                "http://127.0.0.1:30000/health").stdout
+    health = hosts.ssh(
+        "ct129", "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health"
+    ).stdout
     assert health == "200"
     info = hosts.ssh("ct129", "curl -s http://127.0.0.1:30000/server_info").stdout
     info_d = json.loads(info)
@@ -102,28 +125,45 @@ def test_reference_launch_ready_health_memory(hosts: HostSet) -> None:
     assert info_d["speculative_num_draft_tokens"] == 4
     assert info_d["disable_piecewise_cuda_graph"] is True
     assert "sglang.launch_server" in info_d["launch_command"]
-    ready_404 = hosts.ssh("ct129", "curl -s -o /dev/null -w '%{http_code}' "
-                                   "http://127.0.0.1:30000/ready").stdout
+    ready_404 = hosts.ssh(
+        "ct129", "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/ready"
+    ).stdout
     assert ready_404 == "404"  # /ready only exists from 0.5.2x
     # streaming generation at the configured rate
-    gen = hosts.ssh("ct129", "curl -sN http://127.0.0.1:30000/v1/completions -H "
-                             "'content-type: application/json' -d "
-                             "'{\"prompt\": \"hi\", \"max_tokens\": 5, \"stream\": true}'").stdout
+    gen = hosts.ssh(
+        "ct129",
+        "curl -sN http://127.0.0.1:30000/v1/completions -H "
+        "'content-type: application/json' -d "
+        '\'{"prompt": "hi", "max_tokens": 5, "stream": true}\'',
+    ).stdout
     assert gen.count("data: ") == 6 and gen.rstrip().endswith("data: [DONE]")
     # GPU memory: held by one scheduler per rank, on both GPUs
     used = gpu_used(hosts, "ct129")
     assert all(u > 30000 for u in used), used
-    apps = hosts.nvidia_smi("ct129", "--query-compute-apps=pid,process_name,used_memory,gpu_uuid,"
-                                     "gpu_bus_id --format=csv,noheader")
+    apps = hosts.nvidia_smi(
+        "ct129",
+        "--query-compute-apps=pid,process_name,used_memory,gpu_uuid,"
+        "gpu_bus_id --format=csv,noheader",
+    )
     assert len(apps.splitlines()) == 2
     # a second server on the same port fails like uvicorn does, after loading
-    start_unit(hosts, "ct129", "sgl-dup", "--model-path /root/models/Qwen3-8B --port 30000 "
-                                           "--mem-fraction-static 0.05 --base-gpu-id 1")
-    wait_for(lambda: unit_result(hosts, "ct129", "sgl-dup")["ActiveState"] == "failed", 15,
-             "the duplicate to fail")
+    start_unit(
+        hosts,
+        "ct129",
+        "sgl-dup",
+        "--model-path /root/models/Qwen3-8B --port 30000 "
+        "--mem-fraction-static 0.05 --base-gpu-id 1",
+    )
+    wait_for(
+        lambda: unit_result(hosts, "ct129", "sgl-dup")["ActiveState"] == "failed",
+        15,
+        "the duplicate to fail",
+    )
     dup = hosts.journal("ct129", "sgl-dup")
-    assert ("ERROR:    [Errno 98] error while attempting to bind on address "
-            "('127.0.0.1', 30000): address already in use") in dup
+    assert (
+        "ERROR:    [Errno 98] error while attempting to bind on address "
+        "('127.0.0.1', 30000): address already in use"
+    ) in dup
     assert unit_result(hosts, "ct129", "sgl-dup")["ExecMainStatus"] == "1"
     # stop: memory stays reported until the release delay has passed, then it is free
     hosts.ssh("ct129", "systemctl stop sgl-ref")
@@ -137,50 +177,105 @@ def test_reference_launch_ready_health_memory(hosts: HostSet) -> None:
 
 FAILURE_CASES = {
     # failure: (expected lines, ActiveState/Result, ExecMainStatus)
-    "cuda_oom": (["Scheduler hit an exception: Traceback (most recent call last):",
-                  "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate",
-                  "Received sigquit from a child process. It usually means the child failed."],
-                 "signal", "9"),
-    "kv_cache_oom": (["RuntimeError: Not enough memory. Please try to increase "
-                      "--mem-fraction-static. Current value: mem_fraction_static=0.88"],
-                     "signal", "9"),
-    "graph_capture": (["Exception: Capture cuda graph failed: torch.OutOfMemoryError",
-                       "Possible solutions:", "--cuda-graph-backend-decode=disabled"],
-                      "signal", "9"),
-    "crash_after_ready": ([READY, "RuntimeError: CUDA error: an illegal memory access",
-                           "Received sigquit from a child process."], "signal", "9"),
-    "port_in_use": (["ERROR:    [Errno 98] error while attempting to bind on address "
-                     "('127.0.0.1', 310"], "exit-code", "1"),
-    "bad_argument": (["usage: sglang serve", "sglang serve: error: unrecognized arguments:"],
-                     "exit-code", "2"),
+    "cuda_oom": (
+        [
+            "Scheduler hit an exception: Traceback (most recent call last):",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate",
+            "Received sigquit from a child process. It usually means the child failed.",
+        ],
+        "signal",
+        "9",
+    ),
+    "kv_cache_oom": (
+        [
+            "RuntimeError: Not enough memory. Please try to increase "
+            "--mem-fraction-static. Current value: mem_fraction_static=0.88"
+        ],
+        "signal",
+        "9",
+    ),
+    "graph_capture": (
+        [
+            "Exception: Capture cuda graph failed: torch.OutOfMemoryError",
+            "Possible solutions:",
+            "--cuda-graph-backend-decode=disabled",
+        ],
+        "signal",
+        "9",
+    ),
+    "crash_after_ready": (
+        [
+            READY,
+            "RuntimeError: CUDA error: an illegal memory access",
+            "Received sigquit from a child process.",
+        ],
+        "signal",
+        "9",
+    ),
+    "port_in_use": (
+        ["ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 310"],
+        "exit-code",
+        "1",
+    ),
+    "bad_argument": (
+        ["usage: sglang serve", "sglang serve: error: unrecognized arguments:"],
+        "exit-code",
+        "2",
+    ),
 }
 
 
 def test_failure_modes_end_units_like_sglang(host_factory: Callable[..., HostSet]) -> None:
     """Every failure mode, each in its own unit on its own GPU of an 8-GPU 0.5.23 host."""
-    hs = host_factory(HostSpec.like("b200", name="fails",
-                                    sim=SimSettings(startup_s=1.2, crash_after_ready_s=0.5,
-                                                    release_delay_s=0.5)))
+    hs = host_factory(
+        HostSpec.like(
+            "b200",
+            name="fails",
+            sim=SimSettings(startup_s=1.2, crash_after_ready_s=0.5, release_delay_s=0.5),
+        )
+    )
     units = {}
     for gpu, failure in enumerate([*FAILURE_CASES, "hang"]):
         unit = f"fail-{failure.replace('_', '-')}"
         units[failure] = unit
-        start_unit(hs, "fails", unit,
-                   f"--model-path /root/models/Qwen3-8B --port {31000 + gpu}",
-                   {"SGLANG_SIM_FAIL": failure, "CUDA_VISIBLE_DEVICES": str(gpu)}, serve=True)
+        start_unit(
+            hs,
+            "fails",
+            unit,
+            f"--model-path /root/models/Qwen3-8B --port {31000 + gpu}",
+            {"SGLANG_SIM_FAIL": failure, "CUDA_VISIBLE_DEVICES": str(gpu)},
+            serve=True,
+        )
     # fail_when_arg from the host's config file: same host, profile A works, profile B fails
-    hs.configure_sim("fails", failure="kv_cache_oom", fail_when_arg="--cuda-graph-max-bs-decode=999")
-    start_unit(hs, "fails", "prof-a", "--model-path /root/models/Qwen3-8B --port 31010",
-               {"CUDA_VISIBLE_DEVICES": "7"})
-    start_unit(hs, "fails", "prof-b", "--model-path /root/models/Qwen3-8B --port 31011 "
-                                      "--cuda-graph-max-bs-decode=999",
-               {"CUDA_VISIBLE_DEVICES": "6"}, serve=True)
+    hs.configure_sim(
+        "fails", failure="kv_cache_oom", fail_when_arg="--cuda-graph-max-bs-decode=999"
+    )
+    start_unit(
+        hs,
+        "fails",
+        "prof-a",
+        "--model-path /root/models/Qwen3-8B --port 31010",
+        {"CUDA_VISIBLE_DEVICES": "7"},
+    )
+    start_unit(
+        hs,
+        "fails",
+        "prof-b",
+        "--model-path /root/models/Qwen3-8B --port 31011 --cuda-graph-max-bs-decode=999",
+        {"CUDA_VISIBLE_DEVICES": "6"},
+        serve=True,
+    )
 
     def all_done() -> bool:
-        return all(unit_result(hs, "fails", u)["ActiveState"] == "failed"
-                   for f, u in units.items() if f != "hang") and \
-            unit_result(hs, "fails", "prof-b")["ActiveState"] == "failed" and \
-            READY in hs.journal("fails", "prof-a")
+        return (
+            all(
+                unit_result(hs, "fails", u)["ActiveState"] == "failed"
+                for f, u in units.items()
+                if f != "hang"
+            )
+            and unit_result(hs, "fails", "prof-b")["ActiveState"] == "failed"
+            and READY in hs.journal("fails", "prof-a")
+        )
 
     wait_for(all_done, 25, "every failing unit to end", interval=0.3)
     for failure, (lines, result, status) in FAILURE_CASES.items():
@@ -215,26 +310,38 @@ def test_argument_errors(hosts: HostSet) -> None:
     assert code == 2 and err.startswith("usage: sglang serve")
     assert err.rstrip().endswith("sglang serve: error: unrecognized arguments: --foo bar")
     # 0.5.23 removed the flags the reference profile uses
-    code, err = run("h200", "--model-path /m --mamba-scheduler-strategy extra_buffer "
-                            "--enforce-piecewise-cuda-graph")
-    assert code == 2 and ("unrecognized arguments: --mamba-scheduler-strategy extra_buffer "
-                          "--enforce-piecewise-cuda-graph") in err
+    code, err = run(
+        "h200",
+        "--model-path /m --mamba-scheduler-strategy extra_buffer --enforce-piecewise-cuda-graph",
+    )
+    assert (
+        code == 2
+        and (
+            "unrecognized arguments: --mamba-scheduler-strategy extra_buffer "
+            "--enforce-piecewise-cuda-graph"
+        )
+        in err
+    )
     code, err = run("ct129", "--model-path /m --tp-size two")
-    assert code == 2 and "argument --tensor-parallel-size/--tp-size: invalid int value: 'two'" in err
+    assert (
+        code == 2 and "argument --tensor-parallel-size/--tp-size: invalid int value: 'two'" in err
+    )
     code, err = run("ct129", "--model-path /m --speculative-algorithm MEDUSA")
     assert code == 2 and "argument --speculative-algorithm: invalid choice: 'MEDUSA'" in err
     # 0.5.11 refuses --language-only without --encoder-urls, after parsing
     code, err = run("ct129", "--model-path /root/models/Qwen3.6-27B --language-only")
     assert code == 1 and err.rstrip().endswith(
-        "ValueError: requires at least one encoder urls to be set via --encoder-urls")
+        "ValueError: requires at least one encoder urls to be set via --encoder-urls"
+    )
     code, err = run("ct129", "--model-path /root/models/nope")
     assert code == 1 and "OSError: Can't load the configuration of '/root/models/nope'" in err
 
 
 def test_stray_process_shows_in_nvidia_smi(hosts: HostSet) -> None:
     pid = hosts.plant_stray("h200", gpu=1, mib=5000)
-    apps = hosts.nvidia_smi("h200", "--query-compute-apps=pid,process_name,used_memory "
-                                    "--format=csv,noheader,nounits")
+    apps = hosts.nvidia_smi(
+        "h200", "--query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits"
+    )
     assert f"{pid}, python3, 5000" in apps.splitlines()
     table = hosts.nvidia_smi("h200")
     assert re.search(rf"\|\s+1\s+N/A\s+N/A\s+{pid}\s+C\s+python3\s+5000MiB \|", table)

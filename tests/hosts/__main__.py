@@ -1,7 +1,7 @@
 """python -m tests.hosts up|down|list|build: test hosts for demos and manual poking.
 
-    python -m tests.hosts up --count 1 --like ct129     # boots, prints the inventory path
-    python -m tests.hosts down                          # stops every host started by `up`
+python -m tests.hosts up --count 1 --like ct129     # boots, prints the inventory path
+python -m tests.hosts down                          # stops every host started by `up`
 """
 
 from __future__ import annotations
@@ -46,14 +46,20 @@ def main(argv: list[str] | None = None) -> int:
             specs.append(spec)
         t0 = time.monotonic()
         hs = start_hosts(specs, owner="cli")
-        print(f"booted {len(hs)} host(s) in {time.monotonic() - t0:.1f}s (run {hs.run_dir.name})",
-              file=sys.stderr)
+        print(
+            f"booted {len(hs)} host(s) in {time.monotonic() - t0:.1f}s (run {hs.run_dir.name})",
+            file=sys.stderr,
+        )
         for h in hs:
             print(f"  {h.name}: {' '.join(hs.ssh_argv(h, control=False))}", file=sys.stderr)
         print(f"stop with: python -m tests.hosts down {hs.run_dir.name}", file=sys.stderr)
         print(hs.inventory_path)
         return 0
-    runs = sorted(d for d in RUN_ROOT.glob("*") if (d / "state.json").exists()) if RUN_ROOT.exists() else []
+    runs = (
+        sorted(d for d in RUN_ROOT.glob("*") if (d / "state.json").exists())
+        if RUN_ROOT.exists()
+        else []
+    )
     if a.cmd == "list":
         for d in runs:
             st = json.loads((d / "state.json").read_text())
@@ -61,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{d.name}  {names}  {d / 'inventory.toml'}")
         return 0
     if a.cmd == "down":
+
         def stale_or_cli(d: object) -> bool:
             st = json.loads((d / "state.json").read_text())  # type: ignore[operator]
             if st.get("owner") == "cli":

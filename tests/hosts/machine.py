@@ -284,7 +284,9 @@ class HostSet:
         """Change the simulated SGLang's settings on a host (takes effect at the next launch)."""
         h = self._host(host)
         if "fail_when_arg" in changes and isinstance(changes["fail_when_arg"], str):
-            changes["fail_when_arg"] = [changes["fail_when_arg"]] if changes["fail_when_arg"] else []
+            changes["fail_when_arg"] = (
+                [changes["fail_when_arg"]] if changes["fail_when_arg"] else []
+            )
         if changes.get("failure") and changes["failure"] not in FAILURES:
             raise ValueError(f"unknown failure {changes['failure']!r}; one of {FAILURES}")
         h.spec.sim = dataclasses.replace(h.spec.sim, **changes)  # type: ignore[arg-type]
@@ -625,7 +627,7 @@ def start_hosts(
             def wrapped(orig=orig) -> None:  # type: ignore[no-untyped-def]
                 try:
                     orig()
-                except BaseException as e:  # noqa: BLE001
+                except BaseException as e:
                     errors.append(e)
 
             t.run = wrapped  # type: ignore[method-assign]
@@ -647,13 +649,14 @@ def start_hosts(
                 state = cp.stdout.strip()
                 if state not in ("running", "degraded"):
                     raise RuntimeError(f"{h.name}: system state {state!r}: {cp.stderr.strip()}")
-            except BaseException as e:  # noqa: BLE001
+            except BaseException as e:
                 errors.append(e)
 
         run_all([threading.Thread(target=wait, args=(h,)) for h in hosts])
         if errors:
             logs = "\n".join(
-                f"--- {h.name} boot.log\n" + (h.dir / "boot.log").read_text(errors="replace")[-3000:]
+                f"--- {h.name} boot.log\n"
+                + (h.dir / "boot.log").read_text(errors="replace")[-3000:]
                 for h in hosts
             )
             raise RuntimeError(f"test hosts did not boot: {errors[0]}\n{logs}")

@@ -187,9 +187,7 @@ def snapshot() -> list[dict]:
 def free_mib(index: int, exclude_pid: int | None = None) -> int:
     cfg = config()
     total = int(cfg["memory_mib"]) - int(cfg["reserved_mib"])
-    used = sum(
-        r["used_mib"] for r in records() if index in r["gpus"] and r["pid"] != exclude_pid
-    )
+    used = sum(r["used_mib"] for r in records() if index in r["gpus"] and r["pid"] != exclude_pid)
     return total - used
 
 
@@ -303,8 +301,11 @@ def _table(gpus: list[dict], cfg: dict) -> str:
     lines = [
         f"{ts}       ",
         "+-----------------------------------------------------------------------------------------+",
-        "| " + f"NVIDIA-SMI {drv}".ljust(34) + f"Driver Version: {drv}".ljust(31)
-        + f"CUDA Version: {cuda}".ljust(22) + " |",
+        "| "
+        + f"NVIDIA-SMI {drv}".ljust(34)
+        + f"Driver Version: {drv}".ljust(31)
+        + f"CUDA Version: {cuda}".ljust(22)
+        + " |",
         bar,
         "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
         "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
@@ -367,9 +368,13 @@ def _xml(gpus: list[dict], cfg: dict) -> str:
         head,
     )
     head = re.sub(
-        r"<cuda_version>.*?</cuda_version>", f"<cuda_version>{cfg['cuda_version']}</cuda_version>", head
+        r"<cuda_version>.*?</cuda_version>",
+        f"<cuda_version>{cfg['cuda_version']}</cuda_version>",
+        head,
     )
-    head = re.sub(r"<attached_gpus>.*?</attached_gpus>", f"<attached_gpus>{len(gpus)}</attached_gpus>", head)
+    head = re.sub(
+        r"<attached_gpus>.*?</attached_gpus>", f"<attached_gpus>{len(gpus)}</attached_gpus>", head
+    )
     blocks = []
     for g in gpus:
         arch = model_facts(g["name"])[0]
@@ -434,7 +439,17 @@ def nvidia_smi(argv: list[str]) -> int:
             opts[k] = v
         elif a in ("--query-gpu", "--query-compute-apps", "--format", "-i", "--id"):
             opts[a] = next(it, "")
-        elif a in ("-q", "--query", "-x", "--xml-format", "-L", "--list-gpus", "--version", "-h", "--help"):
+        elif a in (
+            "-q",
+            "--query",
+            "-x",
+            "--xml-format",
+            "-L",
+            "--list-gpus",
+            "--version",
+            "-h",
+            "--help",
+        ):
             flags.add(a)
         elif a.startswith("-i") and len(a) > 2:
             opts["-i"] = a[2:]
@@ -489,7 +504,9 @@ def nvidia_smi(argv: list[str]) -> int:
             sys.stdout.write(_xml(gpus, cfg))
             return 0
         # plain -q: the handful of fields a deployer reads
-        print(f"\n==============NVSMI LOG==============\n\nTimestamp                                 : {time.asctime()}")
+        print(
+            f"\n==============NVSMI LOG==============\n\nTimestamp                                 : {time.asctime()}"
+        )
         print(f"Driver Version                            : {cfg['driver_version']}")
         print(f"CUDA Version                              : {cfg['cuda_version']}\n")
         print(f"Attached GPUs                             : {len(gpus)}")

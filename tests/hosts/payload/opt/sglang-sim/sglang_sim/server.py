@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, "/opt/sglang-sim")
-import sim_gpu  # noqa: E402
+import sim_gpu
 
 CATALOG_DIR = Path(os.environ.get("SGLANG_SIM_CATALOGS", "/opt/sglang-sim/catalogs"))
 SETTINGS_FILE = Path(os.environ.get("SGLANG_SIM_CONFIG", "/etc/sglang-sim.toml"))
@@ -79,8 +79,13 @@ def uv(msg: str, level: str = "INFO") -> None:
 
 
 def access(client: str, line: str, status: int) -> None:
-    phrase = {200: "OK", 401: "Unauthorized", 404: "Not Found", 503: "Service Unavailable",
-              400: "Bad Request"}.get(status, "")
+    phrase = {
+        200: "OK",
+        401: "Unauthorized",
+        404: "Not Found",
+        503: "Service Unavailable",
+        400: "Bad Request",
+    }.get(status, "")
     os.write(1, f'INFO:     {client} - "{line}" {status} {phrase}\n'.encode())
 
 
@@ -99,8 +104,13 @@ def load_settings() -> dict:
     if env.get("SGLANG_SIM_FAIL") is not None:
         s["failure"] = env["SGLANG_SIM_FAIL"]
         s["fail_when_arg"] = []
-    for key in ("startup_s", "tokens_per_s", "release_delay_s", "crash_after_ready_s",
-                "slow_start_s"):
+    for key in (
+        "startup_s",
+        "tokens_per_s",
+        "release_delay_s",
+        "crash_after_ready_s",
+        "slow_start_s",
+    ):
         if env.get(f"SGLANG_SIM_{key.upper()}"):
             s[key] = float(env[f"SGLANG_SIM_{key.upper()}"])
     if env.get("SGLANG_SIM_FAIL_WHEN_ARG"):
@@ -190,8 +200,10 @@ def build_parser(catalog: dict) -> argparse.ArgumentParser:
             pos = [o for o in opts if not any(o == "--no-" + p[2:] for p in opts)]
             kw["action"] = argparse.BooleanOptionalAction
             opts = pos
-        elif f.get("store_true") or (not f.get("takes_value", True) and not f.get("nargs")) or (
-            f.get("nargs") in ("0", 0)
+        elif (
+            f.get("store_true")
+            or (not f.get("takes_value", True) and not f.get("nargs"))
+            or (f.get("nargs") in ("0", 0))
         ):
             kw["action"] = "store_true"
             kw["default"] = bool(f.get("default") or False)
@@ -232,21 +244,32 @@ def _entry_frames(entry: str) -> list[tuple[str, int, str, str]]:
         return [
             ("<frozen runpy>", 198, "_run_module_as_main", ""),
             ("<frozen runpy>", 88, "_run_code", ""),
-            (f"{PKG}/sglang/launch_server.py", 24 if not NEW else 88, "<module>",
-             "server_args = prepare_server_args(sys.argv[1:])"),
+            (
+                f"{PKG}/sglang/launch_server.py",
+                24 if not NEW else 88,
+                "<module>",
+                "server_args = prepare_server_args(sys.argv[1:])",
+            ),
         ]
     return [
         ("/root/ml-env/bin/sglang", 8, "<module>", "sys.exit(main())"),
         (f"{PKG}/sglang/cli/main.py", 41, "main", "serve(args, extra_argv)"),
-        (f"{PKG}/sglang/cli/serve.py", 97, "serve", "server_args = prepare_server_args(extra_argv)"),
+        (
+            f"{PKG}/sglang/cli/serve.py",
+            97,
+            "serve",
+            "server_args = prepare_server_args(extra_argv)",
+        ),
     ]
 
 
 def model_config(path: str, entry: str) -> dict:
     p = Path(path)
     if not p.is_dir():
-        hf = ("huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
-              f"'namespace/repo_name': '{path}'. Use `repo_type` argument if needed.")
+        hf = (
+            "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+            f"'namespace/repo_name': '{path}'. Use `repo_type` argument if needed."
+        )
         emit_raw(
             "Traceback (most recent call last):\n"
             f'  File "{PKG}/transformers/configuration_utils.py", line 708, in _get_config_dict\n'
@@ -258,12 +281,19 @@ def model_config(path: str, entry: str) -> dict:
         _traceback_exit(
             _entry_frames(entry)
             + [
-                (f"{PKG}/sglang/srt/server_args.py", 6515 if not NEW else 712,
-                 "prepare_server_args", "return ServerArgs.from_cli_args(raw_args)"),
-                (f"{PKG}/sglang/srt/utils/hf_transformers_utils.py", 390, "get_config",
-                 "raise e"),
-                (f"{PKG}/transformers/configuration_utils.py", 731, "_get_config_dict",
-                 "raise OSError("),
+                (
+                    f"{PKG}/sglang/srt/server_args.py",
+                    6515 if not NEW else 712,
+                    "prepare_server_args",
+                    "return ServerArgs.from_cli_args(raw_args)",
+                ),
+                (f"{PKG}/sglang/srt/utils/hf_transformers_utils.py", 390, "get_config", "raise e"),
+                (
+                    f"{PKG}/transformers/configuration_utils.py",
+                    731,
+                    "_get_config_dict",
+                    "raise OSError(",
+                ),
             ],
             f"OSError: Can't load the configuration of '{path}'. If you were trying to load it "
             "from 'https://huggingface.co/models', make sure you don't have a local directory "
@@ -274,8 +304,14 @@ def model_config(path: str, entry: str) -> dict:
     if not cfg_file.exists():
         _traceback_exit(
             _entry_frames(entry)
-            + [(f"{PKG}/transformers/configuration_utils.py", 731, "_get_config_dict",
-                "raise OSError(")],
+            + [
+                (
+                    f"{PKG}/transformers/configuration_utils.py",
+                    731,
+                    "_get_config_dict",
+                    "raise OSError(",
+                )
+            ],
             f"OSError: {path} does not appear to have a file named config.json. Checkout "
             f"'https://huggingface.co/{path}/tree/None' for available files.",
         )
@@ -314,8 +350,9 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
     if args.get("mem_fraction_static") is None:
         args["mem_fraction_static"] = 0.88 if mem_total > 80_000 else 0.85
     if args.get("chunked_prefill_size") is None:
-        args["chunked_prefill_size"] = 4096 if mem_total < 60_000 else (
-            8192 if mem_total < 160_000 else 16384)
+        args["chunked_prefill_size"] = (
+            4096 if mem_total < 60_000 else (8192 if mem_total < 160_000 else 16384)
+        )
     if args.get("attention_backend") is None:
         args["attention_backend"] = "flashinfer" if cc < 9 else ("fa3" if cc < 10 else "trtllm_mha")
     if "sampling_backend" in args and args.get("sampling_backend") is None:
@@ -338,14 +375,22 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
         if args["speculative_algorithm"] in ("EAGLE", "EAGLE3", "STANDALONE"):
             if args.get("max_running_requests") is None:
                 change("max_running_requests", 48, "speculative decoding")
-                early.append("Max running requests is reset to 48 for speculative decoding. "
-                             "You can override this by explicitly setting --max-running-requests.")
+                early.append(
+                    "Max running requests is reset to 48 for speculative decoding. "
+                    "You can override this by explicitly setting --max-running-requests."
+                )
             if steps is None:
                 if topk is not None or draft is not None:
                     _traceback_exit(
                         _entry_frames(entry)
-                        + [(f"{PKG}/sglang/srt/server_args.py", 3054, "_handle_speculative_decoding",
-                            "assert (")],
+                        + [
+                            (
+                                f"{PKG}/sglang/srt/server_args.py",
+                                3054,
+                                "_handle_speculative_decoding",
+                                "assert (",
+                            )
+                        ],
                         "AssertionError",
                     )
                 auto = (5, 4, 8) if "Llama" in arch or "Grok" in arch else (3, 1, 4)
@@ -353,25 +398,38 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
                 change("speculative_eagle_topk", auto[1], "auto-chosen")
                 change("speculative_num_draft_tokens", auto[2], "auto-chosen")
             elif topk == 1 and draft != steps + 1:
-                early.append("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
-                             "when speculative_eagle_topk == 1")
-                change("speculative_num_draft_tokens", steps + 1,
-                       "topk == 1 forces draft tokens = steps + 1")
+                early.append(
+                    "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
+                    "when speculative_eagle_topk == 1"
+                )
+                change(
+                    "speculative_num_draft_tokens",
+                    steps + 1,
+                    "topk == 1 forces draft tokens = steps + 1",
+                )
             if args.get("enable_mixed_chunk"):
                 change("enable_mixed_chunk", False, "not supported with speculative decoding")
 
     # piecewise / prefill CUDA graph
     if "disable_piecewise_cuda_graph" in args:
         if not args.get("enforce_piecewise_cuda_graph") and is_multimodal(cfg):
-            change("disable_piecewise_cuda_graph", True,
-                   "multimodal / VLM model (_handle_piecewise_cuda_graph)")
+            change(
+                "disable_piecewise_cuda_graph",
+                True,
+                "multimodal / VLM model (_handle_piecewise_cuda_graph)",
+            )
     elif "cuda_graph_backend_prefill" in args:
-        explicit = args.get("cuda_graph_backend_prefill") is not None or args.get(
-            "disable_prefill_cuda_graph") or args.get("disable_cuda_graph")
+        explicit = (
+            args.get("cuda_graph_backend_prefill") is not None
+            or args.get("disable_prefill_cuda_graph")
+            or args.get("disable_cuda_graph")
+        )
         if not explicit and is_multimodal(cfg):
             change("cuda_graph_backend_prefill", "disabled", "multimodal model")
-            early.append("Breakable CUDA graph is incompatible with multimodal models; "
-                         "disabling prefill CUDA graph.")
+            early.append(
+                "Breakable CUDA graph is incompatible with multimodal models; "
+                "disabling prefill CUDA graph."
+            )
 
     # encoder disaggregation
     if args.get("language_only") and not args.get("encoder_urls"):
@@ -379,27 +437,49 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
             _traceback_exit(
                 _entry_frames(entry)
                 + [
-                    (f"{PKG}/sglang/srt/server_args.py", 6515, "prepare_server_args",
-                     "return ServerArgs.from_cli_args(raw_args)"),
-                    (f"{PKG}/sglang/srt/server_args.py", 6092, "from_cli_args",
-                     "return cls(**{attr: getattr(args, attr) for attr in attrs})"),
+                    (
+                        f"{PKG}/sglang/srt/server_args.py",
+                        6515,
+                        "prepare_server_args",
+                        "return ServerArgs.from_cli_args(raw_args)",
+                    ),
+                    (
+                        f"{PKG}/sglang/srt/server_args.py",
+                        6092,
+                        "from_cli_args",
+                        "return cls(**{attr: getattr(args, attr) for attr in attrs})",
+                    ),
                     ("<string>", 369, "__init__", ""),
-                    (f"{PKG}/sglang/srt/server_args.py", 853, "__post_init__",
-                     "self._handle_encoder_disaggregation()"),
-                    (f"{PKG}/sglang/srt/server_args.py", 3808, "_handle_encoder_disaggregation",
-                     "raise ValueError("),
+                    (
+                        f"{PKG}/sglang/srt/server_args.py",
+                        853,
+                        "__post_init__",
+                        "self._handle_encoder_disaggregation()",
+                    ),
+                    (
+                        f"{PKG}/sglang/srt/server_args.py",
+                        3808,
+                        "_handle_encoder_disaggregation",
+                        "raise ValueError(",
+                    ),
                 ],
                 "ValueError: requires at least one encoder urls to be set via --encoder-urls",
             )
-        early.append("--language-only is set without --encoder-urls; the encoder can register "
-                     "later via --encoder-register-urls.")
+        early.append(
+            "--language-only is set without --encoder-urls; the encoder can register "
+            "later via --encoder-register-urls."
+        )
     return changes
 
 
 def args_repr(args: dict) -> str:
     if NEW:
-        return "server_args=" + repr({k: ("<redacted>" if k in ("api_key", "admin_api_key")
-                                          and v else v) for k, v in args.items()})
+        return "server_args=" + repr(
+            {
+                k: ("<redacted>" if k in ("api_key", "admin_api_key") and v else v)
+                for k, v in args.items()
+            }
+        )
     return "server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")"
 
 
@@ -473,8 +553,12 @@ class Rank:
         """Scheduler hit an exception: log it, SIGQUIT the parent, wait to be killed."""
         tb = ["Traceback (most recent call last):\n"]
         base = [
-            (f"{PKG}/sglang/srt/managers/scheduler.py", 6360 if NEW else 2922,
-             "run_scheduler_process", "scheduler = Scheduler("),
+            (
+                f"{PKG}/sglang/srt/managers/scheduler.py",
+                6360 if NEW else 2922,
+                "run_scheduler_process",
+                "scheduler = Scheduler(",
+            ),
         ]
         for file, line, func, src in base + frames:
             tb.append(f'  File "{file}", line {line}, in {func}\n')
@@ -529,8 +613,14 @@ class Rank:
             log("Init torch distributed begin.")
         if slot >= len(visible):
             self.hit_exception(
-                [(f"{PKG}/torch/cuda/__init__.py", 567, "set_device",
-                  "torch._C._cuda_setDevice(device)")],
+                [
+                    (
+                        f"{PKG}/torch/cuda/__init__.py",
+                        567,
+                        "set_device",
+                        "torch._C._cuda_setDevice(device)",
+                    )
+                ],
                 "RuntimeError: CUDA error: invalid device ordinal\nCUDA kernel errors might be "
                 "asynchronously reported at some other API call, so the stacktrace below might be "
                 "incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with "
@@ -538,13 +628,16 @@ class Rank:
             )
         self.gpu_index = visible[slot]
         self.slot = slot
-        sim_gpu.register(os.getpid(), [self.gpu_index], 0, "python3",
-                         float(s.get("release_delay_s", 2.0)))
+        sim_gpu.register(
+            os.getpid(), [self.gpu_index], 0, "python3", float(s.get("release_delay_s", 2.0))
+        )
         self.hold(min(520, target))
         self.phase_sleep(0.05)
         t0 = time.monotonic()
-        log(f"Init {'parallel' if NEW else 'torch distributed'} ends. "
-            f"elapsed={time.monotonic() - t0 + 0.1:.2f} s")
+        log(
+            f"Init {'parallel' if NEW else 'torch distributed'} ends. "
+            f"elapsed={time.monotonic() - t0 + 0.1:.2f} s"
+        )
         avail0 = self.avail()
         log(f"Load weight begin. avail mem={gb(avail0)} GB")
         if self.failure == "hang" and s.get("hang_at", "load") == "load":
@@ -555,33 +648,62 @@ class Rank:
         if self.failure == "cuda_oom" or avail0 < weights:
             self.hit_exception(
                 [
-                    (f"{PKG}/sglang/srt/model_executor/model_runner.py", 1324 if NEW else 887,
-                     "load_model", "self.model = get_model("),
-                    (f"{PKG}/sglang/srt/model_loader/loader.py", 680, "load_model",
-                     "model = _initialize_model("),
-                    (f"{PKG}/torch/nn/modules/module.py", 1355, "to", "return self._apply(convert)"),
-                    (f"{PKG}/torch/nn/modules/module.py", 1341, "convert",
-                     "return t.to(device, dtype if t.is_floating_point() else None, non_blocking)"),
+                    (
+                        f"{PKG}/sglang/srt/model_executor/model_runner.py",
+                        1324 if NEW else 887,
+                        "load_model",
+                        "self.model = get_model(",
+                    ),
+                    (
+                        f"{PKG}/sglang/srt/model_loader/loader.py",
+                        680,
+                        "load_model",
+                        "model = _initialize_model(",
+                    ),
+                    (
+                        f"{PKG}/torch/nn/modules/module.py",
+                        1355,
+                        "to",
+                        "return self._apply(convert)",
+                    ),
+                    (
+                        f"{PKG}/torch/nn/modules/module.py",
+                        1341,
+                        "convert",
+                        "return t.to(device, dtype if t.is_floating_point() else None, non_blocking)",
+                    ),
                 ],
-                self.oom(max(1024.0, weights / 8),
-                         None if self.failure == "cuda_oom" else max(0.0, avail0 - self.used))
+                self.oom(
+                    max(1024.0, weights / 8),
+                    None if self.failure == "cuda_oom" else max(0.0, avail0 - self.used),
+                )
                 + "\n",
             )
         self.hold(self.used + weights)
         arch = self.ctx["arch"]
-        log(f"Load weight end. elapsed={time.monotonic() - t0:.2f} s, type={arch}, "
-            f"avail mem={gb(self.avail())} GB, mem usage={gb(weights)} GB.")
+        log(
+            f"Load weight end. elapsed={time.monotonic() - t0:.2f} s, type={arch}, "
+            f"avail mem={gb(self.avail())} GB, mem usage={gb(weights)} GB."
+        )
         self.phase_sleep(0.05)
         kv = target - self.used - graph_mib
         if self.failure == "kv_cache_oom" or kv <= 0:
             self.hit_exception(
                 [
-                    (f"{PKG}/sglang/srt/model_executor/model_runner.py", 520 if NEW else 412,
-                     "initialize", "self.init_memory_pool("),
-                    (f"{PKG}/sglang/srt/model_executor/pool_configurator.py" if NEW else
-                     f"{PKG}/sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
-                     94 if NEW else 55, "init_memory_pool" if not NEW else "configure",
-                     "raise RuntimeError("),
+                    (
+                        f"{PKG}/sglang/srt/model_executor/model_runner.py",
+                        520 if NEW else 412,
+                        "initialize",
+                        "self.init_memory_pool(",
+                    ),
+                    (
+                        f"{PKG}/sglang/srt/model_executor/pool_configurator.py"
+                        if NEW
+                        else f"{PKG}/sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
+                        94 if NEW else 55,
+                        "init_memory_pool" if not NEW else "configure",
+                        "raise RuntimeError(",
+                    ),
                 ],
                 "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
                 f"Current value: mem_fraction_static={mem_frac}\n",
@@ -590,17 +712,21 @@ class Rank:
         self.ctx["tokens"] = tokens
         self.hold(self.used + kv)
         dtype = "dtype: torch.bfloat16, " if NEW else ""
-        log(f"KV Cache is allocated. {dtype}#tokens: {tokens}, K size: {gb(kv / 2)} GB, "
-            f"V size: {gb(kv / 2)} GB")
+        log(
+            f"KV Cache is allocated. {dtype}#tokens: {tokens}, K size: {gb(kv / 2)} GB, "
+            f"V size: {gb(kv / 2)} GB"
+        )
         if NEW:
             log(f"Memory pool end. avail mem={gb(self.avail())} GB")
         self.capture_graphs(graph_mib, target)
         if self.rank == 0:
             mrr = a.get("max_running_requests") or (2048 if NEW else 4096)
-            log(f"max_total_num_tokens={tokens}, chunked_prefill_size={a['chunked_prefill_size']}, "
+            log(
+                f"max_total_num_tokens={tokens}, chunked_prefill_size={a['chunked_prefill_size']}, "
                 f"max_prefill_tokens={a.get('max_prefill_tokens') or 16384}, "
                 f"max_running_requests={mrr}, context_len={a['context_length']}, "
-                f"available_gpu_mem={gb(self.avail())} GB")
+                f"available_gpu_mem={gb(self.avail())} GB"
+            )
 
     def capture_graphs(self, graph_mib: int, target: int) -> None:
         a = self.args
@@ -608,34 +734,72 @@ class Rank:
         disable_all = bool(a.get("disable_cuda_graph"))
         per = 0.25 / (3 if spec else 2)
         max_bs = a.get("cuda_graph_max_bs") or a.get("cuda_graph_max_bs_decode") or 32
-        bs = [b for b in (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192,
-                          224, 256) if b <= int(max_bs)] or [1]
+        bs = [
+            b
+            for b in (
+                1,
+                2,
+                4,
+                8,
+                12,
+                16,
+                24,
+                32,
+                40,
+                48,
+                56,
+                64,
+                80,
+                96,
+                112,
+                128,
+                160,
+                192,
+                224,
+                256,
+            )
+            if b <= int(max_bs)
+        ] or [1]
         over = self.avail() < 0  # mem fraction beyond the GPU
         fail = self.failure == "graph_capture" or over or target > self.gpu_total - self.reserved
 
         def fail_capture() -> None:
             if NEW:
-                sol = ("Possible solutions:\n"
-                       "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-                       "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
-                       "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
-                       "(Not recommended. Huge performance loss)\n")
+                sol = (
+                    "Possible solutions:\n"
+                    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+                    "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
+                    "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
+                    "(Not recommended. Huge performance loss)\n"
+                )
             else:
-                sol = ("Possible solutions:\n"
-                       "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-                       "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
-                       "3. disable torch compile by not using --enable-torch-compile\n"
-                       "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge "
-                       "performance loss)\n")
-            sol += ("Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/"
-                    "choose \n")
+                sol = (
+                    "Possible solutions:\n"
+                    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+                    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+                    "3. disable torch compile by not using --enable-torch-compile\n"
+                    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge "
+                    "performance loss)\n"
+                )
+            sol += (
+                "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+            )
             self.hit_exception(
                 [
-                    (f"{PKG}/sglang/srt/model_executor/model_runner.py", 2450 if not NEW else 1580,
-                     "init_device_graphs", "self.graph_runner = graph_runners[self.device](self)"),
-                    (f"{PKG}/sglang/srt/model_executor/cuda_graph_runner.py" if not NEW else
-                     f"{PKG}/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
-                     390 if not NEW else 603, "__init__", "raise Exception("),
+                    (
+                        f"{PKG}/sglang/srt/model_executor/model_runner.py",
+                        2450 if not NEW else 1580,
+                        "init_device_graphs",
+                        "self.graph_runner = graph_runners[self.device](self)",
+                    ),
+                    (
+                        f"{PKG}/sglang/srt/model_executor/cuda_graph_runner.py"
+                        if not NEW
+                        else f"{PKG}/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
+                        390 if not NEW else 603,
+                        "__init__",
+                        "raise Exception(",
+                    ),
                 ],
                 f"Exception: Capture cuda graph failed: "
                 f"{self.oom(2048.0, None if self.failure == 'graph_capture' else max(0.0, self.avail()))}"
@@ -649,91 +813,126 @@ class Rank:
         if NEW:
             kind = "verify" if spec else "decode"
             ntpr = (a.get("speculative_num_draft_tokens") or 4) if spec else 1
-            log(f"Capture target {kind} CUDA graph begin. backend=full, num_tokens_per_req={ntpr}, "
-                f"avail mem={gb(avail)} GB")
+            log(
+                f"Capture target {kind} CUDA graph begin. backend=full, num_tokens_per_req={ntpr}, "
+                f"avail mem={gb(avail)} GB"
+            )
             self.phase_sleep(per)
             if fail:
                 fail_capture()
             self.hold(self.used + graph_mib // 2)
-            log(f"Capture target {kind} CUDA graph end. bs={bs}, elapsed="
+            log(
+                f"Capture target {kind} CUDA graph end. bs={bs}, elapsed="
                 f"{time.monotonic() - t0:.2f} s, mem usage={gb(graph_mib / 2)} GB, "
-                f"avail mem={gb(self.avail())} GB.")
+                f"avail mem={gb(self.avail())} GB."
+            )
             prefill = a.get("cuda_graph_backend_prefill")
             if a.get("disable_prefill_cuda_graph") or prefill == "disabled":
-                reason = ("--disable-prefill-cuda-graph is set" if a.get("disable_prefill_cuda_graph")
-                          else "--cuda-graph-backend-prefill=disabled")
+                reason = (
+                    "--disable-prefill-cuda-graph is set"
+                    if a.get("disable_prefill_cuda_graph")
+                    else "--cuda-graph-backend-prefill=disabled"
+                )
                 log(f"Disable prefill CUDA graph because {reason}")
             else:
                 t0 = time.monotonic()
                 toks = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
-                log(f"Capture target prefill CUDA graph begin. backend={prefill or 'breakable'}, "
-                    f"num_tokens={toks}, avail mem={gb(self.avail())} GB")
+                log(
+                    f"Capture target prefill CUDA graph begin. backend={prefill or 'breakable'}, "
+                    f"num_tokens={toks}, avail mem={gb(self.avail())} GB"
+                )
                 self.phase_sleep(per)
                 self.hold(self.used + graph_mib // 4)
-                log(f"Capture target prefill CUDA graph end. elapsed={time.monotonic() - t0:.2f} s, "
-                    f"mem usage={gb(graph_mib / 4)} GB, avail mem={gb(self.avail())} GB.")
+                log(
+                    f"Capture target prefill CUDA graph end. elapsed={time.monotonic() - t0:.2f} s, "
+                    f"mem usage={gb(graph_mib / 4)} GB, avail mem={gb(self.avail())} GB."
+                )
             if spec:
                 t0 = time.monotonic()
                 topk = a.get("speculative_eagle_topk") or 1
-                log(f"Capture draft decode CUDA graph begin. backend=full, num_tokens_per_req={topk}, "
-                    f"bs={bs}, avail mem={gb(self.avail())} GB")
+                log(
+                    f"Capture draft decode CUDA graph begin. backend=full, num_tokens_per_req={topk}, "
+                    f"bs={bs}, avail mem={gb(self.avail())} GB"
+                )
                 self.phase_sleep(per)
                 self.hold(self.used + graph_mib // 8)
-                log(f"Capture draft decode CUDA graph end. elapsed={time.monotonic() - t0:.2f} s, "
-                    f"mem usage={gb(graph_mib / 8)} GB, avail mem={gb(self.avail())} GB.")
+                log(
+                    f"Capture draft decode CUDA graph end. elapsed={time.monotonic() - t0:.2f} s, "
+                    f"mem usage={gb(graph_mib / 8)} GB, avail mem={gb(self.avail())} GB."
+                )
                 if self.rank == 0:
                     t0 = time.monotonic()
-                    log(f"Capture draft extend CUDA graph begin. backend=full, "
+                    log(
+                        f"Capture draft extend CUDA graph begin. backend=full, "
                         f"num_tokens_per_req={a.get('speculative_num_draft_tokens') or 4}, "
-                        f"bs={bs}, avail mem={gb(self.avail())} GB")
-                    log(f"Capture draft extend CUDA graph end. elapsed="
+                        f"bs={bs}, avail mem={gb(self.avail())} GB"
+                    )
+                    log(
+                        f"Capture draft extend CUDA graph end. elapsed="
                         f"{time.monotonic() - t0 + 0.05:.2f} s, mem usage=0.05 GB, "
-                        f"avail mem={gb(self.avail())} GB.")
+                        f"avail mem={gb(self.avail())} GB."
+                    )
             return
         # 0.5.10 / 0.5.11 wording
-        log(f"Capture cuda graph begin. This can take up to several minutes. avail mem={gb(avail)} GB")
+        log(
+            f"Capture cuda graph begin. This can take up to several minutes. avail mem={gb(avail)} GB"
+        )
         log(f"Capture cuda graph bs {bs}")
         self.phase_sleep(per)
         if fail:
             fail_capture()
         self.hold(self.used + graph_mib // 2)
-        log(f"Capture cuda graph end. Time elapsed: {time.monotonic() - t0:.2f} s. "
-            f"mem usage={gb(graph_mib / 2)} GB. avail mem={gb(self.avail())} GB.")
+        log(
+            f"Capture cuda graph end. Time elapsed: {time.monotonic() - t0:.2f} s. "
+            f"mem usage={gb(graph_mib / 2)} GB. avail mem={gb(self.avail())} GB."
+        )
         if spec:
             t0 = time.monotonic()
-            log("Capture draft cuda graph begin. This can take up to several minutes. "
-                f"avail mem={gb(self.avail())} GB")
+            log(
+                "Capture draft cuda graph begin. This can take up to several minutes. "
+                f"avail mem={gb(self.avail())} GB"
+            )
             self.phase_sleep(per)
             self.hold(self.used + graph_mib // 8)
-            log(f"Capture draft cuda graph end. Time elapsed: {time.monotonic() - t0:.2f} s. "
-                f"mem usage={gb(graph_mib / 8)} GB. avail mem={gb(self.avail())} GB.")
+            log(
+                f"Capture draft cuda graph end. Time elapsed: {time.monotonic() - t0:.2f} s. "
+                f"mem usage={gb(graph_mib / 8)} GB. avail mem={gb(self.avail())} GB."
+            )
             t0 = time.monotonic()
-            log("Capture draft extend cuda graph begin. This can take up to several minutes. "
-                f"avail mem={gb(self.avail())} GB")
-            log(f"Capture draft extend cuda graph end. Time elapsed: "
+            log(
+                "Capture draft extend cuda graph begin. This can take up to several minutes. "
+                f"avail mem={gb(self.avail())} GB"
+            )
+            log(
+                f"Capture draft extend cuda graph end. Time elapsed: "
                 f"{time.monotonic() - t0 + 0.05:.2f} s. mem usage=0.05 GB. "
-                f"avail mem={gb(self.avail())} GB.")
+                f"avail mem={gb(self.avail())} GB."
+            )
         if a.get("disable_piecewise_cuda_graph"):
             log("Disable piecewise CUDA graph because --disable-piecewise-cuda-graph is set")
         else:
             t0 = time.monotonic()
             log(f"Capture piecewise CUDA graph begin. avail mem={gb(self.avail())} GB")
             maxtok = a.get("piecewise_cuda_graph_max_tokens") or 4096
-            toks = [t for t in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-                    if t <= maxtok]
+            toks = [
+                t for t in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192) if t <= maxtok
+            ]
             log(f"Capture cuda graph num tokens {toks}")
             self.phase_sleep(per)
             self.hold(self.used + graph_mib // 4)
-            log(f"Capture piecewise CUDA graph end. Time elapsed: {time.monotonic() - t0:.2f} s. "
-                f"mem usage={gb(graph_mib / 4)} GB. avail mem={gb(self.avail())} GB.")
+            log(
+                f"Capture piecewise CUDA graph end. Time elapsed: {time.monotonic() - t0:.2f} s. "
+                f"mem usage={gb(graph_mib / 4)} GB. avail mem={gb(self.avail())} GB."
+            )
 
 
 def scheduler_main(rank: int, ctx: dict, ready_w: int, ctl_r: int) -> None:
     r = Rank(rank, ctx)
     try:
         r.run()
-        os.write(ready_w, json.dumps({"rank": rank, "tokens": ctx.get("tokens", 0)}).encode()
-                 + b"\n")
+        os.write(
+            ready_w, json.dumps({"rank": rank, "tokens": ctx.get("tokens", 0)}).encode() + b"\n"
+        )
         # wait for the server to be ready (or the parent to go away)
         data = os.read(ctl_r, 1)
         if not data and not ctx["settings"].get("orphan_children"):
@@ -742,10 +941,18 @@ def scheduler_main(rank: int, ctx: dict, ready_w: int, ctl_r: int) -> None:
             time.sleep(float(ctx["settings"].get("crash_after_ready_s", 2.0)))
             r.hit_exception(
                 [
-                    (f"{PKG}/sglang/srt/managers/scheduler.py", 1120, "event_loop_overlap",
-                     "batch_result = self.run_batch(batch)"),
-                    (f"{PKG}/sglang/srt/model_executor/model_runner.py", 2760, "forward",
-                     "output = self._forward_raw("),
+                    (
+                        f"{PKG}/sglang/srt/managers/scheduler.py",
+                        1120,
+                        "event_loop_overlap",
+                        "batch_result = self.run_batch(batch)",
+                    ),
+                    (
+                        f"{PKG}/sglang/srt/model_executor/model_runner.py",
+                        2760,
+                        "forward",
+                        "output = self._forward_raw(",
+                    ),
                 ],
                 "RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel "
                 "errors might be asynchronously reported at some other API call, so the "
@@ -776,8 +983,7 @@ class State:
     started = time.time()
 
 
-WORDS = ("the quick brown fox jumps over a lazy dog and then some more tokens flow out of "
-         "this simulated model at a steady rate").split()
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "then", "some", "more", "tokens", "flow", "out", "of", "this", "simulated", "model", "at", "a", "steady", "rate"]
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -793,8 +999,11 @@ class Handler(BaseHTTPRequestHandler):
         excl = State.args.get("uvicorn_access_log_exclude_prefixes") or []
         if any(path.startswith(p) for p in excl):
             return
-        access(f"{self.client_address[0]}:{self.client_address[1]}",
-               f"{self.command} {self.path} HTTP/1.1", status)
+        access(
+            f"{self.client_address[0]}:{self.client_address[1]}",
+            f"{self.command} {self.path} HTTP/1.1",
+            status,
+        )
 
     def _send(self, status: int, body: object = b"", ctype: str = "application/json") -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -823,7 +1032,7 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             return {}
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         path = self.path.split("?")[0]
         if not self._auth_ok(path):
             return self._send(401, {"error": "Unauthorized"})
@@ -831,48 +1040,74 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/health", "/health_generate"):
             return self._send(200 if State.ready else 503, b"", "text/plain")
         if path == "/ready" and NEW:
-            return self._send(200 if State.ready else 503,
-                              {"status": "ready" if State.ready else "starting"})
+            return self._send(
+                200 if State.ready else 503, {"status": "ready" if State.ready else "starting"}
+            )
         if path in ("/model_info", "/get_model_info"):
-            return self._send(200, {
-                "model_path": a["model_path"], "tokenizer_path": a["tokenizer_path"],
-                "is_generation": True, "preferred_sampling_params": None,
-                "weight_version": "default",
-                "has_image_understanding": is_multimodal(State.cfg),  # type: ignore[attr-defined]
-                "has_audio_understanding": False,
-                "model_type": State.cfg.get("model_type"),  # type: ignore[attr-defined]
-                "architectures": State.cfg.get("architectures"),  # type: ignore[attr-defined]
-            })
+            return self._send(
+                200,
+                {
+                    "model_path": a["model_path"],
+                    "tokenizer_path": a["tokenizer_path"],
+                    "is_generation": True,
+                    "preferred_sampling_params": None,
+                    "weight_version": "default",
+                    "has_image_understanding": is_multimodal(State.cfg),  # type: ignore[attr-defined]
+                    "has_audio_understanding": False,
+                    "model_type": State.cfg.get("model_type"),  # type: ignore[attr-defined]
+                    "architectures": State.cfg.get("architectures"),  # type: ignore[attr-defined]
+                },
+            )
         if path == "/v1/models":
-            return self._send(200, {"object": "list", "data": [{
-                "id": a["served_model_name"], "object": "model", "created": int(State.started),
-                "owned_by": "sglang", "root": a["model_path"], "parent": None,
-                "max_model_len": a["context_length"]}]})
+            return self._send(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": a["served_model_name"],
+                            "object": "model",
+                            "created": int(State.started),
+                            "owned_by": "sglang",
+                            "root": a["model_path"],
+                            "parent": None,
+                            "max_model_len": a["context_length"],
+                        }
+                    ],
+                },
+            )
         if path in ("/server_info", "/get_server_info"):
             info = dict(a)
             if info.get("api_key"):
                 info["api_key"] = "<redacted>"
-            info.update({
-                "version": VERSION,
-                "launch_command": State.launch_command,
-                "auto_adjusted": State.changes,
-                "status": "ready" if State.ready else "starting",
-                "internal_states": [{"max_total_num_tokens": State.max_total_tokens,
-                                     "last_gen_throughput": 0.0,
-                                     "speculative_num_draft_tokens":
-                                         a.get("speculative_num_draft_tokens")}],
-            })
+            info.update(
+                {
+                    "version": VERSION,
+                    "launch_command": State.launch_command,
+                    "auto_adjusted": State.changes,
+                    "status": "ready" if State.ready else "starting",
+                    "internal_states": [
+                        {
+                            "max_total_num_tokens": State.max_total_tokens,
+                            "last_gen_throughput": 0.0,
+                            "speculative_num_draft_tokens": a.get("speculative_num_draft_tokens"),
+                        }
+                    ],
+                }
+            )
             if NEW:
                 info["frontend"] = "python"
             return self._send(200, info)
         if path == "/metrics" and a.get("enable_metrics"):
-            body = (f'sglang:num_running_reqs{{model_name="{a["served_model_name"]}"}} 0.0\n'
-                    f'sglang:max_total_num_tokens{{model_name="{a["served_model_name"]}"}} '
-                    f"{State.max_total_tokens}.0\n").encode()
+            body = (
+                f'sglang:num_running_reqs{{model_name="{a["served_model_name"]}"}} 0.0\n'
+                f'sglang:max_total_num_tokens{{model_name="{a["served_model_name"]}"}} '
+                f"{State.max_total_tokens}.0\n"
+            ).encode()
             return self._send(200, body, "text/plain; version=0.0.4")
         return self._send(404, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         path = self.path.split("?")[0]
         if not self._auth_ok(path):
             return self._send(401, {"error": "Unauthorized"})
@@ -891,8 +1126,9 @@ class Handler(BaseHTTPRequestHandler):
             return self._generate(n, ptoks, bool(body.get("stream")), kind, body)
         return self._send(404, {"detail": "Not Found"})
 
-    def _generate(self, n: int, ptoks: int, stream: bool, kind: str, body: dict | None = None
-                  ) -> None:
+    def _generate(
+        self, n: int, ptoks: int, stream: bool, kind: str, body: dict | None = None
+    ) -> None:
         if not State.bound:
             return self._send(503, {"error": "server starting"})
         delay = 1.0 / max(0.001, State.tokens_per_s)
@@ -904,18 +1140,43 @@ class Handler(BaseHTTPRequestHandler):
         def final_obj(text: str) -> dict:
             usage = {"prompt_tokens": ptoks, "completion_tokens": n, "total_tokens": ptoks + n}
             if kind == "native":
-                return {"text": text, "output_ids": list(range(n)), "meta_info": {
-                    "id": rid, "prompt_tokens": ptoks, "completion_tokens": n, "cached_tokens": 0,
-                    "finish_reason": {"type": "length", "length": n},
-                    "e2e_latency": time.monotonic() - t0}}
+                return {
+                    "text": text,
+                    "output_ids": list(range(n)),
+                    "meta_info": {
+                        "id": rid,
+                        "prompt_tokens": ptoks,
+                        "completion_tokens": n,
+                        "cached_tokens": 0,
+                        "finish_reason": {"type": "length", "length": n},
+                        "e2e_latency": time.monotonic() - t0,
+                    },
+                }
             if kind == "chat":
-                return {"id": rid, "object": "chat.completion", "created": int(time.time()),
-                        "model": model, "choices": [{"index": 0, "message": {
-                            "role": "assistant", "content": text}, "finish_reason": "length"}],
-                        "usage": usage}
-            return {"id": rid, "object": "text_completion", "created": int(time.time()),
-                    "model": model, "choices": [{"index": 0, "text": text, "logprobs": None,
-                                                 "finish_reason": "length"}], "usage": usage}
+                return {
+                    "id": rid,
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "length",
+                        }
+                    ],
+                    "usage": usage,
+                }
+            return {
+                "id": rid,
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+                ],
+                "usage": usage,
+            }
 
         if not stream:
             time.sleep(delay * n)
@@ -933,24 +1194,54 @@ class Handler(BaseHTTPRequestHandler):
                 text += tok
                 last = i == n - 1
                 if kind == "native":
-                    obj = {"text": text, "output_ids": list(range(i + 1)), "meta_info": {
-                        "id": rid, "prompt_tokens": ptoks, "completion_tokens": i + 1,
-                        "finish_reason": {"type": "length", "length": n} if last else None}}
+                    obj = {
+                        "text": text,
+                        "output_ids": list(range(i + 1)),
+                        "meta_info": {
+                            "id": rid,
+                            "prompt_tokens": ptoks,
+                            "completion_tokens": i + 1,
+                            "finish_reason": {"type": "length", "length": n} if last else None,
+                        },
+                    }
                 elif kind == "chat":
-                    obj = {"id": rid, "object": "chat.completion.chunk", "model": model,
-                           "choices": [{"index": 0, "delta": {"content": tok},
-                                        "finish_reason": "length" if last else None}]}
+                    obj = {
+                        "id": rid,
+                        "object": "chat.completion.chunk",
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {"content": tok},
+                                "finish_reason": "length" if last else None,
+                            }
+                        ],
+                    }
                 else:
-                    obj = {"id": rid, "object": "text_completion", "model": model,
-                           "choices": [{"index": 0, "text": tok, "logprobs": None,
-                                        "finish_reason": "length" if last else None}]}
+                    obj = {
+                        "id": rid,
+                        "object": "text_completion",
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "text": tok,
+                                "logprobs": None,
+                                "finish_reason": "length" if last else None,
+                            }
+                        ],
+                    }
                 self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
                 self.wfile.flush()
-            if kind != "native" and body and (body.get("stream_options") or {}).get("include_usage"):
-                usage = {"prompt_tokens": ptoks, "completion_tokens": n,
-                         "total_tokens": ptoks + n}
-                self.wfile.write(f"data: {json.dumps({'id': rid, 'choices': [], 'usage': usage})}"
-                                 "\n\n".encode())
+            if (
+                kind != "native"
+                and body
+                and (body.get("stream_options") or {}).get("include_usage")
+            ):
+                usage = {"prompt_tokens": ptoks, "completion_tokens": n, "total_tokens": ptoks + n}
+                self.wfile.write(
+                    f"data: {json.dumps({'id': rid, 'choices': [], 'usage': usage})}\n\n".encode()
+                )
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
@@ -982,7 +1273,11 @@ def main(argv: list[str], entry: str) -> None:
 
         warnings.warn_explicit(
             "'python -m sglang.launch_server' is still supported, but 'sglang serve' is the "
-            "recommended entrypoint.", UserWarning, f"{PKG}/sglang/launch_server.py", 70)
+            "recommended entrypoint.",
+            UserWarning,
+            f"{PKG}/sglang/launch_server.py",
+            70,
+        )
     settings = load_settings()
     failure = active_failure(settings, argv)
     catalog = load_catalog()
@@ -1010,11 +1305,17 @@ def main(argv: list[str], entry: str) -> None:
     tp = int(args.get("tp_size") or 1)
     arch = (cfg.get("architectures") or ["LlamaForCausalLM"])[0]
     ctx = {
-        "args": args, "settings": settings, "failure": failure, "gpu": gpu,
-        "startup_s": startup_s, "arch": arch, "parent": os.getpid(),
-        "weights_mib": int(cfg.get("sim_weights_mib", 0)) or int(
-            (settings.get("mem_mib") or args["mem_fraction_static"] * int(gpu["memory_mib"]))
-            * 0.45),
+        "args": args,
+        "settings": settings,
+        "failure": failure,
+        "gpu": gpu,
+        "startup_s": startup_s,
+        "arch": arch,
+        "parent": os.getpid(),
+        "weights_mib": int(cfg.get("sim_weights_mib", 0))
+        or int(
+            (settings.get("mem_mib") or args["mem_fraction_static"] * int(gpu["memory_mib"])) * 0.45
+        ),
         "kv_bytes_per_token": int(cfg.get("sim_kv_bytes_per_token", 65536)),
     }
     signal.signal(signal.SIGQUIT, on_sigquit)
@@ -1065,13 +1366,20 @@ def main(argv: list[str], entry: str) -> None:
             with contextlib.suppress(ChildProcessError):
                 wpid, status = os.waitpid(cpid, os.WNOHANG)
                 if wpid and rank not in ready_ranks:
-                    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(
-                        status)
+                    code = (
+                        -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                    )
                     kill_children()
                     _traceback_exit(
-                        _entry_frames(entry) + [
-                            (f"{PKG}/sglang/srt/entrypoints/engine.py", 2008, "_launch_subprocesses",
-                             "raise RuntimeError(")],
+                        _entry_frames(entry)
+                        + [
+                            (
+                                f"{PKG}/sglang/srt/entrypoints/engine.py",
+                                2008,
+                                "_launch_subprocesses",
+                                "raise RuntimeError(",
+                            )
+                        ],
                         f"RuntimeError: Rank {rank} scheduler died during initialization (exit "
                         f"code: {code}). If exit code is -9 (SIGKILL), a common cause is the OS "
                         "OOM killer. Run `dmesg -T | grep -i oom` to check.",
@@ -1100,8 +1408,11 @@ def main(argv: list[str], entry: str) -> None:
 
         httpd = Server((host, port), Handler)
     except OSError as e:
-        uv(f"[Errno {e.errno}] error while attempting to bind on address ('{host}', {port}): "
-           f"{(e.strerror or '').lower()}", "ERROR")
+        uv(
+            f"[Errno {e.errno}] error while attempting to bind on address ('{host}', {port}): "
+            f"{(e.strerror or '').lower()}",
+            "ERROR",
+        )
         uv("Waiting for application shutdown.")
         uv("Application shutdown complete.")
         sys.exit(1)
@@ -1132,20 +1443,28 @@ def main(argv: list[str], entry: str) -> None:
         base = f"http://{client if host in ('0.0.0.0', '::') else shown}:{port}"
         headers = {"Authorization": f"Bearer {args['api_key']}"} if args.get("api_key") else {}
         with contextlib.suppress(Exception):
-            urllib.request.urlopen(urllib.request.Request(base + "/model_info", headers=headers),
-                                   timeout=10).read()
+            urllib.request.urlopen(
+                urllib.request.Request(base + "/model_info", headers=headers), timeout=10
+            ).read()
         if True:
             rank0 = " TP0" if tp > 1 else ""
-            os.write(2, f"[{_now()}{rank0}] Prefill batch. #new-seq: 1, #new-token: 6, "
-                        "#cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, \n"
-                     .encode())
+            os.write(
+                2,
+                f"[{_now()}{rank0}] Prefill batch. #new-seq: 1, #new-token: 6, "
+                "#cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, \n".encode(),
+            )
         with contextlib.suppress(Exception):
             req = urllib.request.Request(
-                base + "/generate", method="POST",
-                data=json.dumps({"text": "The capital city of France is",
-                                 "sampling_params": {"temperature": 0, "max_new_tokens": 8}}
-                                ).encode(),
-                headers={"content-type": "application/json", **headers})
+                base + "/generate",
+                method="POST",
+                data=json.dumps(
+                    {
+                        "text": "The capital city of France is",
+                        "sampling_params": {"temperature": 0, "max_new_tokens": 8},
+                    }
+                ).encode(),
+                headers={"content-type": "application/json", **headers},
+            )
             saved = State.tokens_per_s
             urllib.request.urlopen(req, timeout=30).read()
             State.tokens_per_s = saved
