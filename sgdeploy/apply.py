@@ -61,6 +61,7 @@ class ApplyOptions:
     dry_run: bool = False
     gpu_idle_timeout_s: float = 120.0
     health_timeout_s: float = 60.0
+    settle_s: float = 5.0  # after ready: the unit must keep running and healthy this long
     sglang: str | None = None
 
 
@@ -318,6 +319,32 @@ class HostSession:
             time.sleep(0.5)
         return False, f"{deployment.health_path} did not return 200 within {timeout_s:.0f} s ({last})"
 
+    def settle(self, deployment: Deployment, seconds: float) -> tuple[bool, str]:
+        """Watch a ready server for `seconds`: same main process, no restart, still healthy."""
+        if seconds <= 0:
+            return True, "not watched"
+        self.report("step", step="settle", seconds=seconds)
+        unit_q = shlex.quote(f"{deployment.unit}.service")
+        probe = f"systemctl show -p MainPID,NRestarts,ActiveState --no-pager {unit_q}"
+        first = self.remote.run(probe).stdout
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+            now = self.remote.run(probe).stdout
+            if now != first:
+                return False, f"the server died after becoming ready ({' '.join(now.split())})"
+        try:
+            status = self.remote.http_get(deployment.port, deployment.health_path).status
+        except ConnectionRefusedError:
+            status = 0
+        if status != 200:
+            return False, f"{deployment.health_path} answered {status or 'nothing'} {seconds:.0f} s after ready"
+        return True, "stable"
+
+    def journal_tail(self, unit: str, lines: int = 15) -> list[str]:
+        out = self.remote.run(f"journalctl -u {shlex.quote(unit + '.service')} -o cat -n {lines} --no-pager").stdout
+        return out.splitlines()
+
     def server_info(self, deployment: Deployment) -> dict[str, Any] | None:
         for path in ("/server_info", "/get_server_info"):
             try:
@@ -413,8 +440,11 @@ class Transaction:
         startup = self.session.follow(deployment, invocation, deployment.expected_phases)
         if startup.ready:
             healthy, why = self.session.check_health(deployment, self.options.health_timeout_s)
+            if healthy:
+                healthy, why = self.session.settle(deployment, self.options.settle_s)
             if not healthy:
                 startup.ready, startup.reason, startup.failure_kind = False, why, "unhealthy"
+                startup.explain = self.session.journal_tail(deployment.unit)
             else:
                 startup.auto_adjusted = _adjustments(startup.report, self.session.server_info(deployment),
                                                      deployment.server)

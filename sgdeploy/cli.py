@@ -189,7 +189,8 @@ def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
 
     loaded, name, entry, target = _load_for_host(args)
     options = ApplyOptions(rollback=not getattr(args, "no_rollback", False), force=getattr(args, "force", False),
-                           dry_run=dry_run, gpu_idle_timeout_s=getattr(args, "gpu_idle_timeout", 120.0))
+                           dry_run=dry_run, gpu_idle_timeout_s=getattr(args, "gpu_idle_timeout", 120.0),
+                           settle_s=getattr(args, "settle", 5.0))
     progress = Progress(json_events=getattr(args, "json", False))
     result = apply_profile(loaded, name, entry, target, options, progress)  # type: ignore[arg-type]
     if getattr(args, "json", False):
@@ -215,6 +216,138 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except RefusedError as exc:
         _err(f"sgdeploy plan: would refuse: {exc}")
         return EXIT_FAILED
+
+
+# --------------------------------------------------------------------------- operate
+def cmd_logcheck(args: argparse.Namespace) -> int:
+    from sgdeploy import report
+    from sgdeploy.logs import read_log
+
+    server, version = _logcheck_profile(args)
+    if args.logfile == "-":
+        log = read_log(sys.stdin, server, version)
+    else:
+        if not Path(args.logfile).is_file():
+            raise UsageError(f"no such log file: {args.logfile}")
+        with open(args.logfile, encoding="utf-8", errors="replace") as handle:
+            log = read_log(handle, server, version)
+    if args.json:
+        _out(json.dumps(log.as_json(), indent=2, default=str) + "\n")
+    else:
+        _out(report.logcheck_text(log, "<stdin>" if args.logfile == "-" else args.logfile))
+    return EXIT_OK if log.ready else EXIT_FAILED
+
+
+def _logcheck_profile(args: argparse.Namespace) -> tuple[dict[str, object] | None, str | None]:
+    """The profile's [server] and, when its host is in the inventory, that host's SGLang version."""
+    from sgdeploy.inventory import inventory_path
+    from sgdeploy.profile import load_profile
+    from sgdeploy.validate import InventoryContext, select_host
+
+    if not args.profile:
+        return None, None
+    if not Path(args.profile).is_file():
+        raise UsageError(f"no such profile: {args.profile}")
+    loaded = load_profile(args.profile)
+    if loaded.model is None:
+        raise UsageError(f"{args.profile} is not a valid profile (see `sgdeploy validate {args.profile}`)")
+    try:
+        host = select_host(loaded.model.deploy.host, InventoryContext.load(inventory_path(args.inventory)), None)
+    except LookupError:
+        host = None
+    return dict(loaded.model.server), (host.sglang_version if host else None)
+
+
+def _unit_target(args: argparse.Namespace) -> tuple[str, object, str, object, str | None]:
+    """`PROFILE | --host H --unit U`: (host name, inventory entry, unit, loaded profile or None,
+    the inventory's SGLang version of the host)."""
+    from sgdeploy.facts import check_unit_name
+    from sgdeploy.inventory import inventory_path
+    from sgdeploy.profile import load_profile
+    from sgdeploy.validate import InventoryContext, select_host
+
+    inventory = InventoryContext.load(inventory_path(args.inventory))
+    if inventory.inventory is None:
+        raise UsageError(f"{inventory.path}: an inventory is needed to reach the host")
+    loaded = None
+    if args.profile:
+        if not Path(args.profile).is_file():
+            raise UsageError(f"no such profile: {args.profile}")
+        loaded = load_profile(args.profile)
+        if loaded.model is None:
+            raise UsageError(f"{args.profile} is not a valid profile (see `sgdeploy validate {args.profile}`)")
+        if args.unit and args.unit != loaded.model.deploy.unit:
+            raise UsageError(f"--unit {args.unit} differs from the profile's unit {loaded.model.deploy.unit}")
+        unit = loaded.model.deploy.unit
+        try:
+            target = select_host(loaded.model.deploy.host, inventory, args.host)
+        except LookupError as exc:
+            raise UsageError(str(exc)) from None
+        assert target is not None
+        name = target.name
+    else:
+        if not args.host or not args.unit:
+            raise UsageError("give a PROFILE, or both --host H and --unit U")
+        if args.host not in inventory.inventory.hosts:
+            raise UsageError(f"--host {args.host} is not a host of {inventory.path}")
+        name, unit = args.host, args.unit
+    try:
+        check_unit_name(unit)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    entry = inventory.inventory.hosts[name]
+    return name, entry, unit.removesuffix(".service"), loaded, entry.sglang_version
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from sgdeploy import report
+    from sgdeploy.operate import OperateError, gather_history
+
+    name, entry, unit, _, _ = _unit_target(args)
+    try:
+        history = gather_history(name, entry, unit)  # type: ignore[arg-type]
+    except OperateError as exc:
+        raise UsageError(str(exc)) from None
+    _out(json.dumps(history.as_dict(), indent=2) + "\n" if args.json else report.history_text(history))
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from sgdeploy import report
+    from sgdeploy.operate import OperateError, gather_status
+
+    name, entry, unit, loaded, version = _unit_target(args)
+    try:
+        status = gather_status(name, entry, unit, loaded, version)  # type: ignore[arg-type]
+    except OperateError as exc:
+        raise UsageError(str(exc)) from None
+    _out(json.dumps(status.as_dict(), indent=2) + "\n" if args.json else report.status_text(status))
+    return status.exit_code
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from sgdeploy import report
+    from sgdeploy.apply import ApplyOptions, rollback_unit
+
+    name, entry, unit, _, _ = _unit_target(args)
+    options = ApplyOptions(gpu_idle_timeout_s=args.gpu_idle_timeout)
+    progress = Progress(json_events=args.json)
+    result = rollback_unit(name, entry, unit, args.to, options, progress)  # type: ignore[arg-type]
+    if args.json:
+        document = result.as_dict()
+        document["events"] = progress.events
+        _out(json.dumps(document, indent=2, default=str) + "\n")
+    else:
+        _out(report.apply_text(result))
+    return int(result.exit_code)
+
+
+def _unit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("profile", metavar="PROFILE", nargs="?", help="the profile (or give --host and --unit)")
+    parser.add_argument("--host", metavar="H")
+    parser.add_argument("--unit", metavar="U", help="the systemd unit, without a profile")
+    parser.add_argument("--inventory", metavar="FILE")
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 
 # --------------------------------------------------------------------------- parser
@@ -251,8 +384,31 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--no-rollback", action="store_true", help="leave a failed deployment stopped")
     apply.add_argument("--force", action="store_true", help="redeploy even when the host runs this unit")
     apply.add_argument("--gpu-idle-timeout", type=float, default=120.0, metavar="S")
+    apply.add_argument("--settle", type=float, default=5.0, metavar="S",
+                       help="after ready, the server must stay up and healthy this long (default 5)")
     apply.add_argument("--json", action="store_true", help="one JSON document with the result and events")
     apply.set_defaults(func=cmd_apply)
+
+    rollback = sub.add_parser("rollback", help="redeploy the last good (or the given) deployment")
+    _unit_arguments(rollback)
+    rollback.add_argument("--to", metavar="ID", help="the recorded deployment to restore (see history)")
+    rollback.add_argument("--gpu-idle-timeout", type=float, default=120.0, metavar="S")
+    rollback.set_defaults(func=cmd_rollback)
+
+    history = sub.add_parser("history", help="the deployments recorded on the host, newest first")
+    _unit_arguments(history)
+    history.set_defaults(func=cmd_history)
+
+    status = sub.add_parser("status", help="unit state, running deployment, drift, GPUs, health")
+    _unit_arguments(status)
+    status.set_defaults(func=cmd_status)
+
+    logcheck = sub.add_parser("logcheck", help="read an SGLang server log: phases, readiness, failure")
+    logcheck.add_argument("logfile", metavar="LOGFILE", help="a log file, or - for stdin")
+    logcheck.add_argument("--profile", metavar="P", help="the profile the server was launched from")
+    logcheck.add_argument("--inventory", metavar="FILE")
+    logcheck.add_argument("--json", action="store_true", help="SPEC section 4's JSON document")
+    logcheck.set_defaults(func=cmd_logcheck)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of a profile")
     schema.add_argument("--sglang", metavar="VERSION", help="spell out [server] for this version")
