@@ -104,3 +104,128 @@ def plan_text(plan: Any) -> str:
     if plan.unit_diff:
         lines.append(plan.unit_diff.rstrip("\n"))
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- logcheck / history / status
+def _since(start: str | None, t: str | None) -> str:
+    from datetime import datetime
+
+    if not start or not t:
+        return ""
+    try:
+        return f" (+{(datetime.fromisoformat(t) - datetime.fromisoformat(start)).total_seconds():.1f} s)"
+    except ValueError:
+        return ""
+
+
+def logcheck_text(report: Any, source: str) -> str:
+    """`sgdeploy logcheck`: verdict, phases with times, KV cache, the failure and its lines, changes."""
+    if report.ready:
+        verdict = "READY: the server reached ready"
+    elif report.failure is not None and report.failure.kind == "incomplete":
+        verdict = "NOT READY: the log ends before ready without an error"
+    else:
+        verdict = "FAILED"
+    lines = [f"{source}: {verdict}"]
+    if report.phases:
+        lines.append("phases:")
+        for p in report.phases:
+            offset = _since(report.started, p.t)
+            rank = f" [{p.rank}]" if p.rank else ""
+            lines.append(f"  {p.name:<25} line {p.line:<6} {p.t or '-'}{offset}{rank}")
+        times = {k: v for k, v in report.phase_times().items() if v is not None}
+        if times:
+            lines.append("startup times: " + ", ".join(f"{k} {_seconds(v)}" for k, v in times.items()))
+    else:
+        lines.append("phases: none recognised")
+    if report.kv_cache_tokens is not None:
+        lines.append(f"KV cache: {report.kv_cache_tokens} tokens")
+    f = report.failure
+    if f is not None:
+        lines.append(f"failure: {f.kind} at line {f.line}: {f.message}")
+        if f.context:
+            lines.append("the log lines that explain it:")
+            lines.extend(f"  {number:>6} | {text}" for number, text in f.context)
+    if report.auto_adjusted:
+        lines.append("settings SGLang changed on its own:")
+        lines.extend(f"  {a.field} = {json.dumps(a.value, default=str)}  ({a.reason})"
+                     for a in report.auto_adjusted)
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def history_text(history: Any) -> str:
+    """`sgdeploy history`: one line per deployment, newest first; `*` marks the last good one."""
+    head = f"{history.unit}.service on {history.host}"
+    if not history.state_present or not history.records:
+        return f"{head}: no deployments recorded\n"
+    lines = [f"{head}: {len(history.records)} deployment(s), newest first; * = last good "
+             f"({history.last_good or 'none'})"]
+    rows = [("", "ID", "TIME", "PROFILE", "SGLANG", "OUTCOME", "STARTUP", "BY", "ROLLBACK OF")]
+    for r in history.records:
+        d = r.as_dict()
+        profile = f"{d['profile']} {r.short_hash}" if d["profile"] and r.short_hash else d["profile"]
+        outcome = r.outcome + (f" ({r.failure_kind})" if r.failure_kind else "")
+        startup = f"{d['startup_s']:.1f} s" if isinstance(d["startup_s"], int | float) else None
+        rows.append(("*" if r.last_good else "", r.id, _cell(d["time"]), _cell(profile),
+                     _cell(d["sglang_version"]), outcome, _cell(startup), _cell(d["deployed_by"]),
+                     _cell(d["rollback_of"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    for r in history.records:
+        if r.problem:
+            lines.append(f"{r.id}: corrupt record: {r.problem}")
+    return "\n".join(lines) + "\n"
+
+
+def status_text(status: Any) -> str:
+    """`sgdeploy status`: verdict, unit, deployment, drift, GPUs, health."""
+    d = status.as_dict()
+    verdict = "HEALTHY" if status.healthy else "NOT HEALTHY"
+    lines = [f"{status.unit}.service on {status.host}: {verdict}"]
+    lines.extend(f"  problem: {p}" for p in status.problems)
+    u = d["unit_state"]
+    if u is not None:
+        lines.append(f"unit: {u['load_state']}, {u['active_state']}/{u['sub_state']}, "
+                     f"main pid {_cell(u['main_pid'])}, restarts {_cell(u['n_restarts'])}")
+    dep = d["deployment"]
+    record = status.installed_record
+    if dep["installed"]:
+        what = f"{dep['installed']}"
+        if record is not None:
+            meta = record.as_dict()
+            what += (f" ({meta['profile']} {record.short_hash or ''}, "
+                     f"SGLang {_cell(meta['sglang_version'])}, {record.outcome})")
+        last = ", the last good one" if dep["installed_is_last_good"] else \
+            f"; last good: {dep['last_good'] or 'none'}"
+        lines.append(f"deployment: {what}{last}")
+    else:
+        missing = status.unit_state is None or not status.unit_state.exists
+        found = "no unit file is installed" if missing else "the unit file matches no record"
+        lines.append(f"deployment: {found}; last good: {dep['last_good'] or 'none'}")
+    if status.drift:
+        lines.append("drift:")
+        for drift in status.drift:
+            lines.append(f"  {drift.kind}: {drift.message}")
+            lines.extend(f"    {line}" for line in drift.diff.rstrip("\n").splitlines())
+    else:
+        lines.append("drift: none")
+    for g in d["gpus"]:
+        procs = [p for p in d["gpu_processes"] if p["gpu_uuid"] == g["uuid"]]
+        held = ", ".join(f"pid {p['pid']} {p['process_name']} {_cell(p['used_memory_mib'])} MiB"
+                         for p in procs)
+        memory = f"{_cell(g['memory_used_mib'])} / {_cell(g['memory_total_mib'])} MiB"
+        lines.append(f"GPU {g['index']} {g['name']}: {memory}; {held or 'no processes'}")
+    h = status.health
+    if h is None:
+        lines.append("health: not checked (the unit is not running)")
+    else:
+        answer = f"HTTP {h.status}" if h.status else (h.detail or "no answer")
+        lines.append(f"health: GET {h.path} on port {h.port}: {answer}")
+    lines.append(f"SGLang on the host: {status.sglang_version or 'unknown'}")
+    lines.extend(f"note: {n}" for n in status.notes)
+    return "\n".join(lines) + "\n"
