@@ -433,3 +433,28 @@ def test_schema_validates_the_reference_profile(capsys: pytest.CaptureFixture[st
 def test_schema_with_unknown_version_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = main(capsys, "schema", "--sglang", "0.4.0")
     assert code == 2 and out == ""
+
+
+# --------------------------------------------------------------------------- example profiles
+EXAMPLES = ["qwen36-mtp3.toml", "deepseek-v3-h200.toml", "qwen3-8b-dense.toml"]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_profile_is_valid_without_warnings(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = ROOT / "profiles" / name
+    code, out, _ = main(
+        capsys, "validate", str(path), "--inventory", str(REPO_INVENTORY), "--format", "json"
+    )
+    assert code == 0, out
+    (result,) = json.loads(out)["profiles"]
+    assert result["ok"] and result["diagnostics"] == []
+
+
+def test_deepseek_example_uses_nextn_right() -> None:
+    server = tomllib.loads((ROOT / "profiles" / "deepseek-v3-h200.toml").read_text())["server"]
+    assert server["speculative_algorithm"] == "NEXTN" and server["tp_size"] == 8
+    assert server["speculative_num_draft_tokens"] == server["speculative_num_steps"] + 1
+    assert server["speculative_eagle_topk"] == 1 and "speculative_draft_model_path" not in server
+    assert 0.7 <= server["mem_fraction_static"] <= 0.9
