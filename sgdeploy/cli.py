@@ -330,7 +330,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from sgdeploy.apply import ApplyOptions, rollback_unit
 
     name, entry, unit, _, _ = _unit_target(args)
-    options = ApplyOptions(gpu_idle_timeout_s=args.gpu_idle_timeout)
+    options = ApplyOptions(gpu_idle_timeout_s=args.gpu_idle_timeout, settle_s=args.settle)
     progress = Progress(json_events=args.json)
     result = rollback_unit(name, entry, unit, args.to, options, progress)  # type: ignore[arg-type]
     if args.json:
@@ -393,6 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     _unit_arguments(rollback)
     rollback.add_argument("--to", metavar="ID", help="the recorded deployment to restore (see history)")
     rollback.add_argument("--gpu-idle-timeout", type=float, default=120.0, metavar="S")
+    rollback.add_argument("--settle", type=float, default=5.0, metavar="S",
+                          help="after ready, the server must stay up and healthy this long (default 5)")
     rollback.set_defaults(func=cmd_rollback)
 
     history = sub.add_parser("history", help="the deployments recorded on the host, newest first")
