@@ -396,6 +396,10 @@ def short_diff(old: str, new: str, old_name: str, new_name: str, limit: int = _D
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
+def _directives(unit_text: str) -> list[str]:
+    return [line for line in unit_text.splitlines() if not line.lstrip().startswith(("#", ";"))]
+
+
 def find_drift(
     files: StatusFiles, rendered: str | None = None, rendered_from: str = ""
 ) -> list[Drift]:
@@ -458,7 +462,12 @@ def find_drift(
         drift.append(
             Drift(
                 "profile",
-                f"{rendered_from or 'the profile'} renders a different unit than the one deployed",
+                f"{rendered_from or 'the profile'} renders a different unit than the one deployed"
+                + (
+                    ""
+                    if _directives(rendered) != _directives(deployed)
+                    else " (only comments differ: the profile file changed, the launch did not)"
+                ),
                 short_diff(
                     deployed,
                     rendered,

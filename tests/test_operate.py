@@ -199,6 +199,13 @@ def test_profile_drift_and_daemon_reload_and_missing_unit() -> None:
     assert find_drift(StatusFiles(History("h", "sglang", None, ()), None, None, None, {}, None)) == []
 
 
+def test_profile_drift_in_comments_only_says_so() -> None:
+    found = find_drift(files(UNIT_A), rendered="# profile: x (sha256 1234)\n" + UNIT_A)
+    assert kinds(found) == ["profile"] and "only comments differ" in found[0].message
+    found = find_drift(files(UNIT_A), rendered=UNIT_B)
+    assert "only comments differ" not in found[0].message
+
+
 def test_long_diffs_are_cut() -> None:
     old = "".join(f"line {i}\n" for i in range(200))
     new = "".join(f"LINE {i}\n" for i in range(200))
