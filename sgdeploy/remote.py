@@ -302,6 +302,81 @@ class RemoteHost:
             channel.close()
         return _parse_http(bytes(raw))
 
+    def http_stream(self, port: int, method: str, path: str, body: bytes = b"",
+                    headers: dict[str, str] | None = None, timeout: float = 60.0) -> Iterator[bytes]:
+        """Send one request to 127.0.0.1:<port> on the host; yield the response body as it arrives.
+
+        HTTP/1.1 with `Connection: close`: a chunked body is decoded, otherwise the body runs to
+        Content-Length or to the end of the connection. `timeout` bounds each wait for data. A
+        status other than 2xx raises RemoteError with the start of the body. Nothing is sent
+        until the first chunk is asked for; stopping the iteration closes the channel.
+        """
+        self.stats.http_requests += 1
+        try:
+            channel = self._transport.open_channel("direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0),
+                                                   timeout=timeout)
+        except paramiko.ChannelException as exc:
+            raise ConnectionRefusedError(f"{self.name}: nothing listens on 127.0.0.1:{port} ({exc})") from exc
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+        buf = bytearray()
+
+        def more() -> bool:
+            chunk = channel.recv(65536)
+            buf.extend(chunk)
+            return bool(chunk)
+
+        try:
+            channel.settimeout(timeout)
+            head = {"Host": f"127.0.0.1:{port}", "Content-Length": str(len(body)), "Connection": "close",
+                    **(headers or {})}
+            channel.sendall(f"{method} {path} HTTP/1.1\r\n".encode()
+                            + "".join(f"{k}: {v}\r\n" for k, v in head.items()).encode() + b"\r\n" + body)
+            while b"\r\n\r\n" not in buf:
+                if not more():
+                    raise ConnectionLost(f"{self.name}: {method} {path} on port {port}: no HTTP response")
+            end = buf.index(b"\r\n\r\n") + 4
+            response = _parse_http(bytes(buf[:end]))
+            del buf[:end]
+            if not 200 <= response.status < 300:
+                while len(buf) < 4096 and more():
+                    pass
+                raise RemoteError(f"{self.name}: {method} {path} on port {port} answered HTTP "
+                                  f"{response.status}: {bytes(buf[:300]).decode('utf-8', 'replace').strip()}")
+            if "chunked" not in response.headers.get("transfer-encoding", "").lower():
+                left = int(response.headers.get("content-length", -1))
+                while left != 0 and (buf or more()):
+                    piece = bytes(buf) if left < 0 else bytes(buf[:left])
+                    del buf[:len(piece)]
+                    left = left - len(piece) if left > 0 else left
+                    yield piece
+                return
+            while True:  # chunked: "<hex size>[;ext]\r\n<data>\r\n" ... "0\r\n\r\n"
+                while b"\r\n" not in buf:
+                    if not more():
+                        return
+                line_end = buf.index(b"\r\n")
+                size = int(bytes(buf[:line_end]).split(b";")[0].strip() or b"0", 16)
+                del buf[:line_end + 2]
+                if size == 0:
+                    return
+                while size:
+                    if not buf and not more():
+                        return
+                    piece = bytes(buf[:size])
+                    del buf[:len(piece)]
+                    size -= len(piece)
+                    yield piece
+                while len(buf) < 2 and more():
+                    pass
+                del buf[:2]
+        except socket.timeout as exc:
+            raise CommandTimeout(f"{self.name}: {method} {path} on port {port}: no data for {timeout:.0f} s") from exc
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+        finally:
+            channel.close()
+
 
 @dataclass
 class HeldCommand:
