@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
+import subprocess
 import time
 import tomllib
 from collections.abc import Callable
@@ -351,3 +353,78 @@ def test_stray_process_shows_in_nvidia_smi(hosts: HostSet) -> None:
     xml = hosts.nvidia_smi("h200", "-q -x")
     assert xml.count("<product_name>NVIDIA H200</product_name>") == 2
     assert "<attached_gpus>2</attached_gpus>" in xml
+
+
+# --------------------------------------------------------------------- private network
+
+
+def _run_net_devices(run: str) -> list[str]:
+    """This run's veths, bridge and network namespaces, as seen from this machine."""
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    names = [line.split(":")[1].strip().split("@")[0] for line in links.splitlines()]
+    names += [line.split()[0] for line in netns.splitlines() if line.strip()]
+    return [n for n in names if n.startswith(f"sgd-{run}")]
+
+
+def test_private_network_hosts(host_factory: Callable[..., HostSet]) -> None:
+    """Three hosts, each in its own network namespace at its own address: ssh on port 22 of
+    each address, a server on port 30000 of every host at once, reachable from the others;
+    no route out; teardown leaves no veth, netns or bridge behind."""
+    fast = SimSettings(startup_s=1.0, release_delay_s=0.5)
+    t0 = time.monotonic()
+    hs = host_factory(
+        *(HostSpec.like("ct129", name=f"pn{i}", private_network=True, sim=fast) for i in range(3))
+    )
+    boot_s = time.monotonic() - t0
+    print(f"3 private-network hosts booted in {boot_s:.2f}s")
+    assert boot_s < 10, boot_s
+    run = hs.run_dir.name
+    net = ipaddress.ip_network(hs.network["subnet"])
+    assert net.subnet_of(ipaddress.ip_network("169.254.0.0/16")) and net.prefixlen == 24
+    addrs = {h.name: h.address for h in hs}
+    assert len(set(addrs.values())) == 3
+    assert all(ipaddress.ip_address(a) in net for a in addrs.values())
+    inv = tomllib.loads(hs.inventory_path.read_text())
+    kh = hs.known_hosts_path.read_text().splitlines()
+    for h in hs:
+        assert (inv["hosts"][h.name]["address"], inv["hosts"][h.name]["port"]) == (h.address, 22)
+        assert any(line.startswith(f"{h.address} ssh-ed25519 ") for line in kh), kh
+        assert hs.ssh_argv(h)[-1] == f"root@{h.address}"
+        # plain ssh with only the inventory's files, strict host-key checking, port 22
+        cp = subprocess.run(
+            ["ssh", "-F", "/dev/null", "-i", str(hs.key_path),
+             "-o", f"UserKnownHostsFile={hs.known_hosts_path}", "-o", "StrictHostKeyChecking=yes",
+             "-o", "BatchMode=yes", "-p", "22", f"root@{h.address}", "hostname; ip -4 route"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert cp.returncode == 0, cp.stderr
+        name, *routes = cp.stdout.splitlines()
+        assert name == h.name
+        # only the run's subnet: no default route, nothing beyond the bridge
+        assert routes == [f"{net} dev eth0 proto kernel scope link src {h.address} "], routes
+        assert hs.ssh(h, "ip route get 203.0.113.1", check=False).returncode != 0
+    # the same port on every host at once
+    model = "/root/models/Qwen3-8B"
+    for h in hs:
+        start_unit(hs, h.name, "sgl", f"--model-path {model} --port 30000 --host 0.0.0.0")
+    for h in hs:
+        wait_for(lambda h=h: READY in hs.journal(h.name, "sgl"), 20, f"{h.name} ready")
+        assert unit_result(hs, h.name, "sgl")["ActiveState"] == "active"
+        assert "Uvicorn running on http://0.0.0.0:30000" in hs.journal(h.name, "sgl")
+    # from inside one host to the others, by address and by name (/etc/hosts)
+    for src, dst in (("pn0", "pn1"), ("pn2", "pn0")):
+        code = hs.ssh(
+            src, f"curl -s -o /dev/null -w '%{{http_code}}' http://{addrs[dst]}:30000/health"
+        ).stdout
+        assert code == "200", (src, dst, code)
+    info = hs.ssh(
+        "pn1",
+        '/root/ml-env/bin/python3 -c "import urllib.request; '
+        "print(urllib.request.urlopen('http://pn2:30000/server_info', timeout=5).read().decode())\"",
+    ).stdout
+    assert json.loads(info)["port"] == 30000
+    assert _run_net_devices(run), "the run's network devices are missing"
+    hs.close()
+    assert _run_net_devices(run) == []
+    assert not hs.run_dir.exists()

@@ -1,6 +1,7 @@
 """python -m tests.hosts up|down|list|build: test hosts for demos and manual poking.
 
 python -m tests.hosts up --count 1 --like ct129     # boots, prints the inventory path
+python -m tests.hosts up --count 3 --like ct129 --private-network   # own netns + address each
 python -m tests.hosts down                          # stops every host started by `up`
 """
 
@@ -25,6 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--name", help="host name (default: the preset's; -N suffixes if count > 1)")
     up.add_argument("--sglang-version", help="override the preset's SGLang version")
     up.add_argument("--failure", default="", help="simulated SGLang failure mode")
+    up.add_argument(
+        "--private-network",
+        action="store_true",
+        help="each host in its own network namespace, at its own address on the run's bridge "
+        "(sshd on port 22; every host can serve on the same port)",
+    )
     down = sub.add_parser("down", help="stop hosts started by `up`")
     down.add_argument("run", nargs="?", help="run id (default: all runs)")
     sub.add_parser("list", help="list runs")
@@ -39,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         specs = []
         for i in range(a.count):
             name = base if a.count == 1 else f"{base}-{i + 1}"
-            spec = HostSpec.like(a.like, name=name)
+            spec = HostSpec.like(a.like, name=name, private_network=a.private_network)
             if a.sglang_version:
                 spec.sglang_version = a.sglang_version
             spec.sim.failure = a.failure
@@ -52,6 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         for h in hs:
             print(f"  {h.name}: {' '.join(hs.ssh_argv(h, control=False))}", file=sys.stderr)
+        if hs.network:
+            print(
+                f"  network: bridge {hs.network['bridge']}, {hs.network['subnet']} "
+                f"(this machine is {hs.network['gateway']})",
+                file=sys.stderr,
+            )
         print(f"stop with: python -m tests.hosts down {hs.run_dir.name}", file=sys.stderr)
         print(hs.inventory_path)
         return 0
@@ -63,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "list":
         for d in runs:
             st = json.loads((d / "state.json").read_text())
-            names = ", ".join(f"{h['name']}:{h['port']}" for h in st["hosts"])
+            names = ", ".join(
+                f"{h['name']}:{h.get('ip') or ''}{':' if h.get('ip') else ''}{h['port']}"
+                for h in st["hosts"]
+            )
             print(f"{d.name}  {names}  {d / 'inventory.toml'}")
         return 0
     if a.cmd == "down":

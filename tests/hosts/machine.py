@@ -6,13 +6,22 @@ systemd, journald and sshd.  Its root is an overlayfs mount: the cached rootfs
 host costs a few milliseconds to create and nothing to throw away.  The containers
 share the machine's network namespace; each sshd listens on 127.0.0.1 on its own
 port.  SGLang and the GPUs are simulated (tests/hosts/payload).
+
+A host with ``HostSpec(private_network=True)`` gets a network namespace of its own
+instead (``ip netns add sgd-<run>-<name>``), joined to one bridge of the run by a
+veth pair.  The run takes a free 169.254.N.0/24: the bridge (this machine) is .1,
+the hosts are .2, .3, ...  Each such host's sshd listens on its own address, port
+22; hosts of the run reach each other by address; nothing is forwarded or routed
+beyond the bridge (no default route, no NAT).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import gzip
+import ipaddress
 import json
 import os
 import shlex
@@ -82,7 +91,8 @@ class HostSpec:
     gpu_memory_mib: int = 49140  # what nvidia-smi reports as memory.total
     sglang_version: str = "0.5.11"
     sim: SimSettings = field(default_factory=SimSettings)
-    port: int = 0  # sshd port on 127.0.0.1; 0 = pick a free one
+    port: int = 0  # sshd port on 127.0.0.1; 0 = pick a free one (ignored: private_network)
+    private_network: bool = False  # own netns + address on the run's bridge; sshd on port 22
 
     @property
     def gpu_memory_gib(self) -> int:
@@ -192,6 +202,9 @@ class Host:
     dir: Path  # this host's run directory (upper, work, merged, boot.log)
     pid: int = 0  # the systemd-nspawn process
     host_key_line: str = ""
+    ip: str = ""  # private_network: the host's address on the run's bridge
+    netns: str = ""  # private_network: the network namespace (ip netns) it runs in
+    veth: str = ""  # private_network: this machine's end of its veth pair
 
     @property
     def name(self) -> str:
@@ -204,7 +217,8 @@ class Host:
 
     @property
     def address(self) -> str:
-        return "127.0.0.1"
+        """Where this machine reaches the host's sshd: its own address, else 127.0.0.1."""
+        return self.ip or "127.0.0.1"
 
 
 class HostSet:
@@ -217,6 +231,8 @@ class HostSet:
         self.known_hosts_path = run_dir / "known_hosts"
         self.inventory_path = run_dir / "inventory.toml"
         self.boot_seconds = 0.0
+        # private_network hosts: {"bridge", "subnet", "gateway"}; {} when the run has none
+        self.network: dict[str, str] = {}
         self._closed = False
 
     # -- lookup
@@ -258,7 +274,7 @@ class HostSet:
                 "-o", f"ControlPath={h.dir}/cm",
                 "-o", "ControlPersist=120",
             ]  # fmt: skip
-        return [*argv, "root@127.0.0.1"]
+        return [*argv, f"root@{h.address}"]
 
     def ssh(
         self,
@@ -332,7 +348,9 @@ class HostSet:
         if self._closed:
             return
         self._closed = True
-        _teardown(self.run_dir, [h.__dict__ | {"dir": str(h.dir)} for h in self.hosts])
+        _teardown(
+            self.run_dir, [h.__dict__ | {"dir": str(h.dir)} for h in self.hosts], self.network
+        )
 
 
 def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
@@ -377,7 +395,7 @@ def _dist_info(version: str) -> dict[str, str]:
     }
 
 
-def _prepare_host(rootfs: Path, h: Host, client_pub: str) -> None:
+def _prepare_host(rootfs: Path, h: Host, client_pub: str, etc_hosts: str = "") -> None:
     for d in ("upper", "work", "merged"):
         (h.dir / d).mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -396,11 +414,13 @@ def _prepare_host(rootfs: Path, h: Host, client_pub: str) -> None:
         "etc/sim-gpu.toml": _gpu_toml(spec),
         "etc/sglang-sim.toml": spec.sim.to_toml(),
         "etc/ssh/sshd_config.d/10-testhost-port.conf": (
-            f"Port {h.port}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
+            f"Port {h.port}\nListenAddress {h.address}\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
         ),
         "root/.ssh/authorized_keys": client_pub + "\n",
         **_dist_info(spec.sglang_version),
     }
+    if etc_hosts:
+        files["etc/hosts"] = etc_hosts
     for rel, text in files.items():
         _write_atomic(root / rel, text)
     os.chmod(root / "root/.ssh/authorized_keys", 0o600)
@@ -410,7 +430,8 @@ def _prepare_host(rootfs: Path, h: Host, client_pub: str) -> None:
     key = root / "etc/ssh/ssh_host_ed25519_key"
     pub = _keygen(key, f"root@{spec.name}")
     typ, b64 = pub.split()[:2]
-    h.host_key_line = f"[127.0.0.1]:{h.port} {typ} {b64}"
+    where = h.address if h.port == 22 else f"[{h.address}]:{h.port}"
+    h.host_key_line = f"{where} {typ} {b64}"
     # enable the simulated GPU driver's bookkeeping service
     wants = root / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
@@ -438,6 +459,7 @@ def _start_nspawn(h: Host) -> None:
             "-D", str(h.root),
             "-M", h.machine,
             f"--hostname={h.spec.name}",
+            *([f"--network-namespace-path=/run/netns/{h.netns}"] if h.netns else []),
         ],
         stdin=subprocess.DEVNULL,
         stdout=log,
@@ -450,27 +472,141 @@ def _start_nspawn(h: Host) -> None:
     proc.returncode = 0
 
 
-def _wait_port(port: int, deadline: float) -> None:
+def _wait_port(address: str, port: int, deadline: float) -> None:
     while time.monotonic() < deadline:
         with socket.socket() as s:
             s.settimeout(0.2)
             try:
-                s.connect(("127.0.0.1", port))
+                s.connect((address, port))
                 if s.recv(4).startswith(b"SSH"):
                     return
             except OSError:
                 pass
         time.sleep(0.02)
-    raise TimeoutError(f"sshd on 127.0.0.1:{port} did not come up")
+    raise TimeoutError(f"sshd on {address}:{port} did not come up")
 
 
-def _save_state(run_dir: Path, hosts: list[Host], owner: str) -> None:
+# --------------------------------------------------------------------------- network
+
+NET_PREFIX = "169.254."  # link-local: never routed; the run takes one free /24 of it
+NET_THIRD = [n for n in range(100, 250) if n != 169]  # 169.254.169.254 is cloud metadata
+
+
+def _ip(args: list[str], *, batch: str | None = None, check: bool = True) -> str:
+    argv = ["ip", *args] if batch is None else ["ip", *args, "-batch", "-"]
+    cp = subprocess.run(argv, input=batch, capture_output=True, text=True)
+    if check and cp.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {cp.stderr.strip()}\n{batch or ''}")
+    return cp.stdout
+
+
+def _used_thirds() -> set[int]:
+    """Third octets of 169.254.N.x already on this machine (addresses or routes)."""
+    text = _ip(["-4", "-o", "addr", "show"]) + _ip(["-4", "route", "show", "table", "all"])
+    used = set()
+    for word in text.split():
+        if word.startswith(NET_PREFIX):
+            with contextlib.suppress(ValueError, IndexError):
+                used.add(int(word.split("/")[0].split(".")[2]))
+    return used
+
+
+def _net_names(run_id: str, hosts: list[Host]) -> dict[str, str]:
+    """Name the run's bridge and each private host's netns and veth (names only)."""
+    i = 0
+    for h in hosts:
+        if h.spec.private_network:
+            h.netns = f"sgd-{run_id}-{h.name}"
+            h.veth = f"sgd-{run_id}-{i}"  # IFNAMSIZ: at most 15 characters
+            i += 1
+    return {"bridge": f"sgd-{run_id}"} if i else {}
+
+
+def _net_up(run_dir: Path, hosts: list[Host], network: dict[str, str]) -> None:
+    """Create the run's bridge (with a free 169.254.N.0/24), a netns and veth per private host."""
+    private = [h for h in hosts if h.netns]
+    if not private:
+        return
+    br = network["bridge"]
+    RUN_ROOT.mkdir(parents=True, exist_ok=True)
+    with open(RUN_ROOT / ".net.lock", "w") as lock:
+        # one run at a time picks and claims its /24 (the bridge's address claims it)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        used = _used_thirds()
+        free = [n for n in NET_THIRD if n not in used]
+        if not free:
+            raise RuntimeError(f"no free {NET_PREFIX}N.0/24 left for a private test network")
+        n = free[int(run_dir.name, 16) % len(free)]
+        net = ipaddress.ip_network(f"{NET_PREFIX}{n}.0/24")
+        gw = str(net.network_address + 1)
+        network.update(subnet=str(net), gateway=gw)
+        _ip(
+            [],
+            batch=f"link add {br} type bridge stp_state 0 forward_delay 0\n"
+            f"link set {br} addrgenmode none\n"
+            f"addr add {gw}/24 dev {br}\n"
+            f"link set {br} up\n",
+        )
+    for i, h in enumerate(private):
+        h.ip = str(net.network_address + 2 + i)
+    _ip(
+        [],
+        batch="".join(
+            f"netns add {h.netns}\n"
+            f"link add {h.veth} type veth peer name eth0 netns {h.netns}\n"
+            f"link set {h.veth} addrgenmode none\n"
+            f"link set {h.veth} master {br}\n"
+            f"link set {h.veth} up\n"
+            for h in private
+        ),
+    )
+    for h in private:
+        _ip(
+            ["-n", h.netns],
+            batch="link set lo up\n"
+            "link set eth0 addrgenmode none\n"
+            f"addr add {h.ip}/24 dev eth0\n"
+            "link set eth0 up\n",
+        )
+
+
+def _net_down(hosts: list[dict[str, object]], network: dict[str, str]) -> None:
+    """Delete exactly the netns, veths and bridge named in a run's state (those that exist)."""
+    for h in hosts:
+        ns = str(h.get("netns") or "")
+        if ns.startswith("sgd-") and os.path.exists(f"/run/netns/{ns}"):
+            _ip(["netns", "del", ns], check=False)
+    links = [str(h.get("veth") or "") for h in hosts] + [network.get("bridge", "")]
+    for name in links:
+        if name.startswith("sgd-") and os.path.exists(f"/sys/class/net/{name}"):
+            _ip(["link", "del", name], check=False)
+
+
+def _etc_hosts(hosts: list[Host]) -> str:
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    lines += [f"{h.ip}\t{h.name}" for h in hosts if h.ip]
+    return "\n".join(lines) + "\n"
+
+
+def _save_state(
+    run_dir: Path, hosts: list[Host], owner: str, network: dict[str, str] | None = None
+) -> None:
     state = {
         "run_dir": str(run_dir),
         "owner": owner,
         "owner_pid": os.getpid(),
+        "network": network or {},
         "hosts": [
-            {"name": h.name, "machine": h.machine, "pid": h.pid, "port": h.port, "dir": str(h.dir)}
+            {
+                "name": h.name,
+                "machine": h.machine,
+                "pid": h.pid,
+                "port": h.port,
+                "dir": str(h.dir),
+                "ip": h.ip,
+                "netns": h.netns,
+                "veth": h.veth,
+            }
             for h in hosts
         ],
     }
@@ -513,8 +649,11 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def _teardown(run_dir: Path, hosts: list[dict[str, object]]) -> None:
-    """Stop exactly the nspawn processes and mounts listed, then remove the run directory."""
+def _teardown(
+    run_dir: Path, hosts: list[dict[str, object]], network: dict[str, str] | None = None
+) -> None:
+    """Stop exactly the nspawn processes, mounts and network devices listed, then remove the
+    run directory."""
     for h in hosts:
         d = Path(str(h["dir"]))
         if (d / "cm").exists():
@@ -549,13 +688,14 @@ def _teardown(run_dir: Path, hosts: list[dict[str, object]]) -> None:
             r = subprocess.run(["umount", str(merged)], capture_output=True)
             if r.returncode != 0:
                 subprocess.run(["umount", "-l", str(merged)], capture_output=True)
+    _net_down(hosts, network or {})
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def teardown_run(run_dir: Path) -> None:
     """Tear down a run from its state.json (for hosts left running by the CLI)."""
     state = json.loads((run_dir / "state.json").read_text())
-    _teardown(run_dir, state["hosts"])
+    _teardown(run_dir, state["hosts"], state.get("network") or {})
 
 
 @contextlib.contextmanager
@@ -603,14 +743,24 @@ def start_hosts(
         client_pub = _keygen(hs.key_path, f"sgdeploy-testhosts-{run_id}")
         used: set[int] = set()
         for spec in resolved:
-            port = spec.port or free_port()
-            while port in used:
-                port = free_port()
-            used.add(port)
+            if spec.private_network:
+                port = 22  # in its own network namespace, at its own address
+            else:
+                port = spec.port or free_port()
+                while port in used:
+                    port = free_port()
+                used.add(port)
             h = Host(spec, port, f"sgd-{run_id}-{spec.name}"[:64], run_dir / spec.name)
             hosts.append(h)
+        hs.network = _net_names(run_id, hosts)
+        if hs.network:
+            _save_state(run_dir, hosts, owner, hs.network)  # names first: a crash leaves them
+            _net_up(run_dir, hosts, hs.network)
+            _save_state(run_dir, hosts, owner, hs.network)
+        etc_hosts = _etc_hosts(hosts) if hs.network else ""
         threads = [
-            threading.Thread(target=_prepare_host, args=(rootfs, h, client_pub)) for h in hosts
+            threading.Thread(target=_prepare_host, args=(rootfs, h, client_pub, etc_hosts))
+            for h in hosts
         ]
         errors: list[BaseException] = []
 
@@ -637,13 +787,13 @@ def start_hosts(
         hs.known_hosts_path.write_text("".join(h.host_key_line + "\n" for h in hosts))
         for h in hosts:
             _start_nspawn(h)
-        _save_state(run_dir, hosts, owner)
+        _save_state(run_dir, hosts, owner, hs.network)
         hs.inventory_path.write_text(inventory_toml(hs))
         deadline = time.monotonic() + timeout
 
         def wait(h: Host) -> None:
             try:
-                _wait_port(h.port, deadline)
+                _wait_port(h.address, h.port, deadline)
                 left = max(1.0, deadline - time.monotonic())
                 cp = hs.ssh(h, "systemctl is-system-running --wait", check=False, timeout=left)
                 state = cp.stdout.strip()
@@ -676,7 +826,7 @@ def inventory_toml(hs: HostSet) -> str:
             _toml_table(
                 f"hosts.{s.name}",
                 {
-                    "address": "127.0.0.1",
+                    "address": h.address,
                     "port": h.port,
                     "user": "root",
                     "identity_file": str(hs.key_path),
