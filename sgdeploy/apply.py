@@ -62,6 +62,7 @@ class ApplyOptions:
     gpu_idle_timeout_s: float = 120.0
     health_timeout_s: float = 60.0
     settle_s: float = 5.0  # after ready: the unit must keep running and healthy this long
+    keep: int = 20  # deployment records kept per unit on the host (the last good one always)
     sglang: str | None = None
 
 
@@ -360,11 +361,15 @@ class HostSession:
         return None
 
     # -- records -------------------------------------------------------------------------
-    def record(self, deployment: Deployment, meta: dict[str, Any], last_good: bool) -> None:
+    def record(self, deployment: Deployment, meta: dict[str, Any], last_good: bool, keep: int) -> None:
+        """Write the outcome, move `last_good` on success, and prune old records (one round trip)."""
+        from sgdeploy.operate import prune_command
+
         files = {f"{deployment.record_dir}/meta.json": (json.dumps(meta, indent=2) + "\n").encode()}
         if last_good:
             files[f"{deployment.state_dir}/last_good"] = (deployment.id + "\n").encode()
-        result = self.remote.write_files(files)
+        prune = prune_command(deployment.state_dir, keep, deployment.id if last_good else None)
+        result = self.remote.write_files(files, then=prune)
         if not result.ok:
             self.report("warning", text=f"could not record {deployment.id}: {result.stderr.strip()}")
 
@@ -463,7 +468,7 @@ class Transaction:
             auto_adjusted=startup.auto_adjusted,
             failure={"kind": startup.failure_kind, "reason": startup.reason} if not startup.ready else None,
         )
-        self.session.record(deployment, meta, last_good=outcome == "ready")
+        self.session.record(deployment, meta, last_good=outcome == "ready", keep=self.options.keep)
 
 
 def _adjustments(report: LogReport | None, info: dict[str, Any] | None, server: dict[str, Any]) -> list[dict[str, Any]]:
@@ -691,6 +696,8 @@ def rollback_unit(
             return ApplyResult(Exit.NOTHING_HEALTHY, "connection_lost", name, unit,
                                f"{exc}; re-run the rollback (it converges) or `sgdeploy status`",
                                stats=remote.stats.as_dict())
+        finally:
+            report("ssh", **remote.stats.as_dict())
 
 
 def _rollback(

@@ -11,8 +11,10 @@ import glob
 import json
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 from pathlib import Path
 
 from sgdeploy import __version__
@@ -111,6 +113,7 @@ class Progress:
         self.live = sys.stderr.isatty() and not json_events
         self.started = time.monotonic()
         self._last_wait = 0.0
+        self._lock = threading.Lock()
 
     def __call__(self, kind: str, **data: object) -> None:
         elapsed = time.monotonic() - self.started
@@ -118,7 +121,10 @@ class Progress:
             if kind != "log":
                 self.events.append({"event": kind, "elapsed_s": round(elapsed, 3), **data})
             return
+        target = data.pop("target", None)
         text = self._text(kind, data)
+        if target and text:
+            text = f"{target}: {text}"
         if kind == "log":
             if self.live and text:
                 width = shutil.get_terminal_size((100, 20)).columns
@@ -128,6 +134,16 @@ class Progress:
         if text:
             sys.stderr.write(("\r\x1b[2K" if self.live else "") + f"[{elapsed:6.1f}s] {text}\n")
             sys.stderr.flush()
+
+    def for_host(self, host: str) -> Callable[..., None]:
+        """A reporter for one host of a rollout: every event carries the host name."""
+        lock = self._lock
+
+        def report(kind: str, **data: object) -> None:
+            with lock:
+                self(kind, target=host, **data)
+
+        return report
 
     def _text(self, kind: str, data: dict[str, object]) -> str:
         if kind == "step":
@@ -154,12 +170,12 @@ class Progress:
         return ""
 
 
-def _load_for_host(args: argparse.Namespace) -> tuple[object, str, object, object]:
-    """Offline validation, then the one host to act on: (loaded profile, name, entry, target)."""
+def _load_for_hosts(args: argparse.Namespace, many: bool = False) -> tuple[Any, list[Any], Any]:
+    """Offline validation, then the hosts to act on: (loaded profile, [HostTarget], inventory)."""
     from sgdeploy import report
     from sgdeploy.inventory import inventory_path
     from sgdeploy.profile import load_profile
-    from sgdeploy.validate import InventoryContext, select_host, validate_loaded
+    from sgdeploy.validate import InventoryContext, select_hosts, validate_loaded
 
     if not Path(args.profile).is_file():
         raise UsageError(f"no such profile: {args.profile}")
@@ -171,28 +187,39 @@ def _load_for_host(args: argparse.Namespace) -> tuple[object, str, object, objec
         raise RefusedError(f"{args.profile} is not valid; nothing was changed")
     if inventory.inventory is None:
         raise UsageError(f"{inventory.path}: an inventory is needed to reach the host")
+    wanted = args.host if isinstance(args.host, list) else ([args.host] if args.host else [])
     try:
-        target = select_host(loaded.model.deploy.host, inventory, args.host)
+        targets = select_hosts(loaded.model.deploy.host, inventory, wanted)
     except LookupError as exc:
         raise UsageError(str(exc)) from None
-    assert target is not None
-    return loaded, target.name, inventory.inventory.hosts[target.name], target
+    if len(targets) > 1 and not many:
+        raise UsageError(f"'{loaded.model.deploy.host}' is a group of {len(targets)} hosts: choose one with --host")
+    return loaded, targets, inventory.inventory
 
 
 class RefusedError(Exception):
     """Refused before touching anything: exit code 2."""
 
 
+def _apply_options(args: argparse.Namespace, dry_run: bool) -> Any:
+    from sgdeploy.apply import ApplyOptions
+
+    return ApplyOptions(rollback=not getattr(args, "no_rollback", False), force=getattr(args, "force", False),
+                        dry_run=dry_run, gpu_idle_timeout_s=getattr(args, "gpu_idle_timeout", 120.0),
+                        settle_s=getattr(args, "settle", 5.0), keep=getattr(args, "keep", 20))
+
+
 def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
     from sgdeploy import report
-    from sgdeploy.apply import ApplyOptions, apply_profile
+    from sgdeploy.apply import apply_profile
 
-    loaded, name, entry, target = _load_for_host(args)
-    options = ApplyOptions(rollback=not getattr(args, "no_rollback", False), force=getattr(args, "force", False),
-                           dry_run=dry_run, gpu_idle_timeout_s=getattr(args, "gpu_idle_timeout", 120.0),
-                           settle_s=getattr(args, "settle", 5.0))
+    loaded, targets, inventory = _load_for_hosts(args, many=not dry_run)
+    if len(targets) > 1:
+        return _run_rollout(args, loaded, targets, inventory)
+    target = targets[0]
     progress = Progress(json_events=getattr(args, "json", False))
-    result = apply_profile(loaded, name, entry, target, options, progress)  # type: ignore[arg-type]
+    result = apply_profile(loaded, target.name, inventory.hosts[target.name], target,
+                           _apply_options(args, dry_run), progress)
     if getattr(args, "json", False):
         document = result.as_dict()
         document["events"] = progress.events
@@ -204,6 +231,23 @@ def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
     if dry_run:
         return EXIT_OK if result.exit_code == 0 and result.plan and not result.plan.refused else EXIT_FAILED
     return int(result.exit_code)
+
+
+def _run_rollout(args: argparse.Namespace, loaded: Any, targets: list[Any], inventory: Any) -> int:
+    from sgdeploy import report
+    from sgdeploy.fleet import FleetHost, rollout
+
+    hosts = [FleetHost(t.name, inventory.hosts[t.name], t) for t in targets]
+    progress = Progress(json_events=args.json)
+    fleet = rollout(loaded, hosts, _apply_options(args, False), parallel=args.parallel,
+                    canary=not args.no_canary, report_for=progress.for_host)
+    if args.json:
+        document = fleet.as_dict()
+        document["events"] = progress.events
+        _out(json.dumps(document, indent=2, default=str) + "\n")
+    else:
+        _out(report.rollout_text(fleet))
+    return fleet.exit_code
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
@@ -379,13 +423,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     apply = sub.add_parser("apply", help="deploy a profile: validate, stop, install, start, wait ready")
     apply.add_argument("profile", metavar="PROFILE")
-    apply.add_argument("--host", metavar="H")
+    apply.add_argument("--host", metavar="H", action="append",
+                       help="apply to this host of the profile's group (repeat for several)")
+    apply.add_argument("--parallel", type=int, default=1, metavar="N",
+                       help="after the canary, deploy N hosts at a time (default 1: rolling)")
+    apply.add_argument("--no-canary", action="store_true", help="no lone first host in a rollout")
     apply.add_argument("--inventory", metavar="FILE")
     apply.add_argument("--no-rollback", action="store_true", help="leave a failed deployment stopped")
     apply.add_argument("--force", action="store_true", help="redeploy even when the host runs this unit")
     apply.add_argument("--gpu-idle-timeout", type=float, default=120.0, metavar="S")
     apply.add_argument("--settle", type=float, default=5.0, metavar="S",
                        help="after ready, the server must stay up and healthy this long (default 5)")
+    apply.add_argument("--keep", type=int, default=20, metavar="N",
+                       help="deployment records to keep on the host (never the last good one; default 20)")
     apply.add_argument("--json", action="store_true", help="one JSON document with the result and events")
     apply.set_defaults(func=cmd_apply)
 

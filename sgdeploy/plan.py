@@ -90,9 +90,9 @@ class Deployment:
 
 
 def new_deployment_id(profile_sha256: str, now: datetime | None = None) -> str:
-    """Sortable and unique enough: `20261130T112614Z-8fc7671f`."""
-    moment = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    return f"{moment}-{profile_sha256[:8]}"
+    """Sortable by time to the millisecond: `20261130T112614Z-042-8fc7671f` (profile hash last)."""
+    moment = now or datetime.now(UTC)
+    return f"{moment.strftime('%Y%m%dT%H%M%SZ')}-{moment.microsecond // 1000:03d}-{profile_sha256[:8]}"
 
 
 def gpus_for(server: dict[str, Any], explicit: list[int | str] | None) -> tuple[int | str, ...]:

@@ -12,8 +12,8 @@ Workload (see docs/probe.md):
 1. `warmup` requests, not counted;
 2. single-stream phase: `requests` requests one after another -> time to first token and
    output tokens/s per stream (tokens after the first / time after the first);
-3. concurrent phase: `requests` requests, `concurrency` at a time (threads) -> aggregate output
-   tokens/s (all tokens / phase wall time).
+3. concurrent phase: `requests` rounded up to whole waves of `concurrency`, `concurrency` at a
+   time (threads) -> aggregate output tokens/s (all tokens / phase wall time).
 Bounded by a fixed number of requests, a per-request timeout and a cap on the whole probe.
 """
 
@@ -56,7 +56,8 @@ class ProbeSettings(BaseModel):
     prompts: tuple[str, ...] = Field(default=DEFAULT_PROMPTS, min_length=1)
     max_tokens: int = Field(default=128, ge=2, le=8192)
     concurrency: int = Field(default=4, ge=1, le=256)
-    requests: int = Field(default=4, ge=1, le=1024, description="requests per phase")
+    requests: int = Field(default=4, ge=1, le=1024,
+                          description="requests per phase (the concurrent one rounds up to whole waves)")
     warmup: int = Field(default=1, ge=0, le=16, description="uncounted requests before the phases")
     duration_s: float = Field(default=120.0, gt=0, description="cap on the whole probe")
     request_timeout_s: float = Field(default=60.0, gt=0, description="cap on one request")
@@ -363,13 +364,15 @@ def run_probe(stream_request: StreamRequest, settings: ProbeSettings | None = No
         one()
     single = [s for s in (one() for _ in range(settings.requests)) if s is not None]
     concurrent: list[StreamStats] = []
-    if settings.concurrency > 1:
+    waves = -(-settings.requests // settings.concurrency)  # full waves: every slot busy to the end
+    concurrent_count = waves * settings.concurrency if settings.concurrency > 1 else 0
+    if concurrent_count:
         with ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="sgdeploy-probe") as pool:
-            futures = [pool.submit(one) for _ in range(settings.requests)]
+            futures = [pool.submit(one) for _ in range(concurrent_count)]
             concurrent = [s for s in (f.result() for f in futures) if s is not None]
     measured = single + concurrent
     failed = [s for s in measured if not s.ok]
-    planned = settings.requests * (2 if settings.concurrency > 1 else 1)
+    planned = settings.requests + concurrent_count
     skipped = planned - len(measured)
     result = ProbeResult(endpoint=settings.endpoint, concurrency=settings.concurrency,
                          requests=planned, errors=len(failed) + skipped,

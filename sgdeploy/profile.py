@@ -11,14 +11,25 @@ import hashlib
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from sgdeploy.tomlfile import TomlDocument, read_toml
+
+def _normalized(path: str) -> str:
+    if "//" in path or any(part in (".", "..") for part in path.split("/")):
+        raise ValueError("use a normalized absolute path (no '.', '..' or '//')")
+    return path
+
 
 UNIT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,200}$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
-AbsolutePath = Annotated[str, StringConstraints(pattern=r"^/", min_length=1, max_length=4096)]
+# An absolute, normalized path that a unit file takes as it is: no control characters, no
+# final backslash, no '.' or '..' components, no '//' (systemd refuses such paths).
+AbsolutePath = Annotated[str, StringConstraints(
+    pattern=r"^/([^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\\])?$", max_length=4096), AfterValidator(_normalized)]
+# The executable of ExecStart=: systemd refuses quotes and backslashes in it.
+ExecutablePath = Annotated[AbsolutePath, StringConstraints(pattern=r"^[^\"'\\]*$")]
 ScalarValue = str | bool | int | float
 ServerValue = str | bool | int | float | list[Any] | dict[str, Any]
 
@@ -32,7 +43,7 @@ class DeploySettings(BaseModel):
     unit: Annotated[str, StringConstraints(pattern=UNIT_NAME)] = Field(
         default="sglang", description="systemd unit name, without '.service'."
     )
-    python: AbsolutePath = Field(description="Interpreter that has sglang installed.")
+    python: ExecutablePath = Field(description="Interpreter that has sglang installed.")
     ready_timeout_s: int = Field(default=1200, gt=0, le=86400,
                                  description="Seconds to wait for the server to become ready.")
     user: Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}\$?$")] | None = None

@@ -107,8 +107,13 @@ def _escape_common(value: str) -> str:
 
 
 def exec_arg(value: str) -> str:
-    """One ExecStart= word: double-quoted, `\\` `"` escaped, `%` -> `%%`, `$` -> `$$`."""
+    """One ExecStart= argument: double-quoted, `\\` `"` escaped, `%` -> `%%`, `$` -> `$$`."""
     return '"' + _escape_common(value).replace("$", "$$") + '"'
+
+
+def exec_path(value: str) -> str:
+    """The ExecStart= executable: quoted like an argument, but systemd expands no `$` there."""
+    return '"' + _escape_common(value) + '"'
 
 
 def env_assignment(pair: tuple[str, str]) -> str:
@@ -119,11 +124,19 @@ def env_assignment(pair: tuple[str, str]) -> str:
 
 def exec_command(groups: list[list[str]]) -> str:
     """The ExecStart= value, one flag per line (systemd joins lines ending in a backslash)."""
-    return " \\\n    ".join(" ".join(exec_arg(word) for word in group) for group in groups)
+    words = [[exec_path(group[0]), *map(exec_arg, group[1:])] if i == 0 else [exec_arg(w) for w in group]
+             for i, group in enumerate(groups)]
+    return " \\\n    ".join(" ".join(group) for group in words)
 
 
 def path_value(value: str) -> str:
-    """A path setting (WorkingDirectory=, EnvironmentFile=): only specifiers need escaping."""
+    """A path setting (WorkingDirectory=, EnvironmentFile=): only specifiers need escaping.
+
+    Validation refuses control characters and a final backslash in these paths; refusing them
+    here too keeps a unit from ever gaining a line it did not ask for.
+    """
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value) or value.endswith("\\"):
+        raise ValueError(f"path cannot be written into a unit file: {value!r}")
     return value.replace("%", "%%")
 
 

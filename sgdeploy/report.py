@@ -229,3 +229,21 @@ def status_text(status: Any) -> str:
     lines.append(f"SGLang on the host: {status.sglang_version or 'unknown'}")
     lines.extend(f"note: {n}" for n in status.notes)
     return "\n".join(lines) + "\n"
+
+
+def rollout_text(fleet: Any) -> str:
+    """One line per host of a rollout, in rollout order, then what stopped it."""
+    rows = fleet.rows()
+    width = max([len(r["host"]) for r in rows] + [4])
+    lines = [f"{'host':<{width}}  {'outcome':<13} {'startup':>8}  {'sglang':<8} deployment"]
+    for r in rows:
+        startup = "-" if r["startup_s"] is None else f"{r['startup_s']:.1f} s"
+        lines.append(f"{r['host']:<{width}}  {r['status']:<13} {startup:>8}  {r['sglang_version'] or '-':<8} "
+                     f"{r['deployment_id'] or '-'}")
+    if fleet.stopped_at:
+        failed = fleet.results[fleet.stopped_at]
+        lines.append(f"rollout stopped at {fleet.stopped_at}: {failed.message}")
+        lines.extend(f"  | {text}" for text in failed.explain)
+    else:
+        lines.append(f"all {len(rows)} hosts done")
+    return "\n".join(lines) + "\n"

@@ -79,7 +79,9 @@ def read_toml(path: str | Path, model: type[M], context: Mapping[str, Any] | Non
     """Read, parse and validate one file; problems end up in `.diagnostics`."""
     doc: TomlDocument[M] = TomlDocument(path=str(path))
     try:
-        doc.text = Path(path).read_text(encoding="utf-8")
+        # Bytes, not read_text(): universal newlines would turn a lone CR into a line break, so
+        # line numbers and the profile's hash would not match the file.
+        doc.text = Path(path).read_bytes().decode("utf-8")
     except FileNotFoundError:
         doc.diagnostics.append(doc.diagnostic(RULE_UNREADABLE, f"file not found: {path}", dotted=None,
                                               hint="check the path"))

@@ -119,26 +119,30 @@ def check_launch(
     return found
 
 
-def select_host(target: str, inventory: InventoryContext, wanted: str | None) -> HostTarget | None:
-    """The one host a command acts on: `wanted` (which must belong to `target`) or the only one.
-
-    Raises LookupError with a message for the user when the choice is impossible or ambiguous.
-    """
+def select_hosts(target: str, inventory: InventoryContext, wanted: Sequence[str] = ()) -> list[HostTarget]:
+    """The hosts a command acts on: those named in `wanted` (each must belong to `target`), or
+    every host of `target`. Raises LookupError with a message for the user."""
     model = inventory.inventory
     if model is None:
-        if wanted:
-            raise LookupError(f"--host {wanted}: no usable inventory at {inventory.path}")
-        return None
+        raise LookupError(f"no usable inventory at {inventory.path}")
     members = model.resolve(target) or []
-    if wanted:
-        if wanted not in model.hosts:
-            raise LookupError(f"--host {wanted} is not a host of {inventory.path}")
-        if wanted not in members:
-            raise LookupError(f"--host {wanted} is not in the profile's target '{target}' ({', '.join(members)})")
-        return HostTarget.from_entry(wanted, model.hosts[wanted])
-    if len(members) != 1:
-        raise LookupError(f"'{target}' is a group of {len(members)} hosts: choose one with --host")
-    return HostTarget.from_entry(members[0], model.hosts[members[0]])
+    for name in wanted:
+        if name not in model.hosts:
+            raise LookupError(f"--host {name} is not a host of {inventory.path}")
+        if name not in members:
+            raise LookupError(f"--host {name} is not in the profile's target '{target}' ({', '.join(members)})")
+    chosen = list(dict.fromkeys(wanted)) or members
+    return [HostTarget.from_entry(name, model.hosts[name]) for name in chosen]
+
+
+def select_host(target: str, inventory: InventoryContext, wanted: str | None) -> HostTarget | None:
+    """The one host a single-host command acts on (None without an inventory, when allowed)."""
+    if inventory.inventory is None and not wanted:
+        return None
+    hosts = select_hosts(target, inventory, [wanted] if wanted else [])
+    if len(hosts) != 1:
+        raise LookupError(f"'{target}' is a group of {len(hosts)} hosts: choose one with --host")
+    return hosts[0]
 
 
 def _targets(loaded: LoadedProfile, inventory: InventoryContext) -> tuple[list[HostTarget | None], list[Diagnostic]]:

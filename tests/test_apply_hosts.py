@@ -16,12 +16,14 @@ from typing import Any
 import pytest
 
 from sgdeploy import cli
-from tests.hosts import HostSet, HostSpec, SimSettings, skip_reason, start_hosts
+from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
 
 pytestmark = pytest.mark.hosts
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE = (REPO / "profiles" / "qwen36-mtp3.toml").read_text()
+# Test hosts share this machine's network: each module serves on its own free port.
+PORT = free_port()
+REFERENCE = (REPO / "profiles" / "qwen36-mtp3.toml").read_text().replace("port = 30000", f"port = {PORT}")
 MODEL = "/root/models/Qwen3.6-27B"
 BROKEN = "--served-model-name=broken"  # the simulated server fails only for the broken profile
 
@@ -57,7 +59,7 @@ def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "missing-model": write("missing-model", REFERENCE.replace(MODEL, "/root/models/missing")),
         "fresh-unit": write("fresh-unit", REFERENCE.replace('unit = "sglang"', 'unit = "sglang-fresh"')
                             .replace('[server]\n', '[server]\nserved_model_name = "broken"\n')
-                            .replace("port = 30000", "port = 30001")),
+                            .replace(f"port = {PORT}", f"port = {free_port()}")),
     }
 
 
@@ -78,7 +80,7 @@ def running_cmdline(host: HostSet, unit: str = "sglang") -> str:
     return host.ssh("ct129", f"tr '\\0' ' ' < /proc/{pid}/cmdline", check=False).stdout
 
 
-def health(host: HostSet, port: int = 30000) -> int:
+def health(host: HostSet, port: int = PORT) -> int:
     probe = ("python3 -c \"import urllib.request as u,sys\ntry: print(u.urlopen('http://127.0.0.1:%d/health',"
              " timeout=3).status)\nexcept Exception as e: print(getattr(e, 'code', 0))\"" % port)
     return int(host.ssh("ct129", probe, check=False).stdout.strip() or 0)

@@ -149,20 +149,27 @@ _SECRET_FLAGS = {"api_key", "admin_api_key", "hf_token", "ssl_keyfile_password"}
 _SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.I)
 
 
-@rule("SGD020", "unsafe-characters", ERROR, "A value with a newline or NUL byte cannot be passed through a unit.",
-      "remove the newline or NUL from the value")
+@rule("SGD020", "unsafe-characters", ERROR,
+      "A value with a newline, NUL or a Unicode noncharacter cannot be passed through a unit.",
+      "remove the newline, NUL or noncharacter from the value")
 def unsafe_characters(ctx: LaunchContext) -> Iterator[Finding]:
     for key, value in ctx.raw_server.items():
         if _has_control(value):
-            yield Finding(_server(key), f"the value of '{key}' contains a newline or NUL byte")
+            yield Finding(_server(key), f"the value of '{key}' contains a newline, NUL or noncharacter "
+                          "(systemd would drop the line)")
     for key, value in ctx.env.items():
         if _has_control(value):
-            yield Finding(f"env.{key}", f"the value of {key} contains a newline or NUL byte")
+            yield Finding(f"env.{key}", f"the value of {key} contains a newline, NUL or noncharacter")
+
+
+def _is_noncharacter(ch: str) -> bool:
+    code = ord(ch)
+    return 0xFDD0 <= code <= 0xFDEF or (code & 0xFFFE) == 0xFFFE
 
 
 def _has_control(value: Any) -> bool:
     if isinstance(value, str):
-        return "\n" in value or "\r" in value or "\x00" in value
+        return "\n" in value or "\r" in value or "\x00" in value or any(map(_is_noncharacter, value))
     if isinstance(value, list):
         return any(_has_control(v) for v in value)
     if isinstance(value, dict):
