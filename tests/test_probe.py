@@ -3,8 +3,8 @@ and `RemoteHost.http_stream`'s HTTP framing over a fake SSH channel."""
 
 from __future__ import annotations
 
+import itertools
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -64,7 +64,7 @@ def openai_stream(n: int, usage: bool = True) -> bytes:
 
 def feed_split(data: bytes, cuts: list[int]) -> tuple[list[TokenEvent], StreamParser]:
     bounds = [0, *sorted(set(cuts)), len(data)]
-    return parse_stream((float(i), data[a:b]) for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)))
+    return parse_stream((float(i), data[a:b]) for i, (a, b) in enumerate(itertools.pairwise(bounds)))
 
 
 STREAMS = {
@@ -227,6 +227,14 @@ def test_two_waves_when_requests_exceed_concurrency() -> None:
     result = run_probe(server, ProbeSettings(max_tokens=21, concurrency=2, requests=4, warmup=0), clock=clock)
     assert result.single_stream_tps == pytest.approx(20.0)
     assert result.concurrent_tps == pytest.approx(4 * 21 / (2 * 1.5))
+
+
+def test_concurrent_phase_fills_whole_waves() -> None:
+    clock = FakeClock()
+    server = FakeServer(clock, tps=50.0, ttft=0.0, concurrency=4)
+    result = run_probe(server, ProbeSettings(max_tokens=11, concurrency=4, requests=3, warmup=0), clock=clock)
+    assert len(server.bodies) == 3 + 4 and result.requests == 7
+    assert result.concurrent_tps == pytest.approx(4 * 11 / 0.2)
 
 
 def test_concurrency_one_skips_the_concurrent_phase() -> None:
@@ -424,7 +432,7 @@ class FakeChannel:
 
     def recv(self, n: int) -> bytes:
         if self.pos >= len(self.response) and self.stall:
-            raise socket.timeout("timed out")
+            raise TimeoutError("timed out")
         piece = self.response[self.pos:self.pos + min(n, self.step)]
         self.pos += len(piece)
         return piece
