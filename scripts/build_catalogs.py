@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import gzip
 import hashlib
 import io
@@ -58,8 +59,15 @@ SERVER_ARGS_PATH = "sglang/srt/server_args.py"
 FIELDS_DIR = "sglang/srt/arg_groups/fields/"
 
 # argparse actions (as spelled in ``action="..."``) that consume no value.
-ZERO_ARG_ACTIONS = {"store_true", "store_false", "store_const", "append_const", "count",
-                    "help", "version"}
+ZERO_ARG_ACTIONS = {
+    "store_true",
+    "store_false",
+    "store_const",
+    "append_const",
+    "count",
+    "help",
+    "version",
+}
 
 
 # ---------------------------------------------------------------------------
@@ -82,14 +90,19 @@ def list_pypi_versions(lo: str, hi: str) -> list[str]:
     """Final releases between ``lo`` and ``hi`` inclusive, from ``pip index versions``."""
     out = subprocess.run(
         [sys.executable, "-m", "pip", "index", "versions", "sglang"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     m = re.search(r"Available versions:\s*(.+)", out)
     if not m:
         raise RuntimeError("could not parse `pip index versions sglang` output")
     found = [v.strip() for v in m.group(1).split(",")]
-    keep = [v for v in found if _VERSION_RE.match(v)
-            and version_key(lo) <= version_key(v) <= version_key(hi)]
+    keep = [
+        v
+        for v in found
+        if _VERSION_RE.match(v) and version_key(lo) <= version_key(v) <= version_key(hi)
+    ]
     return sorted(set(keep), key=version_key)
 
 
@@ -112,7 +125,8 @@ def find_cached_dist(cache: Path, version: str) -> Path | None:
     if wheels:
         return wheels[0]
     sdists = sorted(cache.glob(f"sglang-{version}.tar.gz")) + sorted(
-        cache.glob(f"sglang-{version}.zip"))
+        cache.glob(f"sglang-{version}.zip")
+    )
     return sdists[0] if sdists else None
 
 
@@ -124,11 +138,13 @@ def download_dist(cache: Path, version: str, offline: bool) -> Path:
         return found
     cache.mkdir(parents=True, exist_ok=True)
     base = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache)]
-    wheel = subprocess.run([*base, "--only-binary=:all:", f"sglang=={version}"],
-                           capture_output=True, text=True)
+    wheel = subprocess.run(
+        [*base, "--only-binary=:all:", f"sglang=={version}"], capture_output=True, text=True
+    )
     if wheel.returncode != 0:
-        sdist = subprocess.run([*base, "--no-binary=:all:", f"sglang=={version}"],
-                               capture_output=True, text=True)
+        sdist = subprocess.run(
+            [*base, "--no-binary=:all:", f"sglang=={version}"], capture_output=True, text=True
+        )
         if sdist.returncode != 0:
             tail = (sdist.stderr or wheel.stderr).strip().splitlines()[-1:]
             raise RuntimeError(f"pip download failed: {' '.join(tail)}")
@@ -151,8 +167,7 @@ class SourceTree:
             with tarfile.open(dist) as tf:
                 for member in tf.getmembers():
                     if member.isfile():
-                        self._add(member.name,
-                                  lambda m=member: tf.extractfile(m).read())  # type: ignore[union-attr]
+                        self._add(member.name, lambda m=member: tf.extractfile(m).read())  # type: ignore[union-attr]
 
     def _add(self, name: str, read: Callable[[], bytes]) -> None:
         if not name.endswith(".py"):
@@ -215,8 +230,10 @@ class ClassRef:
 
     @property
     def is_enum(self) -> bool:
-        return any(ast.unparse(b).split(".")[-1] in {"Enum", "IntEnum", "StrEnum", "Flag"}
-                   for b in self.node.bases)
+        return any(
+            ast.unparse(b).split(".")[-1] in {"Enum", "IntEnum", "StrEnum", "Flag"}
+            for b in self.node.bases
+        )
 
 
 @dataclass
@@ -233,13 +250,35 @@ class BoundMethod:
 
 
 _BUILTINS: dict[str, Callable[..., Any]] = {
-    "list": list, "tuple": tuple, "set": set, "frozenset": frozenset, "sorted": sorted,
-    "dict": dict, "str": str, "int": int, "float": float, "bool": bool, "len": len,
-    "reversed": lambda x: list(reversed(list(x))), "max": max, "min": min,
+    "list": list,
+    "tuple": tuple,
+    "set": set,
+    "frozenset": frozenset,
+    "sorted": sorted,
+    "dict": dict,
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "len": len,
+    "reversed": lambda x: list(reversed(list(x))),
+    "max": max,
+    "min": min,
 }
 _SAFE_METHODS = {
-    str: {"lower", "upper", "replace", "strip", "split", "join", "format", "title",
-          "capitalize", "startswith", "endswith"},
+    str: {
+        "lower",
+        "upper",
+        "replace",
+        "strip",
+        "split",
+        "join",
+        "format",
+        "title",
+        "capitalize",
+        "startswith",
+        "endswith",
+    },
     dict: {"keys", "values", "items", "get", "copy"},
     list: {"copy", "index"},
     tuple: {"index"},
@@ -278,16 +317,21 @@ class Module:
     def segment(self, node: ast.expr) -> str | None:
         """Like :func:`ast.get_source_segment`, without re-splitting the file each call."""
         if self._lines is None:
-            self._lines = [line.encode("utf-8") for line in
-                           self.world.tree.files[self.path].splitlines(keepends=True)]
+            self._lines = [
+                line.encode("utf-8")
+                for line in self.world.tree.files[self.path].splitlines(keepends=True)
+            ]
         end_lineno, end_col = node.end_lineno, node.end_col_offset
         if end_lineno is None or end_col is None:
             return None
         first, last = node.lineno - 1, end_lineno - 1
         if first == last:
-            return self._lines[first][node.col_offset:end_col].decode("utf-8")
-        parts = [self._lines[first][node.col_offset:], *self._lines[first + 1:last],
-                 self._lines[last][:end_col]]
+            return self._lines[first][node.col_offset : end_col].decode("utf-8")
+        parts = [
+            self._lines[first][node.col_offset :],
+            *self._lines[first + 1 : last],
+            self._lines[last][:end_col],
+        ]
         return b"".join(parts).decode("utf-8")
 
     def find_class(self, name: str) -> ClassRef | None:
@@ -319,7 +363,51 @@ class Module:
         self._cache[name] = value
         return value
 
+    def _note_conditional_bindings(self, name: str) -> None:
+        """Record module-level ``if``/``for``/``with`` blocks that rebind or mutate ``name``:
+        their effect depends on the machine SGLang runs on, so they are not applied."""
+        for stmt in self.tree.body:
+            if not isinstance(stmt, ast.If | ast.For | ast.While | ast.With):
+                continue
+            for node in ast.walk(stmt):
+                hit = (
+                    (
+                        isinstance(node, ast.Name)
+                        and node.id == name
+                        and isinstance(node.ctx, ast.Store)
+                    )
+                    or (
+                        isinstance(node, ast.Call)
+                        and isinstance(node.func, ast.Attribute)
+                        and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id == name
+                        and node.func.attr
+                        in {
+                            "append",
+                            "extend",
+                            "add",
+                            "update",
+                            "insert",
+                            "remove",
+                            "pop",
+                            "discard",
+                        }
+                    )
+                    or (
+                        isinstance(node, ast.AugAssign)
+                        and isinstance(node.target, ast.Name)
+                        and node.target.id == name
+                    )
+                )
+                if hit:
+                    self.world.notes.add(
+                        f"{self.name}.{name}: conditional module-level change at "
+                        f"{self.path}:{stmt.lineno} not applied (runtime-dependent)"
+                    )
+                    return
+
     def _lookup(self, name: str) -> Any:
+        self._note_conditional_bindings(name)
         value: Any = MISSING
         for stmt in self._top_statements():
             if isinstance(stmt, ast.ClassDef) and stmt.name == name:
@@ -342,7 +430,8 @@ class Module:
                     if isinstance(target, ast.Name) and target.id == name:
                         value = _Lazy(self, stmt.value)
                     elif isinstance(target, ast.Tuple) and any(
-                            isinstance(e, ast.Name) and e.id == name for e in target.elts):
+                        isinstance(e, ast.Name) and e.id == name for e in target.elts
+                    ):
                         value = _Lazy(self, None, f"tuple assignment of {name}")
             elif isinstance(stmt, ast.AnnAssign):
                 if isinstance(stmt.target, ast.Name) and stmt.target.id == name and stmt.value:
@@ -350,17 +439,21 @@ class Module:
             elif isinstance(stmt, ast.AugAssign):
                 if isinstance(stmt.target, ast.Name) and stmt.target.id == name:
                     value = _Lazy(self, None, op=(stmt.op, stmt.value), prev=value)
-            elif (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-                  and isinstance(stmt.value.func, ast.Attribute)
-                  and isinstance(stmt.value.func.value, ast.Name)
-                  and stmt.value.func.value.id == name
-                  and stmt.value.func.attr in {"append", "extend", "add", "update"}):
+            elif (
+                isinstance(stmt, ast.Expr)
+                and isinstance(stmt.value, ast.Call)
+                and isinstance(stmt.value.func, ast.Attribute)
+                and isinstance(stmt.value.func.value, ast.Name)
+                and stmt.value.func.value.id == name
+                and stmt.value.func.attr in {"append", "extend", "add", "update"}
+            ):
                 value = _Lazy(self, None, call=stmt.value, prev=value)
         if value is MISSING:
             for stmt in self._top_statements():
                 if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
                     mod = self.world.import_module_or_none(
-                        self.resolve_relative(stmt.level, stmt.module))
+                        self.resolve_relative(stmt.level, stmt.module)
+                    )
                     if mod is None:
                         continue
                     try:
@@ -369,7 +462,9 @@ class Module:
                         continue
             if name in _BUILTINS:
                 return _BUILTINS[name]
-            sub = self.world.import_module_or_none(f"{self.name}.{name}") if self.is_package else None
+            sub = (
+                self.world.import_module_or_none(f"{self.name}.{name}") if self.is_package else None
+            )
             if sub is not None:
                 return sub
             raise Unresolved(f"name {name!r} not found in {self.name}")
@@ -379,11 +474,24 @@ class Module:
 class _Lazy:
     """A module-level binding evaluated on first use (with later mutations)."""
 
-    def __init__(self, module: Module, expr: ast.expr | None, why: str = "", *,
-                 op: tuple[ast.operator, ast.expr] | None = None, call: ast.Call | None = None,
-                 prev: Any = MISSING) -> None:
+    def __init__(
+        self,
+        module: Module,
+        expr: ast.expr | None,
+        why: str = "",
+        *,
+        op: tuple[ast.operator, ast.expr] | None = None,
+        call: ast.Call | None = None,
+        prev: Any = MISSING,
+    ) -> None:
         self.module, self.expr, self.why, self.op, self.call, self.prev = (
-            module, expr, why, op, call, prev)
+            module,
+            expr,
+            why,
+            op,
+            call,
+            prev,
+        )
 
 
 def _force(value: Any) -> Any:
@@ -419,6 +527,7 @@ class World:
     def __init__(self, tree: SourceTree) -> None:
         self.tree = tree
         self.modules: dict[str, Module] = {}
+        self.notes: set[str] = set()
 
     def import_module_or_none(self, name: str) -> ModuleRef | None:
         if name in self.modules:
@@ -552,18 +661,23 @@ class Evaluator:
         if isinstance(left, Opaque | _External) or isinstance(right, Opaque | _External):
             raise Unresolved("arithmetic on an unknown value")
         ops: dict[type, Callable[[Any, Any], Any]] = {
-            ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
-            ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
-            ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
-            ast.Pow: lambda a, b: a ** b, ast.BitOr: lambda a, b: a | b,
-            ast.BitAnd: lambda a, b: a & b, ast.LShift: lambda a, b: a << b,
+            ast.Add: lambda a, b: a + b,
+            ast.Sub: lambda a, b: a - b,
+            ast.Mult: lambda a, b: a * b,
+            ast.Div: lambda a, b: a / b,
+            ast.FloorDiv: lambda a, b: a // b,
+            ast.Mod: lambda a, b: a % b,
+            ast.Pow: lambda a, b: a**b,
+            ast.BitOr: lambda a, b: a | b,
+            ast.BitAnd: lambda a, b: a & b,
+            ast.LShift: lambda a, b: a << b,
         }
         fn = ops.get(type(op))
         if fn is None:
             raise Unresolved(f"operator {type(op).__name__}")
         try:
             return fn(left, right)
-        except Exception as exc:  # noqa: BLE001 - any failure means "cannot know"
+        except Exception as exc:
             raise Unresolved(f"operator failed: {exc}") from None
 
     def _eval_UnaryOp(self, node: ast.UnaryOp) -> Any:
@@ -581,12 +695,13 @@ class Evaluator:
         index = self.eval(node.slice)
         try:
             return value[index]
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise Unresolved(f"subscript failed: {exc}") from None
 
     def _eval_Slice(self, node: ast.Slice) -> slice:
         def part(n: ast.expr | None) -> Any:
             return None if n is None else self.eval(n)
+
         return slice(part(node.lower), part(node.upper), part(node.step))
 
     def _eval_IfExp(self, node: ast.IfExp) -> Any:
@@ -595,8 +710,11 @@ class Evaluator:
     def _eval_Lambda(self, node: ast.Lambda) -> FuncRef:
         return FuncRef(self.module, node, dict(self.env))
 
-    def _comprehension(self, gens: list[ast.comprehension], emit: Callable[[Evaluator], None],
-                       ) -> None:
+    def _comprehension(
+        self,
+        gens: list[ast.comprehension],
+        emit: Callable[[Evaluator], None],
+    ) -> None:
         def run(i: int, ev: Evaluator) -> None:
             if i == len(gens):
                 emit(ev)
@@ -607,6 +725,7 @@ class Evaluator:
                 sub.bind(gen.target, item)
                 if all(sub.eval(cond) for cond in gen.ifs):
                     run(i + 1, sub)
+
         run(0, self)
 
     def _eval_ListComp(self, node: ast.ListComp) -> list[Any]:
@@ -626,6 +745,7 @@ class Evaluator:
 
         def emit(ev: Evaluator) -> None:
             out[ev.eval(node.key)] = ev.eval(node.value)
+
         self._comprehension(node.generators, emit)
         return out
 
@@ -668,22 +788,20 @@ class Evaluator:
         return self.call(func, args, kwargs)
 
     def call(self, func: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if func in (list, tuple, set, frozenset, sorted, dict, reversed) or func is _BUILTINS[
-                "reversed"]:
-            if args:
-                args = [self.iterate(args[0]) if not isinstance(args[0], dict) or func is dict
-                        else list(args[0])] + args[1:]
+        takes_iterable = (list, tuple, set, frozenset, sorted, _BUILTINS["reversed"])
+        if args and any(func is f for f in takes_iterable):
+            args = [self.iterate(args[0]), *args[1:]]
         if any(isinstance(a, Opaque) for a in args):
             raise Unresolved("call with an unknown argument")
         if callable(func) and func in _BUILTINS.values():
             try:
                 return func(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise Unresolved(f"call failed: {exc}") from None
         if isinstance(func, BoundMethod):
             try:
                 return getattr(func.obj, func.name)(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise Unresolved(f"method call failed: {exc}") from None
         if isinstance(func, FuncRef):
             return inline_call(func, args, kwargs)
@@ -706,7 +824,7 @@ def inline_call(func: FuncRef, args: list[Any], kwargs: dict[str, Any]) -> Any:
     env = dict(func.env)
     params = [a.arg for a in node.args.posonlyargs + node.args.args]
     defaults = node.args.defaults
-    for name, d in zip(params[len(params) - len(defaults):], defaults, strict=True):
+    for name, d in zip(params[len(params) - len(defaults) :], defaults, strict=True):
         env[name] = Evaluator(func.module, func.env).eval(d)
     for name, value in zip(params, args, strict=False):
         env[name] = value
@@ -721,14 +839,18 @@ def inline_call(func: FuncRef, args: list[Any], kwargs: dict[str, Any]) -> Any:
             for alias in stmt.names:
                 ev.env[alias.asname or alias.name] = func.module.world.import_from(mod, alias.name)
         elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-            try:
+            with contextlib.suppress(Unresolved):
                 ev.bind(stmt.targets[0], ev.eval(stmt.value))
-            except Unresolved:
-                pass
         elif isinstance(stmt, ast.Return) and stmt.value is not None:
             last_return = stmt.value
     if last_return is None:
         raise Unresolved(f"function {getattr(node, 'name', 'lambda')} has no final return")
+    returns = sum(isinstance(n, ast.Return) for n in ast.walk(node))
+    if returns > 1:
+        func.module.world.notes.add(
+            f"{func.module.name}.{node.name}(): only its last return statement was evaluated "
+            f"({returns - 1} earlier, runtime-dependent return(s) skipped)"
+        )
     return ev.eval(last_return)
 
 
@@ -738,24 +860,32 @@ def class_body_value(cls: ClassRef, attr: str) -> Any:
     Names bound earlier in the same class body are visible, as in Python's class scope.
     """
     scope: dict[str, Any] = {}
+    found: tuple[ast.expr | None, dict[str, Any]] | None = None
     for stmt in cls.node.body:
         target = value_node = None
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
-                stmt.targets[0], ast.Name):
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+        ):
             target, value_node = stmt.targets[0].id, stmt.value
         elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
             target, value_node = stmt.target.id, stmt.value
         if target is None:
             continue
         if target == attr:
-            if value_node is None:
-                return MISSING
-            return Evaluator(cls.module, scope).eval(value_node)
+            if value_node is not None or found is None:  # the last binding wins
+                found = (value_node, dict(scope))
+            continue
         if value_node is not None and isinstance(stmt, ast.Assign):
             try:
                 scope[target] = Evaluator(cls.module, scope).eval(value_node)
             except Unresolved:
                 scope.pop(target, None)
+    if found is not None:
+        if found[0] is None:
+            return MISSING
+        return Evaluator(cls.module, found[1]).eval(found[0])
     for base in cls.node.bases:
         try:
             ref = Evaluator(cls.module).eval(base)
@@ -769,8 +899,12 @@ def class_body_value(cls: ClassRef, attr: str) -> Any:
 def enum_members(cls: ClassRef) -> list[EnumMember]:
     members = []
     for stmt in cls.node.body:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
-                stmt.targets[0], ast.Name) and not stmt.targets[0].id.startswith("_"):
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and not stmt.targets[0].id.startswith("_")
+        ):
             try:
                 value = Evaluator(cls.module).eval(stmt.value)
             except Unresolved:
@@ -832,13 +966,19 @@ class Extraction:
     fixups: list[str] = field(default_factory=list)
 
 
-def first_sentence(text: str | None) -> str:
-    """Text up to the first full stop that is followed by a capitalised word."""
+def first_sentence(text: str | None, min_len: int = 20) -> str:
+    """Text up to the first full stop that is followed by a capitalised word (or a quote).
+
+    A very short lead such as "Deprecated." or "DFLASH only." says little on its own,
+    so the sentence after it is kept too.
+    """
     if not text:
         return ""
     text = " ".join(text.split())
-    m = re.search(r"[.!?](?=\s+[A-Z'\"`])", text)
-    return text[: m.end()] if m else text
+    for m in re.finditer(r"[.!?](?=\s+[A-Z'\"`])", text):
+        if m.end() >= min_len:
+            return text[: m.end()]
+    return text
 
 
 def is_deprecated(action: str, help_str: str, option_strings: list[str]) -> bool:
@@ -846,9 +986,11 @@ def is_deprecated(action: str, help_str: str, option_strings: list[str]) -> bool
     "<this flag> is deprecated" (a help that only mentions some other deprecated flag
     does not count)."""
     text = " ".join(help_str.lower().split())
-    return ("deprecated" in action.lower()
-            or re.match(r"^\W*deprecated\b", text) is not None
-            or any(f"{opt} is deprecated" in text for opt in option_strings))
+    return (
+        "deprecated" in action.lower()
+        or re.match(r"^\W*deprecated\b", text) is not None
+        or any(f"{opt} is deprecated" in text for opt in option_strings)
+    )
 
 
 def help_text(ev: Evaluator, node: ast.expr | None) -> str:
@@ -875,9 +1017,10 @@ def _help_fallback(node: ast.expr) -> str:
     if isinstance(node, ast.Constant):
         return str(node.value)
     if isinstance(node, ast.JoinedStr):
-        return "".join(str(p.value) if isinstance(p, ast.Constant)
-                       else "{" + ast.unparse(p.value) + "}"  # type: ignore[attr-defined]
-                       for p in node.values)
+        return "".join(
+            str(p.value) if isinstance(p, ast.Constant) else "{" + ast.unparse(p.value) + "}"  # type: ignore[attr-defined]
+            for p in node.values
+        )
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _help_fallback(node.left) + _help_fallback(node.right)
     return "{" + ast.unparse(node) + "}"
@@ -886,7 +1029,10 @@ def _help_fallback(node: ast.expr) -> str:
 def strip_annotated(annotation: ast.expr) -> tuple[ast.expr, list[ast.expr]]:
     """Split ``A[T, meta...]`` / ``Annotated[T, meta...]`` into ``T`` and the metadata."""
     if isinstance(annotation, ast.Subscript) and ast.unparse(annotation.value) in {
-            "A", "Annotated", "typing.Annotated"}:
+        "A",
+        "Annotated",
+        "typing.Annotated",
+    }:
         sl = annotation.slice
         if isinstance(sl, ast.Tuple) and sl.elts:
             return sl.elts[0], list(sl.elts[1:])
@@ -923,8 +1069,13 @@ def infer_type_name(tp: ast.expr) -> str:
 class FlagBuilder:
     """Turns argparse registrations (manual or derived from fields) into catalog rows."""
 
-    def __init__(self, world: World, server_args: Module, fields: dict[str, FieldDecl],
-                 renames: dict[str, str]) -> None:
+    def __init__(
+        self,
+        world: World,
+        server_args: Module,
+        fields: dict[str, FieldDecl],
+        renames: dict[str, str],
+    ) -> None:
         self.world = world
         self.server_args = server_args
         self.fields = fields
@@ -960,7 +1111,11 @@ class FlagBuilder:
             self.fixup(f"{decl.name}: default '<expr> {src}' is not plain data, stringified")
             return f"<expr> {src}"
 
-    def action_info(self, ev: Evaluator, action: ast.expr | None) -> tuple[str | None, dict[str, Any]]:
+    def action_info(
+        self,
+        ev: Evaluator,
+        action: ast.expr | None,
+    ) -> tuple[str | None, dict[str, Any]]:
         """Action as written, plus ``__init__`` defaults of a custom action class."""
         if action is None:
             return None, {}
@@ -977,20 +1132,28 @@ class FlagBuilder:
                 if isinstance(stmt, ast.FunctionDef) and stmt.name == "__init__":
                     a = stmt.args
                     pos = a.posonlyargs + a.args
-                    pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults, strict=True))
-                    pairs += [(k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)
-                              if d is not None]
+                    pairs = list(zip(pos[len(pos) - len(a.defaults) :], a.defaults, strict=True))
+                    pairs += [
+                        (k, d)
+                        for k, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)
+                        if d is not None
+                    ]
                     for arg, d in pairs:
-                        try:
+                        with contextlib.suppress(Unresolved):
                             info[arg.arg] = to_json(Evaluator(ref.module).eval(d))
-                        except Unresolved:
-                            pass
         return name, info
 
     # -- one registration ------------------------------------------------------
-    def add(self, *, option_strings: list[str], kw: dict[str, ast.expr | Any], ev: Evaluator,
-            source: str, python_type: str | None = None, derived: dict[str, Any] | None = None,
-            ) -> None:
+    def add(
+        self,
+        *,
+        option_strings: list[str],
+        kw: dict[str, ast.expr | Any],
+        ev: Evaluator,
+        source: str,
+        python_type: str | None = None,
+        derived: dict[str, Any] | None = None,
+    ) -> None:
         """Record one ``add_argument`` call.
 
         ``kw`` maps keyword names to AST nodes (manual registrations); ``derived``
@@ -1028,8 +1191,10 @@ class FlagBuilder:
                 if key == "default" and field_name in self.fields:
                     fdef = self.field_default(self.fields[field_name])
                     if fdef is not MISSING:
-                        self.fixup(f"{label}: default '<expr> {src}' not evaluated ({exc}); "
-                                   f"used the field's declared default")
+                        self.fixup(
+                            f"{label}: default '<expr> {src}' not evaluated ({exc}); "
+                            f"used the field's declared default"
+                        )
                         return fdef
                 self.fixup(f"{label}: {key} '<expr> {src}' not evaluated ({exc})")
                 return None if key == "choices" else f"<expr> {src}"
@@ -1057,10 +1222,18 @@ class FlagBuilder:
         else:
             argparse_type = None
         help_str = derived["help"] if "help" in derived else help_text(ev, kw.get("help"))
-        zero_arg = (action in ZERO_ARG_ACTIONS or boolean_optional or nargs == 0
-                    or (action is not None and action not in {"store", "append", "extend"}
-                        and "nargs" not in kw and "nargs" not in derived
-                        and action_defaults.get("nargs") == 0))
+        zero_arg = (
+            action in ZERO_ARG_ACTIONS
+            or boolean_optional
+            or nargs == 0
+            or (
+                action is not None
+                and action not in {"store", "append", "extend"}
+                and "nargs" not in kw
+                and "nargs" not in derived
+                and action_defaults.get("nargs") == 0
+            )
+        )
         if action_defaults.get("nargs") == 0 and nargs == 0 and "nargs" not in kw:
             nargs = None  # the class default, not something written at the call site
         flags = list(option_strings)
@@ -1070,40 +1243,55 @@ class FlagBuilder:
             decl = self.fields[field_name]
             python_type = source_text(decl.module, strip_annotated(decl.annotation)[0])
         deprecated = is_deprecated(action_last, help_str, option_strings)
-        self.out.flags.append({
-            "field": field_name,
-            "argparse_dest": dest,
-            "flags": flags,
-            "python_type": python_type,
-            "argparse_type": argparse_type,
-            "default": default,
-            "choices": choices,
-            "store_true": store_true,
-            "action": action,
-            "nargs": nargs,
-            "required": required,
-            "deprecated": deprecated,
-            "help_first_sentence": first_sentence(help_str),
-            "boolean_optional": boolean_optional,
-            "takes_value": not zero_arg,
-            "source": source,
-        })
+        self.out.flags.append(
+            {
+                "field": field_name,
+                "argparse_dest": dest,
+                "flags": flags,
+                "python_type": python_type,
+                "argparse_type": argparse_type,
+                "default": default,
+                "choices": choices,
+                "store_true": store_true,
+                "action": action,
+                "nargs": nargs,
+                "required": required,
+                "deprecated": deprecated,
+                "help_first_sentence": first_sentence(help_str),
+                "boolean_optional": boolean_optional,
+                "takes_value": not zero_arg,
+                "source": source,
+            }
+        )
 
     # -- manual registrations ---------------------------------------------------
     def manual(self, func: ast.FunctionDef, module: Module) -> None:
         """Every ``<parser>.add_argument(...)`` call in ``func``, in source order."""
         local_assigns: list[tuple[int, ast.Assign]] = []
         for node in ast.walk(func):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                    node.targets[0], ast.Name):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
                 local_assigns.append((node.lineno, node))
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in {"add", "append", "extend", "update"}
-                    and isinstance(node.func.value, ast.Name)):
-                self.fixup(f"add_cli_args: ignored conditional/local mutation "
-                           f"'{ast.unparse(node)}' (runtime-dependent)")
-        calls = [n for n in ast.walk(func) if isinstance(n, ast.Call)
-                 and isinstance(n.func, ast.Attribute) and n.func.attr == "add_argument"]
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in {"add", "append", "extend", "update"}
+                and isinstance(node.func.value, ast.Name)
+            ):
+                self.fixup(
+                    f"add_cli_args: ignored conditional/local mutation "
+                    f"'{ast.unparse(node)}' (runtime-dependent)"
+                )
+        calls = [
+            n
+            for n in ast.walk(func)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "add_argument"
+        ]
         for call in sorted(calls, key=lambda c: (c.lineno, c.col_offset)):
             env: dict[str, Any] = {}
             for lineno, assign in sorted(local_assigns, key=lambda p: p[0]):
@@ -1119,8 +1307,10 @@ class FlagBuilder:
                 try:
                     opts.append(ev.eval(a))
                 except Unresolved:
-                    self.fixup(f"add_argument at {module.path}:{call.lineno}: "
-                               f"option string '{ast.unparse(a)}' not evaluated")
+                    self.fixup(
+                        f"add_argument at {module.path}:{call.lineno}: "
+                        f"option string '{ast.unparse(a)}' not evaluated"
+                    )
             if not opts:
                 continue
             kw = {k.arg: k.value for k in call.keywords if k.arg}
@@ -1140,7 +1330,8 @@ class FlagBuilder:
                     arg_kw = {k.arg: k.value for k in m.keywords if k.arg}
                     break
                 if isinstance(m, ast.Constant | ast.JoinedStr) or (
-                        isinstance(m, ast.BinOp) and isinstance(m.op, ast.Add)):
+                    isinstance(m, ast.BinOp) and isinstance(m.op, ast.Add)
+                ):
                     try:
                         is_str = isinstance(ev.eval(m), str)
                     except Unresolved:
@@ -1151,16 +1342,24 @@ class FlagBuilder:
             if arg_kw is None:
                 continue
 
-            def meta_value(key: str, default: Any = None, *, _kw: dict[str, ast.expr] = arg_kw,
-                           _ev: Evaluator = ev, _name: str = decl.name) -> Any:
+            def meta_value(
+                key: str,
+                default: Any = None,
+                *,
+                _kw: dict[str, ast.expr] = arg_kw,
+                _ev: Evaluator = ev,
+                _name: str = decl.name,
+            ) -> Any:
                 if key not in _kw:
                     return default
                 try:
                     return to_json(_ev.eval(_kw[key]))
                 except Unresolved as exc:
-                    self.fixup(f"{_name}: Arg {key} '<expr> {ast.unparse(_kw[key])}' "
-                               f"not evaluated ({exc})")
+                    self.fixup(
+                        f"{_name}: Arg {key} '<expr> {ast.unparse(_kw[key])}' not evaluated ({exc})"
+                    )
                     return None
+
             if meta_value("no_cli", False):
                 continue
             cli_name = meta_value("cli_name") or "--" + decl.name.replace("_", "-")
@@ -1187,12 +1386,20 @@ class FlagBuilder:
                         if isinstance(k, ast.Constant) and isinstance(k.value, str):
                             kw[k.value] = v
                 elif action_kwargs is not None:
-                    self.fixup(f"{decl.name}: action_kwargs '{ast.unparse(action_kwargs)}' "
-                               "not a literal dict")
+                    self.fixup(
+                        f"{decl.name}: action_kwargs '{ast.unparse(action_kwargs)}' "
+                        "not a literal dict"
+                    )
                 if "type" in kw:
                     derived["type"] = ast.unparse(kw.pop("type"))
-                self.add(option_strings=names, kw=kw, ev=ev, source=source,
-                         python_type=python_type, derived=derived)
+                self.add(
+                    option_strings=names,
+                    kw=kw,
+                    ev=ev,
+                    source=source,
+                    python_type=python_type,
+                    derived=derived,
+                )
                 continue
             base = unwrap_optional(inner)
             choices = meta_value("choices")
@@ -1204,8 +1411,7 @@ class FlagBuilder:
             origin = ast.unparse(base.value) if isinstance(base, ast.Subscript) else None
             if origin in {"Literal", "typing.Literal"}:
                 assert isinstance(base, ast.Subscript)
-                lit_nodes = (base.slice.elts if isinstance(base.slice, ast.Tuple)
-                             else [base.slice])
+                lit_nodes = base.slice.elts if isinstance(base.slice, ast.Tuple) else [base.slice]
                 try:
                     literal = [to_json(ev.eval(n)) for n in lit_nodes]
                 except Unresolved as exc:
@@ -1213,7 +1419,8 @@ class FlagBuilder:
                     literal = []
                 first_type = type(literal[0]).__name__ if literal else "str"
                 derived["type"] = type_parser or (
-                    first_type if first_type in {"str", "int", "float"} else "str")
+                    first_type if first_type in {"str", "int", "float"} else "str"
+                )
                 derived["choices"] = choices or literal
                 derived["nargs"] = None
             elif origin in {"List", "list", "typing.List"} and type_parser is None:
@@ -1223,11 +1430,18 @@ class FlagBuilder:
                 derived["nargs"] = nargs or "+"
                 derived["choices"] = choices or None
             elif ast.unparse(base) == "bool":
-                derived.update({"action": "store_true", "type": None, "choices": None,
-                                "nargs": None})
+                derived.update(
+                    {"action": "store_true", "type": None, "choices": None, "nargs": None}
+                )
                 derived["default"] = False if default is MISSING else default
-                self.add(option_strings=names, kw={}, ev=ev, source=source,
-                         python_type=python_type, derived=derived)
+                self.add(
+                    option_strings=names,
+                    kw={},
+                    ev=ev,
+                    source=source,
+                    python_type=python_type,
+                    derived=derived,
+                )
                 continue
             else:
                 derived["type"] = type_parser or infer_type_name(base)
@@ -1236,11 +1450,18 @@ class FlagBuilder:
                 required = meta_value("required")
                 derived["required"] = bool(
                     (required is True or (required is None and default is MISSING))
-                    and any(n.startswith("-") for n in names))
+                    and any(n.startswith("-") for n in names)
+                )
             derived["default"] = None if default is MISSING else default
             del auto_dest
-            self.add(option_strings=names, kw={}, ev=ev, source=source,
-                     python_type=python_type, derived=derived)
+            self.add(
+                option_strings=names,
+                kw={},
+                ev=ev,
+                source=source,
+                python_type=python_type,
+                derived=derived,
+            )
 
 
 def class_fields(cls: ClassRef) -> list[FieldDecl]:
@@ -1253,12 +1474,20 @@ def class_fields(cls: ClassRef) -> list[FieldDecl]:
             continue
         if isinstance(ref, ClassRef):
             out.extend(class_fields(ref))
+    # A name annotated twice in one class body is one field: it keeps the position of
+    # the first annotation and takes the later annotation and value (as __annotations__ does).
+    own: dict[str, FieldDecl] = {}
     for stmt in cls.node.body:
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
             if "ClassVar" in ast.unparse(stmt.annotation).split("[")[0]:
                 continue
-            out.append(FieldDecl(stmt.target.id, stmt.annotation, stmt.value, cls.module))
-    return out
+            own[stmt.target.id] = FieldDecl(stmt.target.id, stmt.annotation, stmt.value, cls.module)
+    inherited = {d.name for d in out}
+    return (
+        [d for d in out if d.name not in own]
+        + [d for d in own.values() if d.name not in inherited]
+        + [d for d in own.values() if d.name in inherited]
+    )
 
 
 def extract(tree: SourceTree) -> Extraction:
@@ -1291,20 +1520,25 @@ def extract(tree: SourceTree) -> Extraction:
     renames: dict[str, str] = {}
     if from_cli is not None:
         for node in ast.walk(from_cli):
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Attribute)
-                    and isinstance(node.value, ast.Attribute)
-                    and ast.unparse(node.targets[0].value) == "args"
-                    and ast.unparse(node.value.value) == "args"):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Attribute)
+                and isinstance(node.value, ast.Attribute)
+                and ast.unparse(node.targets[0].value) == "args"
+                and ast.unparse(node.value.value) == "args"
+            ):
                 renames[node.value.attr] = node.targets[0].attr
 
     builder = FlagBuilder(world, sa_mod, fields, renames)
     uses_dataclass_registration = any(
         isinstance(n, ast.Call) and ast.unparse(n.func).endswith("add_cli_args_from_dataclass")
-        for n in ast.walk(add_cli))
+        for n in ast.walk(add_cli)
+    )
     if uses_dataclass_registration:
         builder.from_fields(decls)
     builder.manual(add_cli, sa_mod)
+    builder.out.fixups.extend(sorted(world.notes))
     return builder.out
 
 
@@ -1343,37 +1577,51 @@ def catalog_file_name(version: str) -> str:
 
 
 def write_index(out_dir: Path) -> None:
-    versions = sorted((p.name[: -len(".json.gz")] for p in out_dir.glob("*.json.gz")),
-                      key=version_key)
+    versions = sorted(
+        (p.name[: -len(".json.gz")] for p in out_dir.glob("*.json.gz")), key=version_key
+    )
     index = {"versions": versions, "files": {v: catalog_file_name(v) for v in versions}}
     (out_dir / "index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("versions", nargs="*",
-                        help="SGLang versions (default: every release "
-                             f"{DEFAULT_RANGE[0]}..{DEFAULT_RANGE[1]} on PyPI)")
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
-                        help="wheel cache (default: .cache/wheels)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help="catalog folder (default: sgdeploy/sglang/catalogs)")
-    parser.add_argument("--offline", action="store_true",
-                        help="never call pip; use the cached wheels only")
+    parser.add_argument(
+        "versions",
+        nargs="*",
+        help="SGLang versions (default: every release "
+        f"{DEFAULT_RANGE[0]}..{DEFAULT_RANGE[1]} on PyPI)",
+    )
+    parser.add_argument(
+        "--cache", type=Path, default=DEFAULT_CACHE, help="wheel cache (default: .cache/wheels)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="catalog folder (default: sgdeploy/sglang/catalogs)",
+    )
+    parser.add_argument(
+        "--offline", action="store_true", help="never call pip; use the cached wheels only"
+    )
     args = parser.parse_args(argv)
 
     versions = list(args.versions)
     if not versions:
         if args.offline:
-            versions = [v for v in cached_versions(args.cache)
-                        if version_key(DEFAULT_RANGE[0]) <= version_key(v)
-                        <= version_key(DEFAULT_RANGE[1])]
+            versions = [
+                v
+                for v in cached_versions(args.cache)
+                if version_key(DEFAULT_RANGE[0]) <= version_key(v) <= version_key(DEFAULT_RANGE[1])
+            ]
         else:
             try:
                 versions = list_pypi_versions(*DEFAULT_RANGE)
             except (subprocess.CalledProcessError, RuntimeError) as exc:
-                print(f"cannot list versions from PyPI ({exc}); using the wheel cache",
-                      file=sys.stderr)
+                print(
+                    f"cannot list versions from PyPI ({exc}); using the wheel cache",
+                    file=sys.stderr,
+                )
                 versions = cached_versions(args.cache)
     versions = sorted(set(versions), key=version_key)
 
@@ -1383,14 +1631,16 @@ def main(argv: list[str] | None = None) -> int:
         try:
             dist = download_dist(args.cache, version, args.offline)
             catalog = build_catalog(version, dist)
-        except Exception as exc:  # noqa: BLE001 - report and carry on with other versions
+        except Exception as exc:
             print(f"{version}: FAILED: {exc}")
             failed.append(version)
             continue
         data = catalog_bytes(catalog)
         (args.out / catalog_file_name(version)).write_bytes(data)
-        print(f"{version}: {len(catalog['flags'])} flags, {len(catalog['fixups'])} fixups "
-              f"({dist.name})")
+        print(
+            f"{version}: {len(catalog['flags'])} flags, {len(catalog['fixups'])} fixups "
+            f"({dist.name})"
+        )
     write_index(args.out)
     required_failed = [v for v in failed if v in REQUIRED_VERSIONS]
     if failed:
