@@ -37,7 +37,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.hosts import HostSet, HostSpec, SimSettings, skip_reason, start_hosts  # noqa: E402
+from bench._common import pin_catalogs  # noqa: E402
+from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts  # noqa: E402
 
 MODEL = "/root/models/Qwen3.6-27B"
 READY_LINE = "The server is fired up and ready to roll!"
@@ -106,7 +107,7 @@ def server_times(hs: HostSet, unit: str = "sglang") -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- one sgdeploy apply
-def run_apply(hs: HostSet, profile: Path, settle: float) -> dict[str, Any]:
+def run_apply(hs: HostSet, profile: Path, settle: float, measure: bool = True) -> dict[str, Any]:
     argv = [sys.executable, "-c", CLI_WRAPPER, "apply", str(profile), "--inventory", str(hs.inventory_path),
             "--json", "--force", "--settle", str(settle)]
     launched = time.time()
@@ -118,6 +119,8 @@ def run_apply(hs: HostSet, profile: Path, settle: float) -> dict[str, Any]:
         raise RuntimeError(f"apply exited {proc.returncode} without JSON: {proc.stderr[-2000:]}") from None
     if proc.returncode != 0:
         raise RuntimeError(f"apply exited {proc.returncode}: {document.get('message')}")
+    if not measure:
+        return document
     match = re.search(r"@@bench progress_started=([\d.]+)", proc.stderr)
     assert match, proc.stderr[-500:]
     origin = float(match.group(1))
@@ -201,7 +204,7 @@ def run_ansible(hs: HostSet, inventory: Path, unit_file: Path, pipelining: bool,
     control = Path(tempfile.mkdtemp(prefix="cp-", dir=folder))  # a fresh SSH master per run, as apply
     env = {**os.environ, "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control),
            "ANSIBLE_PIPELINING": "True" if pipelining else "False", "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_LOCAL_TEMP": str(folder / "tmp"), "ANSIBLE_CONFIG": "/dev/null",
+           "ANSIBLE_LOCAL_TEMP": str(folder / "tmp"),
            "ANSIBLE_RETRY_FILES_ENABLED": "False"}
     argv = [str(ANSIBLE_VENV / "bin" / "ansible-playbook"), "-vvv", "-i", str(inventory), str(PLAYBOOK),
             "-e", f"unit_src={unit_file}"]
@@ -210,7 +213,7 @@ def run_ansible(hs: HostSet, inventory: Path, unit_file: Path, pipelining: bool,
     ended = time.time()
     shutil.rmtree(control, ignore_errors=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"ansible-playbook exited {proc.returncode}: {proc.stdout[-2000:]}")
+        raise RuntimeError(f"ansible-playbook exited {proc.returncode}: {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
     journal = server_times(hs)
     commands = len(re.findall(r"SSH: EXEC ssh ", proc.stdout))
     polls = len(re.findall(r"FAILED - RETRYING", proc.stdout)) + 1
@@ -239,7 +242,13 @@ def main() -> int:
                         help="simulated GPU memory release after the old server exits (s)")
     parser.add_argument("--ansible-runs", type=int, default=5, help="per Ansible variant; 0 skips Ansible")
     parser.add_argument("--json", metavar="FILE", help="write every measurement here")
+    parser.add_argument("--catalogs", default="tree", metavar="tree|head|REV",
+                        help="flag catalogs to use: the working tree's (default), or those committed "
+                        "at HEAD/REV (pinned through SGDEPLOY_CATALOG_PATH)")
     args = parser.parse_args()
+    pinned = pin_catalogs(args.catalogs)
+    if pinned:
+        print(f"# flag catalogs pinned to {args.catalogs}: {pinned}")
 
     reason = skip_reason()
     if reason:
@@ -258,12 +267,15 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="sgd-apply-bench-"))
     try:
         hs.make_model("ct129", MODEL, "Qwen3_5ForConditionalGeneration")
-        reference = (REPO / "profiles" / "qwen36-mtp3.toml").read_text()
+        # test hosts share this machine's network: a port of its own, not the profile's 30000
+        port = free_port()
+        reference = (REPO / "profiles" / "qwen36-mtp3.toml").read_text().replace("port = 30000", f"port = {port}")
+        results["server_port"] = port
         a = folder / "ref.toml"
         a.write_text(reference)
         b = folder / "ref-mrr12.toml"
         b.write_text(reference.replace("max_running_requests = 16", "max_running_requests = 12"))
-        run_apply(hs, a, 0)  # first deployment on a fresh host (nothing to stop): not counted
+        run_apply(hs, a, 0, measure=False)  # first deployment on a fresh host (nothing to stop): not counted
 
         runs = [run_apply(hs, (b, a)[i % 2], 0) for i in range(args.runs)]
         results["settle0"] = runs

@@ -29,6 +29,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench._common import pin_catalogs  # noqa: E402
+
 PROFILE = "profiles/qwen36-mtp3.toml"
 INVENTORY = "inventory.toml"
 FORBIDDEN = ("fabric", "paramiko", "invoke", "jinja2", "cryptography")
@@ -157,7 +160,13 @@ def main() -> int:
     parser.add_argument("--thousand-runs", type=int, default=7, help="runs of the 1,000-profile call")
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--json", metavar="FILE", help="write the results here as JSON")
+    parser.add_argument("--catalogs", default="tree", metavar="tree|head|REV",
+                        help="flag catalogs to use: the working tree's (default), or those committed "
+                        "at HEAD/REV (pinned through SGDEPLOY_CATALOG_PATH)")
     args = parser.parse_args()
+    pinned = pin_catalogs(args.catalogs)
+    if pinned:
+        print(f"# flag catalogs pinned to {args.catalogs}: {pinned}")
 
     py = sys.executable
     console = shutil.which("sgdeploy", path=str(Path(py).parent)) or "sgdeploy"

@@ -1,0 +1,27 @@
+"""Helpers shared by the benchmarks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CATALOGS = "sgdeploy/sglang/catalogs"
+
+
+def pin_catalogs(source: str) -> Path | None:
+    """With source "head", extract the committed flag catalogs into a temporary folder and put it
+    first on SGDEPLOY_CATALOG_PATH (inherited by every command the benchmark starts), so that a
+    catalog rebuild running in the same checkout cannot change or break the measurement.
+    "tree" leaves the working tree's catalogs in use."""
+    if source == "tree":
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="sgd-bench-catalogs-"))
+    archive = subprocess.run(["git", "archive", source if source != "head" else "HEAD", CATALOGS],
+                             cwd=REPO, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    pinned = folder / CATALOGS
+    os.environ["SGDEPLOY_CATALOG_PATH"] = str(pinned)
+    return pinned
