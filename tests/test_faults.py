@@ -1,0 +1,560 @@
+"""Fault injection on a real systemd test host: does apply leave the host no worse than it found it?
+
+One ct129-like host (2x RTX A6000, SGLang 0.5.11, simulated) serves the module, on its own
+server port. Every test first brings the host to a good deployment, injects one fault, and
+then checks the promise:
+
+- the apply ends with a healthy deployment (the new one or the previous), or exits 3 with the
+  reason;
+- `sgdeploy history --json` stays consistent: every attempt is listed, outcomes are `ready` or
+  `failed`, `last_good` names a `ready` record whose unit is the one installed;
+- a re-run of apply without the fault converges to ready.
+
+SSH faults go through `tests.faults.CutProxy`, a TCP proxy on loopback between sgdeploy and the
+host's sshd; apply runs in-process (`sgdeploy.apply.apply_profile`) with a Reporter that cuts the
+proxy at the chosen moment. What each test saw is noted for docs/reliability.md
+(`scripts/reliability`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sgdeploy import cli
+from sgdeploy.apply import ApplyOptions, ApplyResult, apply_profile
+from sgdeploy.profile import load_profile
+from sgdeploy.validate import InventoryContext, select_hosts, validate_loaded
+from tests.faults import CutProxy, inventory_via, observe
+from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
+
+pytestmark = pytest.mark.hosts
+
+REPO = Path(__file__).resolve().parents[1]
+HOST = "ct129"
+UNIT = "sglang"
+PORT = free_port()  # hosts share this machine's network: this module's server port
+MODEL = "/root/models/Qwen3.6-27B"
+BROKEN = "--served-model-name=broken"  # the simulated server fails only for the broken profile
+REFERENCE = (REPO / "profiles" / "qwen36-mtp3.toml").read_text().replace("port = 30000", f"port = {PORT}")
+STATE = f"/var/lib/sgdeploy/{UNIT}"
+UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def hs() -> Iterator[HostSet]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(f"test hosts unavailable: {reason}")
+    fast = SimSettings(startup_s=1.0, release_delay_s=0.5, crash_after_ready_s=1.0)
+    hosts = start_hosts([HostSpec.like(HOST, sim=fast)], owner="pytest")
+    try:
+        yield hosts
+    finally:
+        hosts.close()
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("fault-profiles")
+
+    def write(name: str, text: str) -> Path:
+        path = folder / f"{name}.toml"
+        path.write_text(text)
+        return path
+
+    return {
+        "good": write("good", REFERENCE),
+        "other": write("other", REFERENCE.replace("max_running_requests = 16", "max_running_requests = 12")),
+        "third": write("third", REFERENCE.replace("max_running_requests = 16", "max_running_requests = 8")),
+        "broken": write("broken", REFERENCE.replace("[server]\n", '[server]\nserved_model_name = "broken"\n')
+                        .replace("ready_timeout_s = 1200", "ready_timeout_s = 5")),
+    }
+
+
+@dataclass
+class Via:
+    """A copy of the inventory that reaches the host through a CutProxy."""
+
+    proxy: CutProxy
+    inventory: Path
+
+
+@pytest.fixture
+def via(hs: HostSet, tmp_path: Path) -> Iterator[Via]:
+    proxy = CutProxy(hs[HOST].port)
+    known = tmp_path / "known_hosts"
+    key = hs[HOST].host_key_line.split(" ", 1)[1]
+    known.write_text(f"[127.0.0.1]:{proxy.port} {key}\n")
+    inventory = inventory_via(hs.inventory_path, tmp_path / "inventory.toml", HOST, port=proxy.port,
+                              known_hosts=str(known))
+    try:
+        yield Via(proxy, inventory)
+    finally:
+        proxy.close()
+
+
+# --------------------------------------------------------------------------- helpers
+def apply(inventory: Path, profile: Path, report: Callable[..., None] | None = None,
+          **options: Any) -> ApplyResult:
+    """`sgdeploy apply` in-process, with a Reporter (the same call the CLI makes)."""
+    loaded = load_profile(profile)
+    context = InventoryContext.load(inventory)
+    assert validate_loaded(loaded, context).ok and loaded.model is not None
+    assert context.inventory is not None
+    target = select_hosts(loaded.model.deploy.host, context, [])[0]
+    opts = ApplyOptions(settle_s=1.0, gpu_idle_timeout_s=20.0, health_timeout_s=15.0)
+    for key, value in options.items():
+        setattr(opts, key, value)
+    return apply_profile(loaded, target.name, context.inventory.hosts[target.name], target, opts,
+                         report or (lambda *a, **k: None))
+
+
+def sh(hs: HostSet, command: str, check: bool = False) -> str:
+    return hs.ssh(HOST, command, check=check).stdout
+
+
+def unit_state(hs: HostSet) -> dict[str, str]:
+    out = sh(hs, f"systemctl show -p ActiveState,SubState,MainPID,NRestarts {UNIT}.service")
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def health(hs: HostSet) -> int:
+    probe = ("python3 -c \"import urllib.request as u\ntry: print(u.urlopen('http://127.0.0.1:%d/health',"
+             " timeout=3).status)\nexcept Exception as e: print(getattr(e, 'code', 0))\"" % PORT)
+    return int(sh(hs, probe).strip() or 0)
+
+
+def unit_file(hs: HostSet) -> str:
+    return (hs[HOST].root / UNIT_FILE.lstrip("/")).read_text()
+
+
+def history(hs: HostSet, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    capsys.readouterr()
+    code = cli.main(["history", "--host", HOST, "--unit", UNIT, "--inventory", str(hs.inventory_path), "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out)
+
+
+def history_problems(hs: HostSet, capsys: pytest.CaptureFixture[str], attempts: list[str | None] = (),
+                     corrupted: set[str] = frozenset()) -> list[str]:
+    """What is inconsistent in the recorded history (empty when all is well)."""
+    doc = history(hs, capsys)
+    records = {r["id"]: r for r in doc["deployments"]}
+    problems = []
+    for attempt in attempts:
+        if attempt and attempt not in records:
+            problems.append(f"attempt {attempt} is not in the history")
+    for r in doc["deployments"]:
+        if r["id"] not in corrupted and r["outcome"] not in ("ready", "failed"):
+            problems.append(f"record {r['id']} has outcome {r['outcome']!r}")
+    last_good = doc["last_good"]
+    if last_good is None:
+        problems.append("no last_good")
+    elif last_good not in records or records[last_good]["outcome"] != "ready":
+        problems.append(f"last_good {last_good} is not a ready record")
+    else:
+        recorded = (hs[HOST].root / STATE.lstrip("/") / last_good / "unit.service").read_text()
+        if unit_state(hs)["ActiveState"] == "active" and recorded != unit_file(hs):
+            problems.append(f"the installed unit is not the unit of last_good {last_good}")
+    return problems
+
+
+def ensure_good(hs: HostSet, profiles: dict[str, Path]) -> ApplyResult:
+    hs.configure_sim(HOST, failure="", fail_when_arg=[], hang_at="load")
+    result = apply(hs.inventory_path, profiles["good"])
+    assert result.exit_code == 0, result.message
+    assert unit_state(hs)["ActiveState"] == "active"
+    return result
+
+
+def converges(hs: HostSet, profile: Path, inventory: Path | None = None) -> ApplyResult:
+    hs.configure_sim(HOST, failure="", fail_when_arg=[])
+    result = apply(inventory or hs.inventory_path, profile)
+    assert result.exit_code == 0, result.message
+    assert result.status in ("ready", "up_to_date")
+    assert unit_state(hs)["ActiveState"] == "active" and health(hs) == 200
+    return result
+
+
+def records(hs: HostSet) -> set[str]:
+    state = hs[HOST].root / STATE.lstrip("/")
+    return {p.name for p in state.iterdir() if p.is_dir()} if state.exists() else set()
+
+
+def describe(result: ApplyResult) -> str:
+    rb = f"; rollback ready={result.rollback['ready']}" if result.rollback else ""
+    return f"exit {result.exit_code} ({result.status}){rb}: {result.message[:160]}"
+
+
+# --------------------------------------------------------------------------- SSH cut mid-apply
+def _watch_unit_file(hs: HostSet, before: str, then: Callable[[], None]) -> threading.Thread:
+    """Call `then` as soon as the unit file on the host differs from `before`."""
+    path = hs[HOST].root / UNIT_FILE.lstrip("/")
+
+    def watch() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if path.read_text() != before:
+                    then()
+                    return
+            except OSError:
+                pass
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+CUT_PHASES = ["stop", "gpu_wait", "unit_written", "journal"]
+CUT_BUGS = {
+    "unit_written": "an apply cut after the new unit was started leaves its record at outcome 'starting' and "
+                    "last_good on the previous deployment; the re-run sees the same unit text, active, and a "
+                    "last_good, and answers 'up_to_date' naming the OLD deployment without ever checking or "
+                    "recording the running one (apply.make_plan up_to_date ignores that last_good's unit is "
+                    "not the installed unit)",
+    "journal": "an apply cut while following the journal leaves its record at outcome 'starting' and "
+               "last_good on the previous deployment; the re-run answers 'up_to_date' naming the OLD "
+               "deployment without verifying or recording the running one",
+}
+
+
+@pytest.mark.parametrize("phase", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=CUT_BUGS[p]))
+                                   if p in CUT_BUGS else p for p in CUT_PHASES])
+def test_ssh_cut_mid_apply(phase: str, hs: HostSet, profiles: dict[str, Path], via: Via,
+                           request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> None:
+    """SSH connection cut mid-apply, then apply re-run"""
+    ensure_good(hs, profiles)
+    proxy = via.proxy
+    cut_at: list[str] = []
+
+    def cut(why: str) -> None:
+        if not cut_at:
+            cut_at.append(why)
+            proxy.cut()
+
+    stray = None
+    if phase == "gpu_wait":
+        stray = hs.plant_stray(HOST, gpu=1, mib=4000, name="fault-holder", seconds=4)
+
+    def report(kind: str, **data: Any) -> None:
+        if phase == "stop" and kind == "step" and data.get("step") == "stop":
+            threading.Timer(0.15, cut, args=("0.15 s into `systemctl stop`",)).start()
+        elif phase == "gpu_wait" and kind == "waiting" and data.get("what") == "gpus":
+            cut("while waiting for the GPUs")
+        elif phase == "journal" and kind == "phase":
+            cut(f"at journal phase {data.get('name')}")
+
+    watcher = None
+    if phase == "unit_written":
+        watcher = _watch_unit_file(hs, unit_file(hs), lambda: cut("right after the unit file was replaced"))
+    result = apply(via.inventory, profiles["other"], report)
+    if watcher:
+        watcher.join(1)
+    if stray:
+        sh(hs, f"kill {stray}")
+    assert cut_at, f"the cut never happened: {describe(result)}"
+    observe(request, f"cut {cut_at[0]}: {describe(result)}")
+    assert result.exit_code == 3 and result.status == "connection_lost", describe(result)
+    assert "re-run apply" in result.message
+    time.sleep(1.5)  # what the host does on its own once the connection is gone
+    left = unit_state(hs)
+    observe(request, f"left on the host: unit {left['ActiveState']}/{left['SubState']}, "
+                     f"lock file {(hs[HOST].root / STATE.lstrip('/') / 'lock').read_text().strip()!r}")
+    again = converges(hs, profiles["other"], via.inventory)
+    observe(request, f"re-run through the same proxy: {describe(again)}")
+    assert "max-running-requests 12" in sh(hs, f"tr '\\0' ' ' < /proc/{unit_state(hs)['MainPID']}/cmdline")
+    problems = history_problems(hs, capsys, [again.deployment_id])
+    observe(request, "history: " + ("; ".join(problems) or "consistent"))
+    assert not problems
+
+
+# --------------------------------------------------------------------------- SSH refused
+@pytest.mark.parametrize("how", ["closed_port", "drops_connections"])
+def test_sshd_refusing_changes_nothing(how: str, hs: HostSet, profiles: dict[str, Path], via: Via,
+                                       tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """sshd refusing new connections: exit 2, nothing changed"""
+    ensure_good(hs, profiles)
+    before = (unit_state(hs)["MainPID"], unit_file(hs), records(hs))
+    if how == "closed_port":
+        inventory = inventory_via(via.inventory, tmp_path / "closed.toml", HOST, port=free_port())
+    else:
+        via.proxy.refuse = True
+        inventory = via.inventory
+    began = time.monotonic()
+    result = apply(inventory, profiles["other"])
+    took = time.monotonic() - began
+    observe(request, f"{describe(result)} after {took:.1f} s")
+    assert result.exit_code == 2 and result.status == "refused"
+    assert "ct129" in result.message
+    assert (unit_state(hs)["MainPID"], unit_file(hs), records(hs)) == before
+    assert took < 30
+
+
+@pytest.mark.parametrize("how", ["changed", "unknown"])
+def test_host_key_mismatch_is_refused(how: str, hs: HostSet, profiles: dict[str, Path], tmp_path: Path,
+                                      request: pytest.FixtureRequest) -> None:
+    """host key changed (or unknown): refused with a message saying so, never ignored"""
+    ensure_good(hs, profiles)
+    before = (unit_state(hs)["MainPID"], unit_file(hs), records(hs))
+    known = tmp_path / "known_hosts"
+    if how == "changed":
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+        other = (tmp_path / "other.pub").read_text().split()[:2]
+        known.write_text(f"[127.0.0.1]:{hs[HOST].port} {' '.join(other)}\n")
+    else:
+        known.write_text("")
+    inventory = inventory_via(hs.inventory_path, tmp_path / "inventory.toml", HOST, known_hosts=str(known))
+    result = apply(inventory, profiles["other"])
+    observe(request, describe(result))
+    assert result.exit_code == 2
+    assert ("CHANGED" in result.message) if how == "changed" else ("not in" in result.message)
+    assert (unit_state(hs)["MainPID"], unit_file(hs), records(hs)) == before
+
+
+# --------------------------------------------------------------------------- unit dir not writable
+UNWRITABLE = {
+    "read_only": "mount --bind /etc/systemd/system /etc/systemd/system && "
+                 "mount -o remount,bind,ro /etc/systemd/system",
+    "disk_full": "set -e; mkdir -p /run/sgd-full; mount -t tmpfs -o size=2m tmpfs /run/sgd-full; "
+                 "cp -a /etc/systemd/system/. /run/sgd-full/; "
+                 "dd if=/dev/zero of=/run/sgd-full/.filler bs=4k 2>/dev/null || true; sync; "
+                 "mount --bind /run/sgd-full /etc/systemd/system",
+}
+UNWRITABLE_BUG = ("apply stops the running unit before it tries to write the new unit file; when the write "
+                  "fails the rollback rewrites the (unchanged) old unit file, which fails the same way, so "
+                  "nothing is running and apply exits 3 although the old unit file is intact "
+                  "(apply.Transaction.start / HostSession.install_and_start)")
+
+
+@pytest.mark.parametrize("how", sorted(UNWRITABLE))
+@pytest.mark.xfail(strict=True, reason=UNWRITABLE_BUG)
+def test_unit_file_not_writable(how: str, hs: HostSet, profiles: dict[str, Path],
+                                request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> None:
+    """unit file location not writable while installing the unit"""
+    ensure_good(hs, profiles)
+    old = unit_file(hs)
+    setup = hs.ssh(HOST, UNWRITABLE[how], check=False)
+    assert setup.returncode == 0, setup.stderr
+    try:
+        probe = hs.ssh(HOST, "touch /etc/systemd/system/.probe", check=False)
+        assert probe.returncode != 0, "the unit folder is still writable"
+        result = apply(hs.inventory_path, profiles["other"])
+        state = unit_state(hs)
+        observe(request, f"{describe(result)}; unit {state['ActiveState']}, unit file "
+                         f"{'intact' if unit_file(hs) == old else 'CHANGED'}")
+        leftovers = sh(hs, "ls -a /etc/systemd/system | grep sgdeploy || true").strip()
+        assert not leftovers, leftovers
+        assert unit_file(hs) == old
+        assert result.failure and result.failure["kind"] == "start_failed"
+        assert result.exit_code == 1, describe(result)  # the old unit is running again
+        assert state["ActiveState"] == "active" and health(hs) == 200
+    finally:
+        sh(hs, "umount /etc/systemd/system; umount /run/sgd-full 2>/dev/null; true")
+    converges(hs, profiles["other"])
+    problems = history_problems(hs, capsys)
+    observe(request, "after the fault is gone: history " + ("; ".join(problems) or "consistent"))
+    assert not problems
+
+
+# --------------------------------------------------------------------------- records corrupted
+CORRUPTIONS = {
+    "garbage_meta": 'lg=$(cat {s}/last_good); printf "\\x00{{not json" > {s}/$lg/meta.json; echo $lg',
+    "missing_last_good": "cat {s}/last_good; rm -f {s}/last_good",
+    "last_good_dangling": "cat {s}/last_good; echo 20200101T000000Z-000-deadbeef > {s}/last_good",
+}
+
+
+@pytest.mark.parametrize("how", sorted(CORRUPTIONS))
+def test_corrupted_records(how: str, hs: HostSet, profiles: dict[str, Path], request: pytest.FixtureRequest,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    """deployment records corrupted or missing: apply still works, rollback explains"""
+    ensure_good(hs, profiles)
+    damaged = sh(hs, CORRUPTIONS[how].format(s=STATE), check=True).strip()
+    # `sgdeploy rollback` has nothing sound to go back to: refused, with the reason
+    capsys.readouterr()
+    code = cli.main(["rollback", "--host", HOST, "--unit", UNIT, "--inventory", str(hs.inventory_path), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    observe(request, f"rollback: exit {code}: {out['message'][:150]}")
+    assert code == 2 and out["status"] == "refused"
+    assert any(word in out["message"] for word in ("corrupt", "no last good", "no deployment"))
+    # a failing apply still restores what ran (the unit as found on the host)
+    hs.configure_sim(HOST, failure="kv_cache_oom", fail_when_arg=[BROKEN])
+    failed = apply(hs.inventory_path, profiles["broken"])
+    observe(request, f"failing apply: {describe(failed)}")
+    assert failed.exit_code == 1 and failed.rollback and failed.rollback["ready"], describe(failed)
+    assert health(hs) == 200
+    # and a good apply works
+    again = converges(hs, profiles["other"])
+    observe(request, f"good apply: {describe(again)}")
+    problems = history_problems(hs, capsys, [failed.deployment_id, again.deployment_id],
+                                corrupted={damaged} if how == "garbage_meta" else set())
+    observe(request, "history: " + ("; ".join(problems) or "consistent"))
+    assert not problems
+
+
+@pytest.mark.xfail(strict=True, reason="when the last_good record is unusable, apply's rollback silently falls "
+                   "back to the unit found on the host: neither the result nor the events say that the last "
+                   "good record was corrupt or missing (apply.previous_deployment returns the fallback "
+                   "without a note)")
+def test_rollback_explains_an_unusable_last_good(hs: HostSet, profiles: dict[str, Path],
+                                                 request: pytest.FixtureRequest) -> None:
+    """last_good record corrupt: the rollback says it restored the unit as found, and why"""
+    ensure_good(hs, profiles)
+    damaged = sh(hs, CORRUPTIONS["garbage_meta"].format(s=STATE), check=True).strip()
+    hs.configure_sim(HOST, failure="kv_cache_oom", fail_when_arg=[BROKEN])
+    events: list[tuple[str, dict[str, Any]]] = []
+    failed = apply(hs.inventory_path, profiles["broken"], lambda kind, **data: events.append((kind, data)))
+    text = failed.message + " " + json.dumps([d for k, d in events if k in ("warning", "step")], default=str)
+    observe(request, f"{describe(failed)}; restored {failed.rollback and failed.rollback['restored']}")
+    assert failed.exit_code == 1
+    assert damaged in text and ("corrupt" in text or "unusable" in text)
+
+
+# --------------------------------------------------------------------------- the server misbehaves
+SERVER_FAULTS = {
+    # name -> (sim settings, failure kind apply must report)
+    "hang_at_warmup": ({"failure": "hang", "hang_at": "warmup"}, "timeout"),
+    "crash_after_ready": ({"failure": "crash_after_ready"}, "unhealthy"),
+    "cuda_oom": ({"failure": "cuda_oom"}, "cuda_oom"),
+    "port_in_use": ({"failure": "port_in_use"}, "port_in_use"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(SERVER_FAULTS))
+def test_server_fault_rolls_back(fault: str, hs: HostSet, profiles: dict[str, Path],
+                                 request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> None:
+    """the new server fails: the previous deployment is restored"""
+    ensure_good(hs, profiles)
+    previous = sh(hs, f"cat {STATE}/last_good").strip()
+    settings, kind = SERVER_FAULTS[fault]
+    hs.configure_sim(HOST, fail_when_arg=[BROKEN], **settings)
+    result = apply(hs.inventory_path, profiles["broken"])
+    observe(request, f"{describe(result)}; failure {result.failure and result.failure['kind']}")
+    assert result.exit_code == 1 and result.status == "rolled_back", describe(result)
+    assert result.failure and result.failure["kind"] == kind
+    assert result.rollback and result.rollback["restored"] == previous
+    assert health(hs) == 200
+    assert "broken" not in sh(hs, f"tr '\\0' ' ' < /proc/{unit_state(hs)['MainPID']}/cmdline")
+    problems = history_problems(hs, capsys, [result.deployment_id, result.rollback["deployment_id"]])
+    observe(request, "history: " + ("; ".join(problems) or "consistent"))
+    assert not problems
+
+
+# --------------------------------------------------------------------------- the lock
+def _cli_apply(inventory: Path, profile: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sgdeploy", "apply", str(profile), "--inventory", str(inventory), "--json",
+         "--settle", "1", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.xfail(strict=True, reason="after an apply was SIGKILLed between starting the new unit and "
+                   "recording it, the next apply of the same profile says 'up_to_date' with the OLD "
+                   "deployment id: it neither reports the interrupted attempt (its record still says "
+                   "'starting') nor checks or records the server that runs (apply._apply / plan.make_plan)")
+def test_lock_of_a_killed_apply(hs: HostSet, profiles: dict[str, Path], request: pytest.FixtureRequest,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    """apply SIGKILLed while holding the lock: the next apply reports it and converges"""
+    ensure_good(hs, profiles)
+    before = unit_file(hs)
+    unit_path = hs[HOST].root / UNIT_FILE.lstrip("/")
+    process = _cli_apply(hs.inventory_path, profiles["other"])
+    try:
+        assert _wait_for(lambda: unit_path.read_text() != before), "the apply never installed its unit"
+        lock = (hs[HOST].root / STATE.lstrip("/") / "lock").read_text().strip()
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    observe(request, f"killed the apply holding the lock ({lock}) right after it replaced the unit file")
+    time.sleep(2.5)  # the new server becomes ready on its own
+    capsys.readouterr()
+    code = cli.main(["apply", str(profiles["other"]), "--inventory", str(hs.inventory_path), "--json",
+                     "--settle", "1"])
+    out = json.loads(capsys.readouterr().out)
+    warnings = [e.get("text", "") for e in out["events"] if e["event"] == "warning"]
+    observe(request, f"next apply: exit {code} ({out['status']}) {out['message'][:120]}; warnings {warnings}")
+    assert code == 0
+    problems = history_problems(hs, capsys, [out["deployment_id"]])
+    observe(request, "history: " + ("; ".join(problems) or "consistent"))
+    assert not problems
+    assert warnings or "interrupted" in out["message"], "the interrupted apply went unmentioned"
+
+
+def test_lock_held_across_a_partition(hs: HostSet, profiles: dict[str, Path], via: Via,
+                                      request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> None:
+    """apply SIGKILLed behind a network partition: its lock is not forced, the holder is named"""
+    ensure_good(hs, profiles)
+    lock_path = hs[HOST].root / STATE.lstrip("/") / "lock"
+    process = _cli_apply(via.inventory, profiles["other"], "--force")
+    try:
+        assert _wait_for(lambda: lock_path.exists() and lock_path.read_text().strip() != ""), "no lock taken"
+        via.proxy.freeze()  # the host still sees the connection: its lock holder lives on
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    holder = lock_path.read_text().strip()
+    result = apply(hs.inventory_path, profiles["good"], force=True)
+    observe(request, f"second apply while the dead apply's session lives: {describe(result)}")
+    assert result.exit_code == 2 and "another apply holds the lock" in result.message
+    assert holder in result.message
+    via.proxy.close()  # the partition ends: sshd sees the connection go, the kernel frees the lock
+    assert _wait_for(lambda: lock_path.read_text().strip() == "", 15), "the lock was never released"
+    again = converges(hs, profiles["good"])
+    observe(request, f"after the partition ends: {describe(again)}")
+    problems = [p for p in history_problems(hs, capsys, [again.deployment_id]) if "outcome 'starting'" not in p]
+    observe(request, "history: " + ("; ".join(problems) or "consistent"))
+    assert not problems
+
+
+def test_racing_applies(hs: HostSet, profiles: dict[str, Path], request: pytest.FixtureRequest,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    """two applies racing for the same unit from separate processes, 3 rounds"""
+    ensure_good(hs, profiles)
+    seen = []
+    for round_ in range(3):
+        pair = [profiles["other"], profiles["third"]] if round_ % 2 == 0 else [profiles["third"], profiles["other"]]
+        procs = [_cli_apply(hs.inventory_path, p, "--force") for p in pair]
+        outs = [p.communicate(timeout=120) for p in procs]
+        codes = [p.returncode for p in procs]
+        docs = [json.loads(out) for out, _ in outs]
+        seen.append(codes)
+        assert sorted(codes) in ([0, 2], [0, 0]), [d["message"] for d in docs]
+        for code, doc in zip(codes, docs):
+            if code == 2:
+                assert "another apply holds the lock" in doc["message"]
+        winner = [d for c, d in zip(codes, docs) if c == 0][-1]
+        assert unit_state(hs)["ActiveState"] == "active" and health(hs) == 200
+        problems = history_problems(hs, capsys, [d["deployment_id"] for d in docs if d["status"] == "ready"])
+        assert not problems, problems
+        assert sh(hs, f"cat {STATE}/last_good").strip() == winner["deployment_id"]
+    observe(request, f"exit codes per round: {seen}; one apply ran, the other was refused naming the holder; "
+                     "history consistent after every round")
