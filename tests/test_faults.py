@@ -174,9 +174,38 @@ def history_problems(hs: HostSet, capsys: pytest.CaptureFixture[str], attempts: 
     return problems
 
 
+def _state_sound(hs: HostSet) -> bool:
+    """last_good names a ready record whose unit is installed, and no record is unfinished."""
+    state = hs[HOST].root / STATE.lstrip("/")
+    try:
+        last_good = (state / "last_good").read_text().strip()
+        meta = json.loads((state / last_good / "meta.json").read_text())
+        unit = (state / last_good / "unit.service").read_text()
+    except (OSError, ValueError):
+        return False
+    return meta.get("outcome") == "ready" and unit == unit_file(hs)
+
+
+def _drop_unfinished_records(hs: HostSet) -> None:
+    """Remove records a known-bug test left unfinished (outcome 'starting' or unreadable), so one
+    xfail does not spill into the next test's history check."""
+    state = hs[HOST].root / STATE.lstrip("/")
+    for folder in state.iterdir() if state.exists() else []:
+        if not folder.is_dir():
+            continue
+        try:
+            outcome = json.loads((folder / "meta.json").read_text()).get("outcome")
+        except (OSError, ValueError, AttributeError):
+            outcome = None
+        if outcome not in ("ready", "failed"):
+            sh(hs, f"rm -rf {shlex.quote(f'{STATE}/{folder.name}')}")
+
+
 def ensure_good(hs: HostSet, profiles: dict[str, Path]) -> ApplyResult:
+    """The host runs the good profile, recorded as last good, with a sound history."""
     hs.configure_sim(HOST, failure="", fail_when_arg=[], hang_at="load")
-    result = apply(hs.inventory_path, profiles["good"])
+    _drop_unfinished_records(hs)
+    result = apply(hs.inventory_path, profiles["good"], force=not _state_sound(hs))
     assert result.exit_code == 0, result.message
     assert unit_state(hs)["ActiveState"] == "active"
     return result
@@ -353,7 +382,8 @@ def test_unit_file_not_writable(how: str, hs: HostSet, profiles: dict[str, Path]
     setup = hs.ssh(HOST, UNWRITABLE[how], check=False)
     assert setup.returncode == 0, setup.stderr
     try:
-        probe = hs.ssh(HOST, "touch /etc/systemd/system/.probe", check=False)
+        probe = hs.ssh(HOST, "echo x > /etc/systemd/system/.probe", check=False)
+        sh(hs, "rm -f /etc/systemd/system/.probe")
         assert probe.returncode != 0, "the unit folder is still writable"
         result = apply(hs.inventory_path, profiles["other"])
         state = unit_state(hs)
@@ -381,12 +411,21 @@ CORRUPTIONS = {
 }
 
 
+PRE_SGDEPLOY_PORT_BUG = (
+    "with no usable last_good record the rollback restores the unit found on the host, but "
+    "apply.previous_deployment builds that Deployment with server={}, so Deployment.port is 30000: the "
+    "health check probes the wrong port (HTTP 'connection refused' x30), the rollback is declared failed and "
+    "apply exits 3 although the restored server runs")
+
+
 @pytest.mark.parametrize("how", sorted(CORRUPTIONS))
+@pytest.mark.xfail(strict=True, reason=PRE_SGDEPLOY_PORT_BUG)
 def test_corrupted_records(how: str, hs: HostSet, profiles: dict[str, Path], request: pytest.FixtureRequest,
                            capsys: pytest.CaptureFixture[str]) -> None:
     """deployment records corrupted or missing: apply still works, rollback explains"""
     ensure_good(hs, profiles)
     damaged = sh(hs, CORRUPTIONS[how].format(s=STATE), check=True).strip()
+    request.addfinalizer(lambda: _repair(hs, damaged, how))
     # `sgdeploy rollback` has nothing sound to go back to: refused, with the reason
     capsys.readouterr()
     code = cli.main(["rollback", "--host", HOST, "--unit", UNIT, "--inventory", str(hs.inventory_path), "--json"])
@@ -409,6 +448,13 @@ def test_corrupted_records(how: str, hs: HostSet, profiles: dict[str, Path], req
     assert not problems
 
 
+def _repair(hs: HostSet, damaged: str, how: str) -> None:
+    if how == "garbage_meta":
+        sh(hs, f"rm -rf {shlex.quote(f'{STATE}/{damaged}')}")
+    if not _state_sound(hs):
+        sh(hs, f"rm -f {STATE}/last_good")
+
+
 @pytest.mark.xfail(strict=True, reason="when the last_good record is unusable, apply's rollback silently falls "
                    "back to the unit found on the host: neither the result nor the events say that the last "
                    "good record was corrupt or missing (apply.previous_deployment returns the fallback "
@@ -418,13 +464,14 @@ def test_rollback_explains_an_unusable_last_good(hs: HostSet, profiles: dict[str
     """last_good record corrupt: the rollback says it restored the unit as found, and why"""
     ensure_good(hs, profiles)
     damaged = sh(hs, CORRUPTIONS["garbage_meta"].format(s=STATE), check=True).strip()
+    request.addfinalizer(lambda: _repair(hs, damaged, "garbage_meta"))
     hs.configure_sim(HOST, failure="kv_cache_oom", fail_when_arg=[BROKEN])
     events: list[tuple[str, dict[str, Any]]] = []
     failed = apply(hs.inventory_path, profiles["broken"], lambda kind, **data: events.append((kind, data)))
     text = failed.message + " " + json.dumps([d for k, d in events if k in ("warning", "step")], default=str)
     observe(request, f"{describe(failed)}; restored {failed.rollback and failed.rollback['restored']}")
-    assert failed.exit_code == 1
     assert damaged in text and ("corrupt" in text or "unusable" in text)
+    assert failed.exit_code == 1
 
 
 # --------------------------------------------------------------------------- the server misbehaves
