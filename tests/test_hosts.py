@@ -58,6 +58,15 @@ def unit_result(hs: HostSet, host: str, unit: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.stdout.split())
 
 
+def killed(hs: HostSet, host: str, unit: str) -> bool:
+    """The unit's main process was SIGKILLed (9/KILL).  The unit is then `failed`; systemd in
+    a container now and then stays `deactivating` for a while after the cgroup is empty."""
+    r = unit_result(hs, host, unit)
+    return (r["Result"], r["ExecMainCode"], r["ExecMainStatus"]) == ("signal", "2", "9") and r[
+        "ActiveState"
+    ] in ("failed", "deactivating")
+
+
 def gpu_used(hs: HostSet, host: str) -> list[int]:
     out = hs.nvidia_smi(host, "--query-gpu=memory.used --format=csv,noheader,nounits")
     return [int(x) for x in out.split()]
@@ -428,3 +437,69 @@ def test_private_network_hosts(host_factory: Callable[..., HostSet]) -> None:
     hs.close()
     assert _run_net_devices(run) == []
     assert not hs.run_dir.exists()
+
+
+def test_multi_node_private_network(host_factory: Callable[..., HostSet]) -> None:
+    """tp 4 over two private-network hosts: rank 0 waits for node 1 at --dist-init-addr, each
+    node prints its own ranks, node 1 runs only the dummy health server; node 1 dies when
+    node 0 goes away; a failure knob crashes node 1 only, and node 0 follows."""
+    fast = SimSettings(startup_s=1.0, release_delay_s=0.5)
+    hs = host_factory(
+        *(HostSpec.like("ct129", name=f"mn{i}", private_network=True, sim=fast) for i in range(2))
+    )
+    a0, a1 = hs["mn0"].address, hs["mn1"].address
+    common = (
+        "--model-path /root/models/Qwen3-8B --tp-size 4 --nnodes 2 "
+        f"--dist-init-addr {a0}:5000 --host 0.0.0.0 --port 30000"
+    )
+
+    def body(host: str, unit: str = "sgl") -> str:  # the journal without the server_args line
+        return "\n".join(
+            line for line in hs.journal(host, unit).splitlines() if "server_args=" not in line
+        )
+
+    start_unit(hs, "mn0", "sgl", f"{common} --node-rank 0")
+    wait_for(lambda: "TP1] Init torch distributed begin." in body("mn0"), 10, "rank 0 init")
+    time.sleep(1.5)  # node 0 waits for node 1
+    assert "Init torch distributed ends" not in body("mn0")
+    start_unit(hs, "mn1", "sgl", f"{common} --node-rank 1")
+    wait_for(lambda: READY in body("mn0"), 20, "node 0 ready")
+    log0, log1 = body("mn0"), body("mn1")
+    for r in (0, 1):
+        assert f"TP{r}] Init torch distributed ends." in log0 and f"TP{r}]" not in log1
+    for r in (2, 3):
+        assert f"TP{r}] KV Cache is allocated." in log1 and f"TP{r}]" not in log0
+    assert "Uvicorn running on http://0.0.0.0:30000" in log0
+    assert "Starting dummy health check server at 0.0.0.0:30000" in log1
+    assert (
+        READY not in log1 and "Uvicorn running" not in log1 and "max_total_num_tokens" not in log1
+    )
+    assert len(gpu_used(hs, "mn1")) == 2 and all(u > 30000 for u in gpu_used(hs, "mn1"))
+
+    def get(src: str, url: str) -> str:
+        return hs.ssh(src, f"curl -s -o /dev/null -w '%{{http_code}}' {url}").stdout
+
+    assert get("mn0", f"http://{a1}:30000/health") == "200"  # the dummy health server
+    assert get("mn0", f"http://{a1}:30000/server_info") == "404"
+    assert get("mn1", f"http://{a0}:30000/server_info") == "200"
+    # node 0 goes away: node 1's schedulers fail in torch.distributed, the unit is killed
+    hs.ssh("mn0", "systemctl stop sgl")
+    wait_for(lambda: killed(hs, "mn1", "sgl"), 15, "node 1 to be killed")
+    log1 = body("mn1")
+    assert f"Connection closed by peer [{a0}]:5000" in log1
+    assert "Received sigquit from a child process." in log1
+    r = unit_result(hs, "mn1", "sgl")
+    assert (r["Result"], r["ExecMainStatus"]) == ("signal", "9"), r
+    # a failure for node 1 only: graph capture fails there, node 0 then loses its peer
+    for h in ("mn0", "mn1"):
+        hs.configure_sim(h, failure="graph_capture", fail_when_arg="--node-rank=1")
+    start_unit(hs, "mn0", "fail", f"{common} --node-rank 0")
+    start_unit(hs, "mn1", "fail", f"{common} --node-rank 1")
+    wait_for(
+        lambda: all(killed(hs, h, "fail") for h in ("mn0", "mn1")),
+        30,
+        "both nodes to fail",
+    )
+    log0, log1 = body("mn0", "fail"), body("mn1", "fail")
+    assert "Capture cuda graph failed" in log1 and "Capture cuda graph failed" not in log0
+    assert "Connection closed by peer [" in log0 and READY not in log0

@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import importlib.metadata
 import json
+import mmap
 import os
 import random
 import select
@@ -473,14 +474,17 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
 
 
 def args_repr(args: dict) -> str:
+    # ServerArgs' dataclass starts with these fields (a catalog may list fields sorted)
+    first = [k for k in ("model_path", "tokenizer_path") if k in args]
+    keys = first + [k for k in args if k not in first]
     if NEW:
         return "server_args=" + repr(
             {
-                k: ("<redacted>" if k in ("api_key", "admin_api_key") and v else v)
-                for k, v in args.items()
+                k: ("<redacted>" if k in ("api_key", "admin_api_key") and args[k] else args[k])
+                for k in keys
             }
         )
-    return "server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")"
+    return "server_args=ServerArgs(" + ", ".join(f"{k}={args[k]!r}" for k in keys) + ")"
 
 
 # ------------------------------------------------------------------- GPU placement
@@ -536,6 +540,7 @@ class Rank:
         self.gpu_index: int | None = None
         self.used = 0
         self.slot = 0
+        self.initialized = False  # Scheduler() done; in the event loop
 
     def phase_sleep(self, frac: float) -> None:
         time.sleep(max(0.0, self.ctx["startup_s"] * frac) + self.rank * 0.003)
@@ -549,15 +554,18 @@ class Rank:
         self.used = mib
         sim_gpu.update(os.getpid(), mib)
 
-    def hit_exception(self, frames: list[tuple[str, int, str, str]], final: str) -> None:
-        """Scheduler hit an exception: log it, SIGQUIT the parent, wait to be killed."""
+    def hit_exception(
+        self, frames: list[tuple[str, int, str, str]], final: str, *, serving: bool = False
+    ) -> None:
+        """Scheduler hit an exception: log it, SIGQUIT the parent, wait to be killed.
+        `serving`: raised in the event loop (after init), not in Scheduler()."""
         tb = ["Traceback (most recent call last):\n"]
         base = [
             (
                 f"{PKG}/sglang/srt/managers/scheduler.py",
                 6360 if NEW else 2922,
                 "run_scheduler_process",
-                "scheduler = Scheduler(",
+                "scheduler.event_loop_overlap()" if serving else "scheduler = Scheduler(",
             ),
         ]
         for file, line, func, src in base + frames:
@@ -570,6 +578,48 @@ class Rank:
             os.kill(self.ctx["parent"], signal.SIGQUIT)
         time.sleep(30)
         os._exit(1)
+
+    def peer_lost(self) -> None:
+        """Another node of the process group went away: what torch.distributed raises in the
+        scheduler (gloo, the CPU group that carries requests to the other ranks)."""
+        peer = bytes(self.ctx["peer"]).split(b"\0", 1)[0].decode() or "[unknown]:0"
+        self.hit_exception(
+            [
+                (
+                    f"{PKG}/sglang/srt/managers/scheduler.py",
+                    1105,
+                    "event_loop_overlap",
+                    "recv_reqs = self.recv_requests()",
+                ),
+                (
+                    f"{PKG}/sglang/srt/managers/scheduler.py",
+                    1298,
+                    "recv_requests",
+                    "recv_reqs = broadcast_pyobj(",
+                ),
+                (
+                    f"{PKG}/sglang/srt/utils/common.py",
+                    1152,
+                    "broadcast_pyobj",
+                    "dist.broadcast(tensor_size, src=src, group=dist_group)",
+                ),
+                (
+                    f"{PKG}/torch/distributed/c10d_logger.py",
+                    81,
+                    "wrapper",
+                    "return func(*args, **kwargs)",
+                ),
+                (
+                    f"{PKG}/torch/distributed/distributed_c10d.py",
+                    2730,
+                    "broadcast",
+                    "work.wait()",
+                ),
+            ],
+            "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+            f"Connection closed by peer {peer}\n",
+            serving=self.initialized,
+        )
 
     def oom(self, tried_mib: float, free: float | None = None) -> str:
         """torch's CUDA OOM message; `free` None = a forced failure (report a nearly full GPU)."""
@@ -601,7 +651,9 @@ class Rank:
         if not s.get("orphan_children"):
             set_pdeathsig()
         visible = visible_gpus(int(self.ctx["gpu"]["count"]))
-        slot = int(a.get("base_gpu_id") or 0) + self.rank * int(a.get("gpu_id_step") or 1)
+        # multi-node: this node runs ranks first_rank .. first_rank + tp/nnodes - 1
+        local = self.rank - int(self.ctx.get("first_rank", 0))
+        slot = int(a.get("base_gpu_id") or 0) + local * int(a.get("gpu_id_step") or 1)
         mem_frac = float(a["mem_fraction_static"])
         target = int(s.get("mem_mib") or mem_frac * self.gpu_total)
         weights = int(self.ctx["weights_mib"])
@@ -634,6 +686,11 @@ class Rank:
         self.hold(min(520, target))
         self.phase_sleep(0.05)
         t0 = time.monotonic()
+        if int(self.ctx.get("nnodes", 1)) > 1:
+            # the process group forms once every node has reached dist_init_addr
+            signal.signal(signal.SIGUSR1, lambda *_: self.peer_lost())
+            if not os.read(self.ctx["dist_r"], 1):
+                os._exit(0)
         log(
             f"Init {'parallel' if NEW else 'torch distributed'} ends. "
             f"elapsed={time.monotonic() - t0 + 0.1:.2f} s"
@@ -930,6 +987,7 @@ def scheduler_main(rank: int, ctx: dict, ready_w: int, ctl_r: int) -> None:
     r = Rank(rank, ctx)
     try:
         r.run()
+        r.initialized = True
         os.write(
             ready_w, json.dumps({"rank": rank, "tokens": ctx.get("tokens", 0)}).encode() + b"\n"
         )
@@ -1253,6 +1311,149 @@ class Handler(BaseHTTPRequestHandler):
 
 
 CHILDREN: list[int] = []
+SCHEDULERS: list[int] = []
+
+
+class Dist:
+    """Multi-node rendezvous at --dist-init-addr (a plain TCP handshake in place of
+    torch.distributed's TCPStore).  Node 0 listens on the address's port and releases its
+    ranks' "Init torch distributed" once every other node has connected; the other nodes
+    connect (retrying while node 0 is not up yet).  A node whose peer goes away makes its
+    schedulers fail like torch.distributed does (gloo: Connection closed by peer)."""
+
+    def __init__(self, args: dict, nnodes: int, node_rank: int, tp_local: int) -> None:
+        self.nnodes, self.node_rank, self.tp_local = nnodes, node_rank, tp_local
+        addr = args.get("dist_init_addr")
+        self.endpoint: tuple[str, int] | None = None
+        if addr:
+            host, _, port = str(addr).rpartition(":")
+            self.endpoint = (host.strip("[]") or "127.0.0.1", int(port))
+        self.dist_r, self.dist_w = os.pipe()
+        self.peer = mmap.mmap(-1, 256)  # shared with the forked schedulers
+        self.all_ready = threading.Event()
+        self.sock: socket.socket | None = None
+
+    def start(self) -> None:
+        os.close(self.dist_r)
+        if self.endpoint is None:
+            return  # no --dist-init-addr: the nodes never find each other (SGLang hangs too)
+        target = self._serve if self.node_rank == 0 else self._join
+        threading.Thread(target=target, daemon=True).start()
+
+    def _release(self) -> None:
+        os.write(self.dist_w, b"x" * self.tp_local)
+
+    def _lost(self, peer: str) -> None:
+        self.peer[: len(peer) + 1] = peer.encode() + b"\0"
+        for pid in SCHEDULERS:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGUSR1)
+
+    def _serve(self) -> None:
+        assert self.endpoint is not None
+        family = socket.AF_INET6 if ":" in self.endpoint[0] else socket.AF_INET
+        srv = socket.create_server(("", self.endpoint[1]), family=family, backlog=64)
+        peers: dict[int, tuple[socket.socket, str]] = {}
+        while len(peers) < self.nnodes - 1:
+            conn, addr = srv.accept()
+            try:
+                conn.settimeout(10)
+                rank = int(conn.recv(64).split(b"\n")[0])
+                conn.settimeout(None)
+            except (OSError, ValueError):
+                conn.close()
+                continue
+            if rank in peers:
+                peers[rank][0].close()
+            peers[rank] = (conn, f"[{addr[0]}]:{addr[1]}")
+            for r, (c, _) in list(peers.items()):  # forget nodes that left meanwhile
+                rl, _, _ = select.select([c], [], [], 0)
+                if rl and not c.recv(64, socket.MSG_PEEK):
+                    c.close()
+                    del peers[r]
+        srv.close()
+        for c, _ in peers.values():
+            c.sendall(b"go\n")
+        self._release()
+        ready: set[int] = set()
+        by_sock = {c: (r, name) for r, (c, name) in peers.items()}
+        while True:
+            rl, _, _ = select.select(list(by_sock), [], [])
+            for c in rl:
+                r, name = by_sock[c]
+                try:
+                    data = c.recv(4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    self._lost(name)
+                    return
+                if b"ready" in data:
+                    ready.add(r)
+                    if len(ready) == self.nnodes - 1:
+                        self.all_ready.set()
+
+    def _join(self) -> None:
+        assert self.endpoint is not None
+        while True:
+            try:
+                s = socket.create_connection(self.endpoint, timeout=2)
+            except OSError:
+                time.sleep(0.2)
+                continue
+            try:
+                s.sendall(f"{self.node_rank}\n".encode())
+                s.settimeout(None)
+                if s.recv(16).startswith(b"go"):
+                    break
+            except OSError:
+                pass
+            s.close()
+            time.sleep(0.2)
+        self.sock = s
+        self._release()
+        while True:
+            try:
+                if not s.recv(4096):
+                    break
+            except OSError:
+                break
+        host, port = self.endpoint
+        self._lost(f"[{host}]:{port}")
+
+    def node_ready(self) -> None:
+        """Node >= 1: all local ranks are ready (node 0 serves once every node is)."""
+        with contextlib.suppress(OSError):
+            if self.sock is not None:
+                self.sock.sendall(b"ready\n")
+
+
+class DummyHealthHandler(BaseHTTPRequestHandler):
+    """Nodes with node_rank >= 1: SGLang's launch_dummy_health_check_server (no tokenizer,
+    no API; uvicorn at log level warning, so no access log)."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, fmt: str, *a: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        paths = ("/health", "/health_generate", *(("/ping",) if NEW else ()))
+        if self.path.split("?")[0] in paths:
+            self.send_response(200)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        body = b'{"detail":"Not Found"}'
+        self.send_response(404)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
 
 
 def kill_children() -> None:
@@ -1265,6 +1466,41 @@ def on_sigquit(signum: int, frame: object) -> None:
     log("Received sigquit from a child process. It usually means the child failed.")
     kill_children()
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def serve_dummy_health(args: dict, dist: Dist) -> None:
+    """What a node with node_rank >= 1 does once its schedulers are ready."""
+    dist.node_ready()
+    host, port = args.get("host") or "127.0.0.1", int(args.get("port") or 30000)
+    log(f"Starting dummy health check server at {host}:{port}")
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        class Server(ThreadingHTTPServer):
+            address_family = family
+            allow_reuse_address = True
+            daemon_threads = True
+
+        httpd = Server((host, port), DummyHealthHandler)
+    except OSError as e:
+        uv(
+            f"[Errno {e.errno}] error while attempting to bind on address ('{host}', {port}): "
+            f"{(e.strerror or '').lower()}",
+            "ERROR",
+        )
+        kill_children()
+        sys.exit(1)
+
+    def on_term(signum: int, frame: object) -> None:
+        kill_children()
+        for pid in SCHEDULERS:  # SGLang joins its schedulers once uvicorn has stopped
+            log(f"Scheduler or DataParallelController {pid} terminated with -15")
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    httpd.serve_forever()
+    os._exit(0)
 
 
 def main(argv: list[str], entry: str) -> None:
@@ -1303,6 +1539,25 @@ def main(argv: list[str], entry: str) -> None:
     if failure == "slow":
         startup_s = float(settings["slow_start_s"])
     tp = int(args.get("tp_size") or 1)
+    nnodes = int(args.get("nnodes") or 1)
+    node_rank = int(args.get("node_rank") or 0)
+    if tp % nnodes:
+        _traceback_exit(
+            _entry_frames(entry)
+            + [
+                (
+                    f"{PKG}/sglang/srt/server_args.py",
+                    6515 if not NEW else 712,
+                    "prepare_server_args",
+                    "return ServerArgs.from_cli_args(raw_args)",
+                ),
+                (f"{PKG}/sglang/srt/server_args.py", 4110, "check_server_args", "assert ("),
+            ],
+            "AssertionError: tp_size must be divisible by number of nodes",
+        )
+    tp_local = tp // nnodes
+    first_rank = node_rank * tp_local
+    dist = Dist(args, nnodes, node_rank, tp_local)
     arch = (cfg.get("architectures") or ["LlamaForCausalLM"])[0]
     ctx = {
         "args": args,
@@ -1317,11 +1572,15 @@ def main(argv: list[str], entry: str) -> None:
             (settings.get("mem_mib") or args["mem_fraction_static"] * int(gpu["memory_mib"])) * 0.45
         ),
         "kv_bytes_per_token": int(cfg.get("sim_kv_bytes_per_token", 65536)),
+        "nnodes": nnodes,
+        "first_rank": first_rank,
+        "dist_r": dist.dist_r,
+        "peer": dist.peer,
     }
     signal.signal(signal.SIGQUIT, on_sigquit)
     ready_r, ready_w = os.pipe()
     ctl = []
-    for rank in range(tp):
+    for rank in range(first_rank, first_rank + tp_local):
         cr, cw = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -1329,26 +1588,31 @@ def main(argv: list[str], entry: str) -> None:
             os.close(cw)
             for _, w in ctl:
                 os.close(w)
+            os.close(dist.dist_w)
             signal.signal(signal.SIGQUIT, signal.SIG_DFL)
             scheduler_main(rank, ctx, ready_w, cr)
             os._exit(0)
         os.close(cr)
         ctl.append((pid, cw))
         CHILDREN.append(pid)
-    pid = os.fork()
-    if pid == 0:  # detokenizer
-        set_proc_name("sglang::detokenizer")
-        if not settings.get("orphan_children"):
-            set_pdeathsig()
-        while True:
-            time.sleep(3600)
-    CHILDREN.append(pid)
+        SCHEDULERS.append(pid)
+    if node_rank == 0:  # nodes with node_rank >= 1 run no tokenizer or detokenizer
+        pid = os.fork()
+        if pid == 0:  # detokenizer
+            set_proc_name("sglang::detokenizer")
+            if not settings.get("orphan_children"):
+                set_pdeathsig()
+            while True:
+                time.sleep(3600)
+        CHILDREN.append(pid)
     os.close(ready_w)
+    if nnodes > 1:
+        dist.start()
 
     # wait for every rank
     buf = b""
     ready_ranks: dict[int, dict] = {}
-    while len(ready_ranks) < tp:
+    while len(ready_ranks) < tp_local:
         try:
             rl, _, _ = select.select([ready_r], [], [], 0.5)
         except InterruptedError:
@@ -1362,7 +1626,7 @@ def main(argv: list[str], entry: str) -> None:
                 line, buf = buf.split(b"\n", 1)
                 msg = json.loads(line)
                 ready_ranks[msg["rank"]] = msg
-        for rank, (cpid, _) in enumerate(ctl):
+        for rank, (cpid, _) in enumerate(ctl, start=first_rank):
             with contextlib.suppress(ChildProcessError):
                 wpid, status = os.waitpid(cpid, os.WNOHANG)
                 if wpid and rank not in ready_ranks:
@@ -1390,6 +1654,12 @@ def main(argv: list[str], entry: str) -> None:
     State.launch_command = shlex.join(sys.orig_argv)
     State.tokens_per_s = float(settings["tokens_per_s"])
     State.max_total_tokens = ready_ranks.get(0, {}).get("tokens", 0)
+    if node_rank >= 1:
+        serve_dummy_health(args, dist)
+    if nnodes > 1:
+        # the ranks of every node take part in the memory and graph steps
+        while not dist.all_ready.wait(0.5):
+            pass
 
     # uvicorn
     host, port = args.get("host") or "127.0.0.1", int(args.get("port") or 30000)
