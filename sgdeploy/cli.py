@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import os
 import shutil
 import sys
 import threading
@@ -37,7 +38,8 @@ def _err(text: str) -> None:
 # --------------------------------------------------------------------------- validate
 def cmd_validate(args: argparse.Namespace) -> int:
     from sgdeploy import report
-    from sgdeploy.inventory import inventory_path
+    from sgdeploy.inventory import INVENTORY_ENV, inventory_path
+    from sgdeploy.tomlfile import RULE_UNREADABLE
     from sgdeploy.validate import InventoryContext, validate_paths
 
     paths = args.profiles or sorted(glob.glob("profiles/*.toml"))
@@ -47,7 +49,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"no such profile: {', '.join(missing)}")
     inv_path = inventory_path(args.inventory)
-    if args.inventory and not inv_path.is_file():
+    if (args.inventory or os.environ.get(INVENTORY_ENV)) and not inv_path.is_file():
         raise UsageError(f"no such inventory: {inv_path}")
     if args.sglang:
         _check_version(args.sglang)
@@ -55,6 +57,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     formatter = {"text": report.validation_text, "json": report.validation_json,
                  "github": report.validation_github}[args.format]
     _out(formatter(results))
+    if any(d.rule == RULE_UNREADABLE for r in results for d in r.diagnostics):
+        return EXIT_USAGE
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 

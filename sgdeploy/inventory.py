@@ -22,7 +22,7 @@ class HostEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    address: str = Field(min_length=1)
+    address: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9_.:-]+$")
     port: int = Field(default=22, ge=1, le=65535)
     user: str | None = None
     identity_file: str | None = None
@@ -35,11 +35,14 @@ class HostEntry(BaseModel):
     sglang_version: str | None = None
 
 
+HostName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+
+
 class Inventory(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    hosts: dict[str, HostEntry] = Field(default_factory=dict)
-    groups: dict[str, list[str]] = Field(default_factory=dict)
+    hosts: dict[HostName, HostEntry] = Field(default_factory=dict)
+    groups: dict[HostName, list[str]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _groups_name_hosts(self) -> Inventory:

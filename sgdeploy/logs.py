@@ -607,7 +607,7 @@ def _seconds(a: Phase | None, b: Phase | None) -> float | None:
 # --------------------------------------------------------------------------------------------
 # Which phases a launch must produce.
 
-_PER_PHASE_GRAPH_FLAGS_SINCE: Final = (0, 5, 12)  # 0.5.10/0.5.11 have no --cuda-graph-backend-*
+_PER_PHASE_GRAPH_FLAGS_SINCE: Final = (0, 5, 14)  # --cuda-graph-backend-* exist from 0.5.14 (catalogs)
 
 
 def _version(v: str | None) -> tuple[int, int, int] | None:

@@ -23,7 +23,7 @@ from sgdeploy.logs import expected_phases
 from sgdeploy.sglang.versions import parse_version
 
 UNIT_DIR = "/etc/systemd/system"
-READY_ENDPOINT_SINCE = (0, 5, 23, 0)  # `/ready` exists from 0.5.23; older servers answer `/health`
+READY_ENDPOINT_SINCE = (0, 5, 20, 0)  # `/ready` exists from 0.5.20 (http_server.py); older: `/health`
 
 
 class StepKind(enum.StrEnum):

@@ -129,6 +129,12 @@ def exec_command(groups: list[list[str]]) -> str:
     return " \\\n    ".join(" ".join(group) for group in words)
 
 
+def text_value(value: str) -> str:
+    """Free text in the unit (comments, Description=): one line, specifiers escaped."""
+    shown = "".join(ch if ch.isprintable() and ch != "\\" else f"\\x{ord(ch):02x}" for ch in value)
+    return shown.replace("%", "%%")
+
+
 def path_value(value: str) -> str:
     """A path setting (WorkingDirectory=, EnvironmentFile=): only specifiers need escaping.
 
@@ -148,7 +154,8 @@ def _template_env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=False,
     )
-    env.filters.update(exec_command=exec_command, env_assignment=env_assignment, path_value=path_value)
+    env.filters.update(exec_command=exec_command, env_assignment=env_assignment, path_value=path_value,
+                       text_value=text_value)
     return env
 
 

@@ -298,7 +298,7 @@ def _unescape_property(text: str) -> str:
 
 def test_github_lines_are_workflow_commands(capsys: pytest.CaptureFixture[str]) -> None:
     paths = sorted(str(p) for p in RULES_DIR.glob("SGD*.toml") if not p.name.endswith(".ok.toml"))
-    paths = [p for p in paths if "SGD033" not in p and "SGD034" not in p]
+    paths = [p for p in paths if not any(i in p for i in ("SGD004", "SGD033", "SGD034"))]
     code, out, _ = main(
         capsys, "validate", *paths, "--inventory", str(RULES_INVENTORY), "--format", "github"
     )

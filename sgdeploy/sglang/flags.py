@@ -47,6 +47,13 @@ REPLACEMENTS: dict[str, Replacement] = {
     "stream_output": Replacement("nothing: remove the key"),
     "enable_nan_detection": Replacement("nothing: remove the key"),
     "torchao_config": Replacement("quantization with a supported method"),
+    # Deprecated in 0.5.2x but still accepted (SGD015 names the replacement).
+    "enable_dp_attention": Replacement("attn_dp_size = <dp_size> (and dp_size = 1)", "attn_dp_size"),
+    "disable_cuda_graph": Replacement(
+        'cuda_graph_backend_decode = "disabled" and cuda_graph_backend_prefill = "disabled"',
+        "cuda_graph_backend_decode"),
+    "enable_flashinfer_allreduce_fusion": Replacement('flashinfer_allreduce_fusion_backend = "auto"',
+                                                      "flashinfer_allreduce_fusion_backend"),
 }
 
 

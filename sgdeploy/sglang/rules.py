@@ -30,9 +30,15 @@ ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 RULES = RuleRegistry()
 rule = RULES.rule
 
-# The 0.5.1x releases share the monolithic ServerArgs; 0.5.2x resolves through arg_groups hooks.
-V1X = VersionRange(until="0.5.12")
-V2X = VersionRange(since="0.5.12")
+# Where SGLang's behaviour changed, read from the released wheels (docs/catalogs.md). 0.5.14
+# removed the piecewise CUDA graph flags, --mamba-scheduler-strategy and SGLANG_ENABLE_SPEC_V2
+# and introduced per-phase graph backends; V1X/V2X are the two sides of that line.
+V1X = VersionRange(until="0.5.14")
+V2X = VersionRange(since="0.5.14")
+PIECEWISE_DEFAULT_ON = VersionRange(since="0.5.10", until="0.5.14")  # --enforce-piecewise-cuda-graph era
+LANGUAGE_ONLY_REFUSED = VersionRange(until="0.5.13")  # 'requires at least one encoder urls'
+TBO_NEEDS_A2A = VersionRange(until="0.5.15")  # "moe_a2a_backend cannot be 'none'"
+TRTLLM_MHA_PREFILL_BLACKWELL_ONLY = VersionRange(until="0.5.19")
 
 # Checks made outside the rule list (reading files, resolving the target host), documented with
 # the others: id -> (name, summary).
@@ -146,7 +152,9 @@ def model_path_required(ctx: LaunchContext) -> Iterator[Finding]:
 
 # --------------------------------------------------------------------------- SGD02x values
 _SECRET_FLAGS = {"api_key", "admin_api_key", "hf_token", "ssl_keyfile_password"}
-_SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.I)
+_SECRET_ENV = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)($|_)", re.I)
+# Values that are credentials whatever they are called: Hugging Face, OpenAI-style, GitHub, AWS.
+_SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16})\b")
 
 
 @rule("SGD020", "unsafe-characters", ERROR,
@@ -185,12 +193,21 @@ def secret_in_profile(ctx: LaunchContext) -> Iterator[Finding]:
             yield Finding(_server(key), f"'{key}' is a secret; profiles and units are not secret",
                           f"remove it and set it on the host: deploy.env_file with {key.upper()}=... "
                           "(SGLang reads the env var) — never in the unit or the repository")
-    for key in ctx.env:
-        if _SECRET_ENV.search(key):
+    for key, value in ctx.env.items():
+        if _SECRET_ENV.search(key) or _SECRET_VALUE.search(value):
             yield Finding(f"env.{key}", f"{key} looks like a secret; it would be written into the unit")
+    for key, value in ctx.raw_server.items():
+        if key not in _SECRET_FLAGS and isinstance(value, str) and _SECRET_VALUE.search(value):
+            yield Finding(_server(key), f"the value of '{key}' looks like a credential; it would be written "
+                          "into the unit")
 
 
 # --------------------------------------------------------------------------- SGD1xx parallelism
+def _attention_dp(ctx: LaunchContext) -> bool:
+    """DP attention is on: 0.5.2x's attn_dp_size, or the deprecated enable_dp_attention + dp_size."""
+    return ctx.int("attn_dp_size", 1) > 1 or (ctx.on("enable_dp_attention") and ctx.int("dp_size", 1) > 1)
+
+
 def _gpus_per_node(ctx: LaunchContext) -> int:
     tp, pp, dp = max(ctx.int("tp_size", 1), 1), max(ctx.int("pp_size", 1), 1), max(ctx.int("dp_size", 1), 1)
     attention_dp = ctx.on("enable_dp_attention") or ctx.int("attn_dp_size", 1) > 1
@@ -418,7 +435,7 @@ def max_running_reset(ctx: LaunchContext) -> Iterator[Finding]:
       "add encoder_urls = [\"http://encoder-host:port\"] or remove language_only")
 def language_only_without_encoders(ctx: LaunchContext) -> Iterator[Finding]:
     if ctx.on("language_only") and not ctx.get("encoder_urls"):
-        if ctx.version in V1X:
+        if ctx.version in LANGUAGE_ONLY_REFUSED:
             why = "SGLang refuses to start ('requires at least one encoder urls to be set via --encoder-urls')"
         else:
             why = "SGLang starts and waits for encoders to register, so a standalone server never serves images"
@@ -471,8 +488,10 @@ class SmGate:
 
 
 SM_GATES: tuple[SmGate, ...] = (
-    SmGate(("attention_backend", "prefill_attention_backend"), "trtllm_mha", 100, "Blackwell (SM100)", V1X),
-    SmGate(("attention_backend", "prefill_attention_backend"), "trtllm_mha", 90, "Hopper (SM90) or newer", V2X),
+    SmGate(("attention_backend", "prefill_attention_backend"), "trtllm_mha", 100, "Blackwell (SM100)",
+           TRTLLM_MHA_PREFILL_BLACKWELL_ONLY),
+    SmGate(("attention_backend", "prefill_attention_backend"), "trtllm_mha", 90, "Hopper (SM90) or newer",
+           VersionRange(since="0.5.19")),
     SmGate(("decode_attention_backend",), "trtllm_mha", 90, "Hopper (SM90) or newer"),
     SmGate(("attention_backend", "decode_attention_backend", "prefill_attention_backend"), "trtllm_mla", 100,
            "Blackwell (SM100/SM12x)"),
@@ -587,10 +606,10 @@ def grpc_port(ctx: LaunchContext) -> Iterator[Finding]:
 def two_batch_overlap(ctx: LaunchContext) -> Iterator[Finding]:
     if not ctx.on("enable_two_batch_overlap") or ctx.get("moe_a2a_backend", "none") not in (None, "none"):
         return
-    if ctx.version in V1X:
+    if ctx.version in TBO_NEEDS_A2A:
         yield Finding("server.enable_two_batch_overlap", "When enabling two batch overlap, moe_a2a_backend "
                       "cannot be 'none'")
-    elif ctx.int("attn_dp_size", 1) <= 1:
+    elif not _attention_dp(ctx):
         yield Finding("server.enable_two_batch_overlap", "two batch overlap without an EP a2a backend requires "
                       "attention DP (attn_dp_size)")
 
@@ -644,6 +663,8 @@ def mamba_no_buffer(ctx: LaunchContext) -> Iterator[Finding]:
       "mamba extra_buffer needs the radix cache, mamba_track_interval >= draft tokens and a multiple of page_size.",
       "adjust mamba_track_interval, page_size or the radix cache setting")
 def mamba_extra_buffer(ctx: LaunchContext) -> Iterator[Finding]:
+    if ctx.architecture and not models.is_mamba_hybrid(ctx.architecture):
+        return  # SGLang applies the strategy only to hybrid (Mamba) models
     strategy_field = "mamba_scheduler_strategy" if ctx.has_flag("mamba_scheduler_strategy") else "mamba_radix_cache_strategy"
     if ctx.get(strategy_field) not in ("extra_buffer", "extra_buffer_lazy"):
         return
@@ -698,7 +719,7 @@ def _piecewise_off_reasons(ctx: LaunchContext) -> list[str]:
 @rule("SGD602", "piecewise-graph-silently-disabled", WARNING,
       "SGLang 0.5.1x silently turns the piecewise CUDA graph off for this launch unless it is enforced.",
       "add enforce_piecewise_cuda_graph = true to keep it, or disable_piecewise_cuda_graph = true to say so",
-      versions=V1X)
+      versions=PIECEWISE_DEFAULT_ON)
 def piecewise_silently_disabled(ctx: LaunchContext) -> Iterator[Finding]:
     if ctx.on("enforce_piecewise_cuda_graph") or ctx.on("disable_piecewise_cuda_graph") or ctx.on("disable_cuda_graph"):
         return
