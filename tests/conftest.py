@@ -1,7 +1,8 @@
 """Shared pytest fixtures.
 
 Test hosts (see docs/test-hosts.md): real systemd containers reachable over SSH on
-127.0.0.1, with a simulated SGLang and simulated GPUs.  Tests that use them are
+127.0.0.1 (or, with ``HostSpec(private_network=True)``, at their own address on the run's
+bridge, port 22), with a simulated SGLang and simulated GPUs.  Tests that use them are
 skipped, with the reason, where they cannot run (not root, no systemd-nspawn).
 """
 

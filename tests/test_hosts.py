@@ -429,8 +429,8 @@ def test_private_network_hosts(host_factory: Callable[..., HostSet]) -> None:
         assert code == "200", (src, dst, code)
     info = hs.ssh(
         "pn1",
-        '/root/ml-env/bin/python3 -c "import urllib.request; '
-        "print(urllib.request.urlopen('http://pn2:30000/server_info', timeout=5).read().decode())\"",
+        '/root/ml-env/bin/python3 -c "import urllib.request as u; '
+        "print(u.urlopen('http://pn2:30000/server_info', timeout=5).read().decode())\"",
     ).stdout
     assert json.loads(info)["port"] == 30000
     assert _run_net_devices(run), "the run's network devices are missing"
