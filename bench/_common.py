@@ -25,3 +25,12 @@ def pin_catalogs(source: str) -> Path | None:
     pinned = folder / CATALOGS
     os.environ["SGDEPLOY_CATALOG_PATH"] = str(pinned)
     return pinned
+
+
+def code_state() -> str:
+    """The commit the measured code is at, and whether sgdeploy/ has uncommitted changes."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "sgdeploy"], cwd=REPO, capture_output=True,
+                           text=True).stdout.strip()
+    return f"{head}{' + uncommitted changes in sgdeploy/' if dirty else ''}"

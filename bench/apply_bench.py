@@ -37,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import pin_catalogs  # noqa: E402
+from bench._common import code_state, pin_catalogs  # noqa: E402
 from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts  # noqa: E402
 
 MODEL = "/root/models/Qwen3.6-27B"
@@ -209,7 +209,12 @@ def run_ansible(hs: HostSet, inventory: Path, unit_file: Path, pipelining: bool,
     argv = [str(ANSIBLE_VENV / "bin" / "ansible-playbook"), "-vvv", "-i", str(inventory), str(PLAYBOOK),
             "-e", f"unit_src={unit_file}"]
     launched = time.time()
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env)
+    try:
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env, timeout=180)
+    except subprocess.TimeoutExpired as exc:
+        Path(folder.parent / "sgd-apply-bench-ansible.log").write_text(str(exc.stdout or ""))
+        raise RuntimeError("ansible-playbook ran past 180 s; its output is in "
+                           f"{folder.parent / 'sgd-apply-bench-ansible.log'}") from None
     ended = time.time()
     shutil.rmtree(control, ignore_errors=True)
     if proc.returncode != 0:
@@ -241,6 +246,7 @@ def main() -> int:
     parser.add_argument("--release-delay", type=float, default=0.5,
                         help="simulated GPU memory release after the old server exits (s)")
     parser.add_argument("--ansible-runs", type=int, default=5, help="per Ansible variant; 0 skips Ansible")
+    parser.add_argument("--pipelining-first", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", metavar="FILE", help="write every measurement here")
     parser.add_argument("--catalogs", default="tree", metavar="tree|head|REV",
                         help="flag catalogs to use: the working tree's (default), or those committed "
@@ -256,10 +262,12 @@ def main() -> int:
         return 2
     results: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "code": code_state(),
         "machine": f"{platform.node()} {os.cpu_count()} cpu, {platform.platform()}, Python {platform.python_version()}",
         "startup_s": args.startup, "release_delay_s": args.release_delay, "loadavg_before": os.getloadavg(),
     }
     print(f"# apply benchmark  {results['date']}  {results['machine']}")
+    print(f"# code: {results['code']}")
     print(f"# simulated server startup_s={args.startup}, GPU release delay {args.release_delay} s; "
           f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     sim = SimSettings(startup_s=args.startup, release_delay_s=args.release_delay)
@@ -316,7 +324,7 @@ def main() -> int:
             (folder / "tmp").mkdir()
             results["ansible"] = {"version": version}
             print(f"\n## Ansible ({version}): bench/ansible/apply.yml, the same swap on the same host")
-            for pipelining in (False, True):
+            for pipelining in ((True, False) if args.pipelining_first else (False, True)):
                 label = "pipelining on" if pipelining else "defaults (ControlPersist, no pipelining)"
                 rows = [run_ansible(hs, inventory, units[(1, 0)[i % 2]], pipelining, folder)
                         for i in range(args.ansible_runs)]

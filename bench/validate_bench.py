@@ -30,7 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench._common import pin_catalogs  # noqa: E402
+from bench._common import code_state, pin_catalogs  # noqa: E402
 
 PROFILE = "profiles/qwen36-mtp3.toml"
 INVENTORY = "inventory.toml"
@@ -172,10 +172,12 @@ def main() -> int:
     console = shutil.which("sgdeploy", path=str(Path(py).parent)) or "sgdeploy"
     results: dict[str, object] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "code": code_state(),
         "machine": f"{platform.node()} {os.cpu_count()} cpu, {platform.platform()}, Python {platform.python_version()}",
         "loadavg_before": os.getloadavg(),
     }
     print(f"# validate benchmark  {results['date']}  {results['machine']}")
+    print(f"# code: {results['code']}")
     print(f"# load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  "
           "(other work on this machine inflates these numbers; look at min and median)")
 
