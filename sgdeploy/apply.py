@@ -8,11 +8,14 @@ last good deployment with the same steps.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import json
 import os
 import shlex
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,6 +31,7 @@ from sgdeploy.facts import (
     IdleVerdict,
     facts_command,
     gpus_idle,
+    state_dir,
     parse_compute_apps,
     parse_facts,
     parse_query_gpu,
@@ -63,6 +67,8 @@ class ApplyOptions:
     health_timeout_s: float = 60.0
     settle_s: float = 5.0  # after ready: the unit must keep running and healthy this long
     keep: int = 20  # deployment records kept per unit on the host (the last good one always)
+    probe: bool = False  # measure throughput after ready and record it
+    min_ratio: float | None = None  # fail (and roll back) below this share of the last good figure
     sglang: str | None = None
 
 
@@ -78,6 +84,7 @@ class StartupResult:
     seconds: float = 0.0
     ready_seen_at: float | None = None
     auto_adjusted: list[dict[str, Any]] = field(default_factory=list)
+    probe: dict[str, Any] | None = None
 
 
 @dataclass
@@ -94,6 +101,7 @@ class ApplyResult:
     failure: dict[str, Any] | None = None
     explain: list[str] = field(default_factory=list)
     rollback: dict[str, Any] | None = None
+    probe: dict[str, Any] | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
     plan: Plan | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -113,6 +121,7 @@ class ApplyResult:
             "failure": self.failure,
             "explain": self.explain,
             "rollback": self.rollback,
+            "probe": self.probe,
             "diagnostics": [d.as_dict() for d in self.diagnostics],
             "steps": [{"step": s.kind.value, "why": s.why} for s in self.plan.steps] if self.plan else [],
             "timings": self.timings,
@@ -144,6 +153,7 @@ def build_deployment(loaded: LoadedProfile, host: str, sglang_version: str, roll
         gpus=gpus_for(dict(profile.server), profile.deploy.gpus),
         ready_timeout_s=profile.deploy.ready_timeout_s,
         rollback_of=rollback_of,
+        probe_settings=profile.probe.model_dump(mode="json") if profile.probe else None,
     )
 
 
@@ -382,9 +392,6 @@ class HostSession:
 
 
 def _split_files(output: str) -> dict[str, str] | None:
-    import base64
-    import binascii
-
     files: dict[str, str] = {}
     name: str | None = None
     chunks: list[str] = []
@@ -456,6 +463,20 @@ class Transaction:
         startup.seconds = time.monotonic() - began
         return startup
 
+    def measure(self, deployment: Deployment, startup: StartupResult, baseline: dict[str, Any] | None) -> None:
+        """Run the throughput probe on a ready server; below --min-ratio the start counts as failed."""
+        from sgdeploy.probe import ProbeSettings, compare, probe_remote
+
+        settings = ProbeSettings.model_validate(deployment.probe_settings or {})
+        self.report("step", step="probe", endpoint=settings.endpoint, concurrency=settings.concurrency)
+        measured = probe_remote(self.session.remote, deployment.port, settings)
+        verdict = compare(measured, baseline, self.options.min_ratio or 0.0)
+        startup.probe = {**measured.as_dict(), "verdict": verdict.as_dict(),
+                         "summary": measured.summary()}
+        self.report("probe", summary=measured.summary(), verdict=verdict.message)
+        if self.options.min_ratio is not None and not verdict.ok:
+            startup.ready, startup.failure_kind, startup.reason = False, "throughput_regression", verdict.message
+
     def record(self, deployment: Deployment, startup: StartupResult, outcome: str) -> None:
         report = startup.report
         meta = deployment_meta(
@@ -467,6 +488,7 @@ class Transaction:
             kv_cache_tokens=report.kv_cache_tokens if report else None,
             auto_adjusted=startup.auto_adjusted,
             failure={"kind": startup.failure_kind, "reason": startup.reason} if not startup.ready else None,
+            probe=startup.probe,
         )
         self.session.record(deployment, meta, last_good=outcome == "ready", keep=self.options.keep)
 
@@ -482,6 +504,24 @@ def _adjustments(report: LogReport | None, info: dict[str, Any] | None, server: 
     return list(found.values())
 
 
+def _probe_baseline(session: HostSession, plan: Plan) -> dict[str, Any] | None:
+    """The last good deployment's probe figures, if it served the same model."""
+    if not plan.last_good:
+        return None
+    files = session.read_record(plan.deployment.state_dir, plan.last_good)
+    if files is None:
+        return None
+    try:
+        meta = json.loads(files["meta.json"])
+        server = tomllib.loads(files["profile.toml"]).get("server", {}) if files["profile.toml"] else {}
+    except ValueError:
+        return None
+    if not isinstance(meta, dict) or server.get("model_path") != plan.deployment.server.get("model_path"):
+        return None
+    probe = meta.get("probe")
+    return probe if isinstance(probe, dict) else None
+
+
 def _result_from(startup: StartupResult, **kwargs: Any) -> ApplyResult:
     report = startup.report
     failure = None
@@ -495,6 +535,7 @@ def _result_from(startup: StartupResult, **kwargs: Any) -> ApplyResult:
         auto_adjusted=startup.auto_adjusted,
         failure=failure,
         explain=startup.explain,
+        probe=startup.probe,
         **kwargs,
     )
 
@@ -517,9 +558,6 @@ def previous_deployment(session: HostSession, plan: Plan, current_unit_text: str
 
 def deployment_from_record(session: HostSession, unit: str, deployment_id: str) -> Deployment | None:
     """Rebuild a recorded deployment (for rollback) from its folder on the host."""
-    import tomllib
-
-    from sgdeploy.facts import state_dir
 
     files = session.read_record(state_dir(unit), deployment_id)
     if files is None:
@@ -545,6 +583,7 @@ def deployment_from_record(session: HostSession, unit: str, deployment_id: str) 
         gpus=gpus_for(server, gpus),
         ready_timeout_s=timeout if isinstance(timeout, int) and timeout > 0 else 1200,
         rollback_of=deployment_id,
+        probe_settings=profile.get("probe") if isinstance(profile.get("probe"), dict) else None,
     )
 
 
@@ -637,6 +676,8 @@ def _transact(
     transaction = Transaction(session, plan.host, options, report)
     previous = previous_deployment(session, plan, current_unit)
     startup = transaction.start(deployment, stop_first=plan.previous_active)
+    if startup.ready and (options.probe or options.min_ratio is not None):
+        transaction.measure(deployment, startup, _probe_baseline(session, plan))
     installed = startup.failure_kind != "gpus_busy"
     if installed:
         transaction.record(deployment, startup, "ready" if startup.ready else "failed")
@@ -739,3 +780,37 @@ def _rollback(
                         deployment_id=deployment.id,
                         message=f"the rollback to {target} failed: {startup.reason}; nothing healthy is running",
                         stats=session.remote.stats.as_dict())
+
+
+def probe_unit(name: str, entry: HostEntry, unit: str, min_ratio: float | None) -> tuple[int, dict[str, Any]]:
+    """`sgdeploy probe`: measure the running deployment and compare with its recorded figure."""
+    from sgdeploy.probe import ProbeSettings, compare, probe_remote
+
+    try:
+        remote = connect(name, entry)
+    except ConnectError as exc:
+        return int(Exit.REFUSED), {"host": name, "unit": unit, "message": str(exc)}
+    with remote:
+        session = HostSession(remote)
+        facts, _ = session.facts(unit, "/bin/true", "/nonexistent", 1)
+        if facts.last_good is None:
+            return int(Exit.REFUSED), {"host": name, "unit": unit,
+                                       "message": f"no deployment of {unit} is recorded on {name}"}
+        deployment = deployment_from_record(session, unit, facts.last_good)
+        files = session.read_record(state_dir(unit), facts.last_good)
+        if deployment is None or files is None:
+            return int(Exit.REFUSED), {"host": name, "unit": unit,
+                                       "message": f"the record of {facts.last_good} is incomplete"}
+        settings = ProbeSettings.model_validate(deployment.probe_settings or {})
+        measured = probe_remote(remote, deployment.port, settings)
+        try:
+            recorded = json.loads(files["meta.json"]).get("probe")
+        except (ValueError, AttributeError):
+            recorded = None
+        verdict = compare(measured, recorded if isinstance(recorded, dict) else None, min_ratio or 0.0)
+    failed = not measured.ok or (min_ratio is not None and not verdict.ok)
+    return int(Exit.ROLLED_BACK if failed else Exit.READY), {
+        "host": name, "unit": unit, "deployment_id": facts.last_good,
+        "probe": measured.as_dict(), "verdict": verdict.as_dict(),
+        "message": f"{measured.summary()}; {verdict.message}",
+    }

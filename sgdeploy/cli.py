@@ -210,7 +210,8 @@ def _apply_options(args: argparse.Namespace, dry_run: bool) -> Any:
 
     return ApplyOptions(rollback=not getattr(args, "no_rollback", False), force=getattr(args, "force", False),
                         dry_run=dry_run, gpu_idle_timeout_s=getattr(args, "gpu_idle_timeout", 120.0),
-                        settle_s=getattr(args, "settle", 5.0), keep=getattr(args, "keep", 20))
+                        settle_s=getattr(args, "settle", 5.0), keep=getattr(args, "keep", 20),
+                        probe=getattr(args, "probe", False), min_ratio=getattr(args, "min_ratio", None))
 
 
 def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
@@ -390,6 +391,18 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return int(result.exit_code)
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    from sgdeploy.apply import probe_unit
+
+    name, entry, unit, _, _ = _unit_target(args)
+    code, document = probe_unit(name, entry, unit, args.min_ratio)
+    if args.json:
+        _out(json.dumps(document, indent=2, default=str) + "\n")
+    else:
+        _out(f"{document['host']} {document['unit']}: {document['message']}\n")
+    return code
+
+
 def _unit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profile", metavar="PROFILE", nargs="?", help="the profile (or give --host and --unit)")
     parser.add_argument("--host", metavar="H")
@@ -438,6 +451,10 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--gpu-idle-timeout", type=float, default=120.0, metavar="S")
     apply.add_argument("--settle", type=float, default=5.0, metavar="S",
                        help="after ready, the server must stay up and healthy this long (default 5)")
+    apply.add_argument("--probe", action="store_true",
+                       help="after ready, measure throughput and record it with the deployment")
+    apply.add_argument("--min-ratio", type=float, metavar="R",
+                       help="with the probe: roll back below R x the last good deployment's tokens/s")
     apply.add_argument("--keep", type=int, default=20, metavar="N",
                        help="deployment records to keep on the host (never the last good one; default 20)")
     apply.add_argument("--json", action="store_true", help="one JSON document with the result and events")
@@ -458,6 +475,12 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="unit state, running deployment, drift, GPUs, health")
     _unit_arguments(status)
     status.set_defaults(func=cmd_status)
+
+    probe = sub.add_parser("probe", help="measure the running deployment's throughput on its host")
+    _unit_arguments(probe)
+    probe.add_argument("--min-ratio", type=float, metavar="R",
+                       help="exit 1 below R x the figure recorded when it was deployed")
+    probe.set_defaults(func=cmd_probe)
 
     logcheck = sub.add_parser("logcheck", help="read an SGLang server log: phases, readiness, failure")
     logcheck.add_argument("logfile", metavar="LOGFILE", help="a log file, or - for stdin")

@@ -145,6 +145,13 @@ class Record:
         failure = self._get("failure")
         return failure.get("kind") if isinstance(failure, dict) else None
 
+    @property
+    def tokens_per_s(self) -> float | None:
+        """The single-stream figure of the throughput probe, when one was recorded."""
+        probe = self._get("probe")
+        value = probe.get("single_stream_tps") if isinstance(probe, dict) else None
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -157,6 +164,7 @@ class Record:
             "deployed_by": self._get("deployed_by"),
             "rollback_of": self._get("rollback_of"),
             "failure": self._get("failure"),
+            "probe": self._get("probe"),
             "last_good": self.last_good,
             "problem": self.problem,
         }

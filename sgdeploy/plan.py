@@ -58,6 +58,7 @@ class Deployment:
     gpus: tuple[int | str, ...]
     ready_timeout_s: int
     rollback_of: str | None = None
+    probe_settings: dict[str, Any] | None = None  # the profile's [probe], when it has one
 
     @property
     def unit_path(self) -> str:

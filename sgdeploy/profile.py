@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from sgdeploy.probe import ProbeSettings
 from sgdeploy.tomlfile import TomlDocument, read_toml
 
 def _normalized(path: str) -> str:
@@ -80,6 +81,9 @@ class Profile(BaseModel):
     server: dict[str, ServerValue] = Field(
         default_factory=dict,
         description="sglang.launch_server flags by ServerArgs field name (snake_case).",
+    )
+    probe: ProbeSettings | None = Field(
+        default=None, description="The throughput probe's workload (`apply --probe`, `sgdeploy probe`)."
     )
 
     def env_strings(self) -> dict[str, str]:

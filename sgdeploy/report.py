@@ -76,6 +76,8 @@ def apply_text(result: Any) -> str:
         lines.append(f"KV cache: {result.kv_cache_tokens} tokens")
     if result.timings:
         lines.append("apply: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items()))
+    if result.probe:
+        lines.append(f"throughput: {result.probe['summary']}; {result.probe['verdict']['message']}")
     if result.auto_adjusted:
         lines.append("settings SGLang changed on its own:")
         lines.extend(f"  {a['field']} = {json.dumps(a['value'])}  ({a['reason']})" for a in result.auto_adjusted)
@@ -164,14 +166,15 @@ def history_text(history: Any) -> str:
         return f"{head}: no deployments recorded\n"
     lines = [f"{head}: {len(history.records)} deployment(s), newest first; * = last good "
              f"({history.last_good or 'none'})"]
-    rows = [("", "ID", "TIME", "PROFILE", "SGLANG", "OUTCOME", "STARTUP", "BY", "ROLLBACK OF")]
+    rows = [("", "ID", "TIME", "PROFILE", "SGLANG", "OUTCOME", "STARTUP", "TOK/S", "BY", "ROLLBACK OF")]
     for r in history.records:
         d = r.as_dict()
         profile = f"{d['profile']} {r.short_hash}" if d["profile"] and r.short_hash else d["profile"]
         outcome = r.outcome + (f" ({r.failure_kind})" if r.failure_kind else "")
         startup = f"{d['startup_s']:.1f} s" if isinstance(d["startup_s"], int | float) else None
+        tps = f"{r.tokens_per_s:.1f}" if r.tokens_per_s is not None else None
         rows.append(("*" if r.last_good else "", r.id, _cell(d["time"]), _cell(profile),
-                     _cell(d["sglang_version"]), outcome, _cell(startup), _cell(d["deployed_by"]),
+                     _cell(d["sglang_version"]), outcome, _cell(startup), _cell(tps), _cell(d["deployed_by"]),
                      _cell(d["rollback_of"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
