@@ -14,6 +14,7 @@ import enum
 import json
 import os
 import shlex
+import threading
 import time
 import tomllib
 from collections.abc import Callable
@@ -250,9 +251,19 @@ class HostSession:
         invocation = tail.strip() or None
         return result, invocation
 
-    def follow(self, deployment: Deployment, invocation: str, expected: list[str]) -> StartupResult:
-        """Read the unit's journal for this invocation until ready, a failure, or the deadline."""
-        self.report("step", step="wait_ready", expected=expected)
+    def follow(
+        self,
+        deployment: Deployment,
+        invocation: str,
+        expected: list[str] | None,
+        stop: threading.Event | None = None,
+    ) -> StartupResult:
+        """Read the unit's journal for this invocation until ready, a failure, or the deadline.
+
+        With `expected=None` the unit is only watched for failures (a non-zero multi-node rank)
+        until `stop` is set; `stop` also ends a normal follow early (another node failed).
+        """
+        self.report("step", step="wait_ready" if expected is not None else "watch", expected=expected)
         reader = LogReader(deployment.server, deployment.sglang_version)
         unit_q = shlex.quote(f"{deployment.unit}.service")
         command = (
@@ -272,6 +283,10 @@ class HostSession:
             for line in lines:
                 if time.monotonic() > deadline:
                     break
+                if stop is not None and stop.is_set():
+                    return StartupResult(expected is None, reader.report(), "stopped: another node failed",
+                                         None if expected is None else "peer_failed",
+                                         seconds=time.monotonic() - started)
                 if not line:
                     continue
                 if exited is not None:
@@ -290,7 +305,7 @@ class HostSession:
                         return self._failed(reader, started, "the server logged a failure")
                 self.report("log", text=message)
                 report = reader.report()
-                if report.ready and not report.missing(expected):
+                if expected is not None and report.ready and not report.missing(expected):
                     return StartupResult(True, report, seconds=time.monotonic() - started,
                                          ready_seen_at=time.monotonic())
         finally:
@@ -299,7 +314,7 @@ class HostSession:
                 close()
         if exited is not None:
             return self._failed(reader, started, f"the unit stopped before ready ({exited.strip()})")
-        missing = ", ".join(reader.report().missing(expected))
+        missing = ", ".join(reader.report().missing(expected or []))
         result = self._failed(reader, started, f"not ready within {deployment.ready_timeout_s} s "
                               f"(still waiting for: {missing})")
         result.failure_kind = result.failure_kind if result.failure_kind != "incomplete" else "timeout"

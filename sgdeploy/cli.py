@@ -241,11 +241,15 @@ def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
 def _run_rollout(args: argparse.Namespace, loaded: Any, targets: list[Any], inventory: Any) -> int:
     from sgdeploy import report
     from sgdeploy.fleet import FleetHost, rollout
+    from sgdeploy.multinode import apply_multinode, is_multinode
 
     hosts = [FleetHost(t.name, inventory.hosts[t.name], t) for t in targets]
     progress = Progress(json_events=args.json)
-    fleet = rollout(loaded, hosts, _apply_options(args, False), parallel=args.parallel,
-                    canary=not args.no_canary, report_for=progress.for_host)
+    if is_multinode(loaded):
+        fleet = apply_multinode(loaded, hosts, _apply_options(args, False), report_for=progress.for_host)
+    else:
+        fleet = rollout(loaded, hosts, _apply_options(args, False), parallel=args.parallel,
+                        canary=not args.no_canary, report_for=progress.for_host)
     if args.json:
         document = fleet.as_dict()
         document["events"] = progress.events

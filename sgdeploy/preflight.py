@@ -14,18 +14,6 @@ from sgdeploy.profile import LoadedProfile
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
 from sgdeploy.validate import check_launch
 
-# Host checks, documented in docs/rules.md with the validation rules: id -> (name, summary).
-HOST_RULES = {
-    "SGD701": ("python-missing", "deploy.python does not exist or does not run on the host."),
-    "SGD702": ("sglang-missing", "SGLang is not installed for deploy.python."),
-    "SGD703": ("no-catalog-for-host-version", "The host runs an SGLang version with no bundled catalog."),
-    "SGD704": ("model-path-missing", "server.model_path has no config.json on the host."),
-    "SGD705": ("port-in-use", "Another process already listens on the server's port."),
-    "SGD706": ("no-gpus", "nvidia-smi is missing or lists no GPU."),
-    "SGD707": ("inventory-mismatch", "The host's GPUs or SGLang differ from what the inventory says."),
-}
-
-
 def host_target(name: str, facts: HostFacts, declared: HostTarget | None) -> HostTarget:
     """What validation should assume about the host: live facts first, the inventory second."""
     gpu = facts.gpus[0] if facts.gpus else None

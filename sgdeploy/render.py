@@ -43,7 +43,8 @@ def flag_args(flag: Flag, value: Any) -> list[str]:
     """The command-line words for one `[server]` entry (empty when a switch is off)."""
     if flag.is_switch:
         if flag.boolean_optional:
-            return [flag.option] if value else [flag.negative_option or flag.option]
+            negative = flag.negative_option
+            return [flag.option] if value else ([negative] if negative else [])
         if flag.store_false:
             return [] if value else [flag.option]
         return [flag.option] if value else []

@@ -87,7 +87,8 @@ def validate_loaded(loaded: LoadedProfile, inventory: InventoryContext, sglang: 
             continue
         if version not in result.sglang_versions:
             result.sglang_versions.append(version)
-        result.diagnostics.extend(check_launch(loaded, target, version))
+        result.diagnostics.extend(check_launch(loaded, target, version, node_count=len(targets)
+                                               if inventory.inventory is not None else None))
     result.diagnostics = _unique(result.diagnostics)
     return result
 
@@ -97,6 +98,7 @@ def check_launch(
     host: HostTarget | None,
     version: str,
     architecture: str | None = None,
+    node_count: int | None = None,
 ) -> list[Diagnostic]:
     """Run every rule for one (profile, host, SGLang version); `version` must have a catalog."""
     profile = loaded.model
@@ -110,6 +112,7 @@ def check_launch(
         host=host,
         architecture=architecture or profile.deploy.model_architecture,
         gpus=tuple(profile.deploy.gpus) if profile.deploy.gpus else None,
+        node_count=node_count,
     )
     found = []
     for rule in RULES:

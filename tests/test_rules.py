@@ -22,7 +22,7 @@ import pytest
 
 from sgdeploy import cli
 from sgdeploy.diagnostics import Severity
-from sgdeploy.sglang.rules import RULES, STRUCTURAL_RULES, rule_ids
+from sgdeploy.sglang.rules import HOST_RULES, RULES, STRUCTURAL_RULES, rule_ids
 from sgdeploy.validate import InventoryContext, ValidationResult, validate_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +34,7 @@ DOCS = ROOT / "docs" / "rules.md"
 
 RULE_ID = re.compile(r"^SGD\d{3}$")
 INFO_RULES = {"SGD031", "SGD034"}  # structural notes, not problems
+WARNING_RULES = {"SGD707"}  # the inventory disagrees with the live host
 
 FAILING = sorted(p for p in RULES_DIR.glob("SGD*.toml") if not p.name.endswith(".ok.toml"))
 FIXED = sorted(RULES_DIR.glob("SGD*.ok.toml"))
@@ -90,6 +91,8 @@ def validate(
 
 def severity_of(rule_id: str) -> Severity:
     if rule_id in STRUCTURAL_RULES:
+        if rule_id in WARNING_RULES:
+            return Severity.WARNING
         return Severity.INFO if rule_id in INFO_RULES else Severity.ERROR
     return RULES.by_id(rule_id).severity
 
@@ -152,7 +155,8 @@ def test_rule_profile_says_what_it_demonstrates(path: Path) -> None:
 
 def test_every_rule_has_a_failing_profile() -> None:
     covered = {rule_id_of(p) for p in FAILING}
-    assert sorted(set(rule_ids()) - covered) == []
+    # Host preflight rules need a live host: tests/test_apply_hosts.py covers them.
+    assert sorted(set(rule_ids()) - covered - set(HOST_RULES)) == []
 
 
 # --------------------------------------------------------------------------- the registry

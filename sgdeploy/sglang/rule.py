@@ -38,6 +38,7 @@ class LaunchContext:
     architecture: str | None = None
     gpus: tuple[int | str, ...] | None = None
     raw_server: Mapping[str, Any] = field(default_factory=dict)
+    node_count: int | None = None  # hosts in the profile's target (a multi-node launch spans them)
 
     @property
     def version(self) -> Version:

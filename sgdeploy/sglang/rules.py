@@ -52,7 +52,16 @@ STRUCTURAL_RULES = {
     "SGD032": ("no-catalog-for-version", "No flag catalog is bundled for the host's SGLang version."),
     "SGD033": ("invalid-inventory", "The inventory file has errors."),
     "SGD034": ("no-inventory", "No inventory file: validated without host facts."),
+    # Preflight checks against the live host (sgdeploy.preflight), before anything changes.
+    "SGD701": ("python-missing", "deploy.python does not exist or does not run on the host."),
+    "SGD702": ("sglang-missing", "SGLang is not installed for deploy.python."),
+    "SGD703": ("no-catalog-for-host-version", "The host runs an SGLang version with no bundled catalog."),
+    "SGD704": ("model-path-missing", "server.model_path has no config.json on the host."),
+    "SGD705": ("port-in-use", "Another process already listens on the server's port."),
+    "SGD706": ("no-gpus", "nvidia-smi is missing or lists no GPU."),
+    "SGD707": ("inventory-mismatch", "The host's GPUs or SGLang differ from what the inventory says."),
 }
+HOST_RULES = tuple(rule_id for rule_id in STRUCTURAL_RULES if rule_id.startswith("SGD7"))
 
 
 def _server(name: str) -> str:
@@ -258,7 +267,9 @@ def tp_not_divisible(ctx: LaunchContext) -> Iterator[Finding]:
       "nnodes > 1 without dist_init_addr: every node waits on its own loopback and the launch hangs.",
       "set dist_init_addr = \"<rank-0 address>:<port>\"")
 def multinode_without_addr(ctx: LaunchContext) -> Iterator[Finding]:
-    if ctx.int("nnodes", 1) > 1 and not ctx.get("dist_init_addr"):
+    # Deployed to as many hosts as nodes, sgdeploy sets dist_init_addr to rank 0's address.
+    spans_hosts = ctx.node_count is not None and ctx.node_count == ctx.int("nnodes", 1)
+    if ctx.int("nnodes", 1) > 1 and not ctx.get("dist_init_addr") and not spans_hosts:
         yield Finding("server.nnodes", f"nnodes = {ctx.int('nnodes', 1)} but dist_init_addr is not set; "
                       "SGLang would hang waiting for the other nodes")
 
@@ -278,6 +289,25 @@ def multinode_dp(ctx: LaunchContext) -> Iterator[Finding]:
     if ctx.int("dp_size", 1) > 1 and ctx.int("nnodes", 1) > 1 and not attention_dp:
         yield Finding("server.dp_size", "dp_size > 1 with nnodes > 1 needs attention DP "
                       "('multi-node data parallel is not supported unless dp attention')")
+
+
+@rule("SGD109", "nnodes-vs-hosts", ERROR,
+      "A multi-node launch (nnodes > 1) runs one node per host of its target: the counts must match.",
+      "point deploy.host at a group with nnodes hosts (node_rank follows the group's order)")
+def nnodes_vs_hosts(ctx: LaunchContext) -> Iterator[Finding]:
+    nnodes = ctx.int("nnodes", 1)
+    # A single host is one node of a launch managed node by node (node_rank in each profile).
+    if nnodes > 1 and ctx.node_count is not None and ctx.node_count > 1 and ctx.node_count != nnodes:
+        yield Finding("server.nnodes", f"nnodes = {nnodes} but deploy.host names {ctx.node_count} host(s)")
+
+
+@rule("SGD110", "node-rank-set-by-sgdeploy", ERROR,
+      "In a multi-node profile node_rank differs per host; sgdeploy sets it from the group's order.",
+      "remove node_rank from the profile")
+def node_rank_in_profile(ctx: LaunchContext) -> Iterator[Finding]:
+    if ctx.int("nnodes", 1) > 1 and ctx.given("node_rank") and (ctx.node_count or 0) > 1:
+        yield Finding("server.node_rank", "node_rank is set in a profile deployed to several nodes; every "
+                      "node would claim the same rank")
 
 
 @rule("SGD108", "dp-lm-head-without-dp-attention", ERROR, "enable_dp_lm_head requires DP attention.",

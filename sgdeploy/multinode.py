@@ -1,0 +1,249 @@
+"""Multi-node SGLang (`nnodes > 1`): one unit per host of the profile's group, started together.
+
+Each node gets its own rendering of the profile (`node_rank` from the group's order, and
+`dist_init_addr` from rank 0's inventory address unless the profile sets it). All nodes are
+stopped, their GPUs checked idle, and started at once; readiness is judged on rank 0, which
+alone serves the API, while any node's journal can fail the launch. Rollback is all or
+nothing: every node goes back to its previous deployment.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from sgdeploy.apply import (
+    ApplyOptions,
+    ApplyResult,
+    Exit,
+    HostSession,
+    Reporter,
+    StartupResult,
+    Transaction,
+    _result_from,
+    build_deployment,
+    previous_deployment,
+)
+from sgdeploy.fleet import FleetHost, FleetResult
+from sgdeploy.plan import Deployment, Plan, make_plan, new_deployment_id
+from sgdeploy.preflight import preflight
+from sgdeploy.profile import LoadedProfile
+from sgdeploy.remote import ConnectError, RemoteHost
+
+DIST_INIT_PORT = 50000  # torch.distributed rendezvous on rank 0 when the profile names none
+
+T = TypeVar("T")
+
+
+def is_multinode(loaded: LoadedProfile) -> bool:
+    nnodes = loaded.model.server.get("nnodes", 1) if loaded.model else 1
+    return isinstance(nnodes, int) and nnodes > 1
+
+
+def node_profiles(loaded: LoadedProfile, hosts: Sequence[FleetHost]) -> list[LoadedProfile]:
+    """The profile as each node runs it: its node_rank, and rank 0's dist_init_addr."""
+    profile = loaded.model
+    assert profile is not None
+    address = profile.server.get("dist_init_addr") or f"{_host_port(hosts[0].entry.address)}:{DIST_INIT_PORT}"
+    out = []
+    for rank, _ in enumerate(hosts):
+        server = {**profile.server, "node_rank": rank, "dist_init_addr": address}
+        model = profile.model_copy(update={"server": server})
+        out.append(replace(loaded, model=model))
+    return out
+
+
+def _host_port(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+@dataclass
+class Node:
+    host: FleetHost
+    rank: int
+    loaded: LoadedProfile
+    session: HostSession
+    plan: Plan | None = None
+    current_unit: str | None = None
+    previous: Deployment | None = None
+
+
+def _each(nodes: Sequence[Node], work: Callable[[Node], T]) -> list[T]:
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        return list(pool.map(work, nodes))
+
+
+def apply_multinode(
+    loaded: LoadedProfile,
+    hosts: Sequence[FleetHost],
+    options: ApplyOptions,
+    report_for: Callable[[str], Reporter] | None = None,
+) -> FleetResult:
+    fleet = FleetResult([h.name for h in hosts])
+    reporter: Callable[[str], Reporter] = report_for or (lambda _name: (lambda *a, **k: None))
+    with ExitStack() as stack:
+        nodes = []
+        for rank, (host, node_loaded) in enumerate(zip(hosts, node_profiles(loaded, hosts), strict=True)):
+            try:
+                remote = stack.enter_context(RemoteHost(host.name, host.entry).connect())
+            except ConnectError as exc:
+                fleet.results[host.name] = ApplyResult(Exit.REFUSED, "refused", host.name,
+                                                       loaded.model.deploy.unit if loaded.model else "", str(exc))
+                fleet.stopped_at = host.name
+                return fleet
+            nodes.append(Node(host, rank, node_loaded, HostSession(remote, reporter(host.name))))
+        return _apply_nodes(nodes, options, fleet)
+
+
+def _apply_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResult) -> FleetResult:
+    deployment_id: str | None = None
+
+    def prepare(node: Node) -> list[Any]:
+        profile = node.loaded.model
+        assert profile is not None
+        port = profile.server.get("port", 30000)
+        facts, node.current_unit = node.session.facts(profile.deploy.unit, profile.deploy.python,
+                                                      str(profile.server.get("model_path", "")),
+                                                      port if isinstance(port, int) else 30000)
+        diagnostics, _, version = preflight(node.loaded, node.host.name, facts, node.host.target)
+        if version is None or any(d.is_error for d in diagnostics):
+            return diagnostics or ["no SGLang version"]
+        deployment = build_deployment(node.loaded, node.host.name, options.sglang or version)
+        node.plan = make_plan(node.host.name, deployment, facts, node.current_unit, diagnostics, options.force)
+        return []
+
+    refusals = _each(nodes, prepare)
+    unit = nodes[0].loaded.model.deploy.unit if nodes[0].loaded.model else ""
+    if any(refusals):
+        for node, problems in zip(nodes, refusals, strict=True):
+            diagnostics = [d for d in problems if not isinstance(d, str)]
+            fleet.results[node.host.name] = ApplyResult(
+                Exit.REFUSED, "refused", node.host.name, unit,
+                "preflight refused the profile on this node" if problems else "not changed: another node refused",
+                diagnostics=diagnostics)
+        fleet.stopped_at = next(n.host.name for n, p in zip(nodes, refusals, strict=True) if p)
+        return fleet
+    plans = [n.plan for n in nodes if n.plan is not None]
+    if options.dry_run or all(p.up_to_date for p in plans):
+        status = "planned" if options.dry_run else "up_to_date"
+        for node in nodes:
+            fleet.results[node.host.name] = ApplyResult(Exit.READY, status, node.host.name, unit,
+                                                        f"node {node.rank}: {status}", plan=node.plan)
+        return fleet
+    deployment_id = new_deployment_id(nodes[0].loaded.sha256)
+    for node in nodes:
+        assert node.plan is not None
+        node.plan = replace(node.plan, deployment=replace(node.plan.deployment, id=deployment_id))
+    locks = []
+    try:
+        for node in nodes:  # in rank order, so two multi-node applies cannot deadlock
+            held, note = node.session.lock(node.plan.deployment.state_dir)  # type: ignore[union-attr]
+            if held is None:
+                for n in nodes:
+                    fleet.results[n.host.name] = ApplyResult(Exit.REFUSED, "refused", n.host.name, unit,
+                                                             f"{node.host.name}: {note}; nothing was changed")
+                fleet.stopped_at = node.host.name
+                return fleet
+            locks.append(held)
+        return _transact(nodes, options, fleet, unit)
+    finally:
+        for held in locks:
+            held.release()
+
+
+def _start_all(nodes: Sequence[Node], deployments: Sequence[Deployment], options: ApplyOptions,
+               stop_first: bool, best_effort_idle: bool) -> list[StartupResult]:
+    """Stop, wait idle, install and start every node; follow rank 0 to ready, watch the rest."""
+    transactions = [Transaction(n.session, n.host.name, options, n.session.report) for n in nodes]
+
+    def stop_and_wait(i: int) -> StartupResult | None:
+        if stop_first:
+            nodes[i].session.stop(deployments[i].unit)
+        verdict = nodes[i].session.wait_gpus_idle(deployments[i].gpus, options.gpu_idle_timeout_s)
+        if verdict.idle or best_effort_idle:
+            return None
+        return StartupResult(False, reason=f"GPUs still busy: {verdict.describe()}", failure_kind="gpus_busy")
+
+    indices = list(range(len(nodes)))
+    busy = _each_index(indices, stop_and_wait)
+    if any(busy):
+        return [b or StartupResult(False, reason="not started: another node's GPUs were busy",
+                                   failure_kind="gpus_busy") for b in busy]
+    started = _each_index(indices, lambda i: nodes[i].session.install_and_start(deployments[i]))
+    failed = threading.Event()
+
+    def follow(i: int) -> StartupResult:
+        result, invocation = started[i]
+        if not result.ok or not invocation:
+            failed.set()
+            return StartupResult(False, reason=f"starting the unit failed: {result.stderr.strip()}",
+                                 failure_kind="start_failed")
+        expected = deployments[i].expected_phases if i == 0 else None
+        outcome = nodes[i].session.follow(deployments[i], invocation, expected, stop=failed)
+        if i == 0 or not outcome.ready:
+            failed.set()  # rank 0 is done (either way), or a rank failed: stop watching
+        return outcome
+
+    results = _each_index(indices, follow)
+    if results[0].ready and all(r.ready for r in results[1:]):
+        healthy, why = nodes[0].session.check_health(deployments[0], options.health_timeout_s)
+        if healthy:
+            healthy, why = nodes[0].session.settle(deployments[0], options.settle_s)
+        if not healthy:
+            results[0].ready, results[0].reason, results[0].failure_kind = False, why, "unhealthy"
+    elif results[0].ready:
+        bad = next(r for r in results[1:] if not r.ready)
+        results[0].ready, results[0].reason, results[0].failure_kind = False, f"another node failed: {bad.reason}", "peer_failed"
+    for transaction, deployment, result in zip(transactions, deployments, results, strict=True):
+        transaction.record(deployment, result, "ready" if all(r.ready for r in results) else "failed")
+    return results
+
+
+def _each_index(indices: list[int], work: Callable[[int], T]) -> list[T]:
+    with ThreadPoolExecutor(max_workers=len(indices)) as pool:
+        return list(pool.map(work, indices))
+
+
+def _transact(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit: str) -> FleetResult:
+    deployments = [n.plan.deployment for n in nodes if n.plan is not None]
+    for node in nodes:
+        assert node.plan is not None
+        node.previous = previous_deployment(node.session, node.plan, node.current_unit)
+    results = _start_all(nodes, deployments, options,
+                         stop_first=any(n.plan.previous_active for n in nodes if n.plan), best_effort_idle=False)
+    ready = all(r.ready for r in results)
+    for node, result in zip(nodes, results, strict=True):
+        fleet.results[node.host.name] = _result_from(
+            result, exit_code=Exit.READY if ready else Exit.NOTHING_HEALTHY,
+            status="ready" if ready else "failed", host=node.host.name, unit=unit,
+            deployment_id=deployments[0].id,
+            message=f"node {node.rank}: " + ("ready" if result.ready and ready else result.reason or "failed"),
+            plan=node.plan)
+    if ready:
+        return fleet
+    fleet.stopped_at = next((n.host.name for n, r in zip(nodes, results, strict=True)
+                             if not r.ready and r.failure_kind != "peer_failed"), nodes[0].host.name)
+    previous = [n.previous for n in nodes]
+    if not options.rollback or any(p is None for p in previous):
+        for node, deployment in zip(nodes, deployments, strict=True):
+            node.session.stop(deployment.unit)
+        why = "--no-rollback was given" if not options.rollback else "a node has no previous deployment"
+        for result in fleet.results.values():
+            result.message += f"; {why}, so nothing healthy is running"
+        return fleet
+    restored = _start_all(nodes, [p for p in previous if p is not None], options, stop_first=True,
+                          best_effort_idle=True)
+    back = all(r.ready for r in restored)
+    for node, result, again in zip(nodes, fleet.results.values(), restored, strict=True):
+        result.rollback = {"restored": node.previous.rollback_of if node.previous else None, "ready": again.ready,
+                           "reason": again.reason}
+        if back:
+            result.exit_code, result.status = Exit.ROLLED_BACK, "rolled_back"
+            result.message += "; every node was rolled back to its previous deployment"
+        else:
+            result.message += f"; the rollback failed too: {again.reason or 'another node failed'}"
+    return fleet

@@ -1,0 +1,125 @@
+"""Fleets and multi-node SGLang end to end on three real systemd test hosts, each with its own
+network namespace and address (so every host serves on the same port, as in production)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sgdeploy import cli
+from tests.hosts import HostSet, HostSpec, SimSettings, skip_reason, start_hosts
+
+pytestmark = pytest.mark.hosts
+
+REPO = Path(__file__).resolve().parents[1]
+QWEN3 = "/root/models/Qwen3-8B"
+NAMES = ("n1", "n2", "n3")
+
+
+def profile(host: str, *extra: str, tp: int = 1) -> str:
+    lines = "\n".join(extra)
+    return f"""[deploy]
+host = "{host}"
+unit = "sglang"
+python = "/root/ml-env/bin/python3"
+ready_timeout_s = 60
+
+[server]
+model_path = "{QWEN3}"
+host = "0.0.0.0"
+port = 30000
+tp_size = {tp}
+{lines}
+"""
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HostSet, Path]]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(f"test hosts unavailable: {reason}")
+    fast = SimSettings(startup_s=1.0, release_delay_s=0.5)
+    hs = start_hosts([HostSpec.like("ct129", name=n, private_network=True, sim=fast) for n in NAMES],
+                     owner="pytest")
+    try:
+        for name in NAMES:
+            hs.make_model(name, QWEN3, "Qwen3ForCausalLM")
+        inventory = tmp_path_factory.mktemp("fleet") / "inventory.toml"
+        text = Path(hs.inventory_path).read_text()
+        inventory.write_text(text.replace("[groups]", '[groups]\npair = ["n1", "n2"]'))
+        yield hs, inventory
+    finally:
+        hs.close()
+
+
+def run(inventory: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    code = cli.main([*args, "--inventory", str(inventory), "--json", "--settle", "1"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def cmdline(hs: HostSet, host: str) -> str:
+    pid = hs.ssh(host, "systemctl show -p MainPID --value sglang.service").stdout.strip()
+    return hs.ssh(host, f"tr '\\0' ' ' < /proc/{pid}/cmdline", check=False).stdout
+
+
+def test_rolling_apply_stops_at_the_failing_host(fleet: tuple[HostSet, Path], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    hs, inventory = fleet
+    for name in NAMES:
+        hs.configure_sim(name, failure="", fail_when_arg=[])
+    v1, v2 = tmp_path / "v1.toml", tmp_path / "v2.toml"
+    v1.write_text(profile("all", "max_running_requests = 16"))
+    v2.write_text(profile("all", "max_running_requests = 12"))
+    code, first = run(inventory, capsys, "apply", str(v1))
+    assert code == 0, first
+    assert [h["status"] for h in first["hosts"]] == ["ready", "ready", "ready"]
+
+    hs.configure_sim("n2", failure="graph_capture", fail_when_arg=["--max-running-requests=12"])
+    code, second = run(inventory, capsys, "apply", str(v2))
+    assert code == 1, second
+    rows = {h["host"]: h for h in second["hosts"]}
+    assert rows["n1"]["status"] == "ready"
+    assert rows["n2"]["status"] == "rolled_back"
+    assert rows["n3"]["status"] == "not started"
+    assert second["stopped_at"] == "n2"
+    assert "max-running-requests 12" in cmdline(hs, "n1")
+    assert "max-running-requests 16" in cmdline(hs, "n2")
+    assert "max-running-requests 16" in cmdline(hs, "n3")
+
+
+def test_multi_node_profile_comes_up(fleet: tuple[HostSet, Path], tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    hs, inventory = fleet
+    for name in NAMES:
+        hs.configure_sim(name, failure="", fail_when_arg=[])
+    path = tmp_path / "mn.toml"
+    path.write_text(profile("pair", "nnodes = 2", tp=4))
+    code, result = run(inventory, capsys, "apply", str(path))
+    assert code == 0, result
+    assert [h["status"] for h in result["hosts"]] == ["ready", "ready"]
+    assert "--node-rank 0" in cmdline(hs, "n1") and "--node-rank 1" in cmdline(hs, "n2")
+    rank0 = hs["n1"].address
+    assert f"--dist-init-addr {rank0}:50000" in cmdline(hs, "n2")
+
+
+def test_multi_node_rank_one_crash_rolls_back_both(fleet: tuple[HostSet, Path], tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    hs, inventory = fleet
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text(profile("pair", "nnodes = 2", "max_running_requests = 16", tp=4))
+    bad.write_text(profile("pair", "nnodes = 2", "max_running_requests = 8", tp=4))
+    for name in NAMES:
+        hs.configure_sim(name, failure="", fail_when_arg=[])
+    code, result = run(inventory, capsys, "apply", str(good))
+    assert code == 0, result
+    for name in ("n1", "n2"):
+        hs.configure_sim(name, failure="graph_capture", fail_when_arg=["--node-rank=1", "--max-running-requests=8"])
+    code, result = run(inventory, capsys, "apply", str(bad))
+    assert code == 1, result
+    assert {h["status"] for h in result["hosts"]} == {"rolled_back"}
+    for name in ("n1", "n2"):
+        assert "max-running-requests 16" in cmdline(hs, name)
