@@ -32,10 +32,10 @@ from sgdeploy.facts import (
     IdleVerdict,
     facts_command,
     gpus_idle,
-    state_dir,
     parse_compute_apps,
     parse_facts,
     parse_query_gpu,
+    state_dir,
 )
 from sgdeploy.inventory import HostEntry, HostTarget
 from sgdeploy.logs import LogReader, LogReport
@@ -135,7 +135,9 @@ def _quiet(*_: Any, **__: Any) -> None:
 
 
 # --------------------------------------------------------------------------- building a deployment
-def build_deployment(loaded: LoadedProfile, host: str, sglang_version: str, rollback_of: str | None = None) -> Deployment:
+def build_deployment(
+    loaded: LoadedProfile, host: str, sglang_version: str, rollback_of: str | None = None
+) -> Deployment:
     from sgdeploy.render import render_unit
     from sgdeploy.sglang.catalog import load_catalog
 
@@ -236,7 +238,8 @@ class HostSession:
         self.report("step", step="install", path=deployment.unit_path)
         unit_q = shlex.quote(f"{deployment.unit}.service")
         then = (f"systemctl daemon-reload; systemctl reset-failed {unit_q} 2>/dev/null || true; "
-                f"systemctl enable --quiet {unit_q} 2>/dev/null || true; systemctl start {unit_q}; echo @@invocation@@; systemctl show -p InvocationID --value {unit_q}")
+                f"systemctl enable --quiet {unit_q} 2>/dev/null || true; systemctl start {unit_q}; "
+                f"echo @@invocation@@; systemctl show -p InvocationID --value {unit_q}")
         meta = deployment_meta(deployment, "starting")
         record = deployment.record_dir
         files = {
@@ -660,7 +663,7 @@ def _apply(
                            diagnostics=diagnostics, stats=session.remote.stats.as_dict())
     deployment = build_deployment(loaded, name, version)
     plan = make_plan(name, deployment, facts, current_unit, diagnostics, force=options.force)
-    common = {"host": name, "unit": unit, "plan": plan, "diagnostics": diagnostics}
+    common: dict[str, Any] = {"host": name, "unit": unit, "plan": plan, "diagnostics": diagnostics}
     if options.dry_run:
         return ApplyResult(Exit.READY, "planned", message=f"{len(plan.steps)} steps would run", **common)
     if plan.up_to_date:

@@ -15,8 +15,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from sgdeploy import __version__
 
@@ -84,9 +84,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     from sgdeploy import report
     from sgdeploy.inventory import inventory_path
+    from sgdeploy.profile import load_profile
     from sgdeploy.render import render_unit
     from sgdeploy.sglang.catalog import load_catalog
-    from sgdeploy.profile import load_profile
     from sgdeploy.validate import InventoryContext, select_host, validate_loaded
 
     if not Path(args.profile).is_file():
@@ -311,7 +311,7 @@ def _logcheck_profile(args: argparse.Namespace) -> tuple[dict[str, object] | Non
     return dict(loaded.model.server), (host.sglang_version if host else None)
 
 
-def _unit_target(args: argparse.Namespace) -> tuple[str, object, str, object, str | None]:
+def _unit_target(args: argparse.Namespace) -> tuple[str, Any, str, Any, str | None]:
     """`PROFILE | --host H --unit U`: (host name, inventory entry, unit, loaded profile or None,
     the inventory's SGLang version of the host)."""
     from sgdeploy.facts import check_unit_name
@@ -358,7 +358,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     name, entry, unit, _, _ = _unit_target(args)
     try:
-        history = gather_history(name, entry, unit)  # type: ignore[arg-type]
+        history = gather_history(name, entry, unit)
     except OperateError as exc:
         raise UsageError(str(exc)) from None
     _out(json.dumps(history.as_dict(), indent=2) + "\n" if args.json else report.history_text(history))
@@ -371,7 +371,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     name, entry, unit, loaded, version = _unit_target(args)
     try:
-        status = gather_status(name, entry, unit, loaded, version)  # type: ignore[arg-type]
+        status = gather_status(name, entry, unit, loaded, version)
     except OperateError as exc:
         raise UsageError(str(exc)) from None
     _out(json.dumps(status.as_dict(), indent=2) + "\n" if args.json else report.status_text(status))
@@ -385,7 +385,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     name, entry, unit, _, _ = _unit_target(args)
     options = ApplyOptions(gpu_idle_timeout_s=args.gpu_idle_timeout, settle_s=args.settle)
     progress = Progress(json_events=args.json)
-    result = rollback_unit(name, entry, unit, args.to, options, progress)  # type: ignore[arg-type]
+    result = rollback_unit(name, entry, unit, args.to, options, progress)
     if args.json:
         document = result.as_dict()
         document["events"] = progress.events

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 
 
-class Severity(str, enum.Enum):
+class Severity(enum.StrEnum):
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"

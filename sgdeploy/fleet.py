@@ -51,7 +51,7 @@ class FleetResult:
         return int(Exit.READY)
 
     def rows(self) -> list[dict[str, Any]]:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for name in self.hosts:
             result = self.results.get(name)
             if result is None:

@@ -52,8 +52,9 @@ def node_profiles(loaded: LoadedProfile, hosts: Sequence[FleetHost]) -> list[Loa
     out = []
     for rank, _ in enumerate(hosts):
         server = {**profile.server, "node_rank": rank, "dist_init_addr": address}
-        model = profile.model_copy(update={"server": server})
-        out.append(replace(loaded, model=model))
+        out.append(LoadedProfile(path=loaded.path, text=loaded.text, data=loaded.data, lines=loaded.lines,
+                                 model=profile.model_copy(update={"server": server}),
+                                 diagnostics=list(loaded.diagnostics)))
     return out
 
 
@@ -197,7 +198,8 @@ def _start_all(nodes: Sequence[Node], deployments: Sequence[Deployment], options
             results[0].ready, results[0].reason, results[0].failure_kind = False, why, "unhealthy"
     elif results[0].ready:
         bad = next(r for r in results[1:] if not r.ready)
-        results[0].ready, results[0].reason, results[0].failure_kind = False, f"another node failed: {bad.reason}", "peer_failed"
+        results[0].ready, results[0].failure_kind = False, "peer_failed"
+        results[0].reason = f"another node failed: {bad.reason}"
     for transaction, deployment, result in zip(transactions, deployments, results, strict=True):
         transaction.record(deployment, result, "ready" if all(r.ready for r in results) else "failed")
     return results
@@ -232,18 +234,18 @@ def _transact(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit
         for node, deployment in zip(nodes, deployments, strict=True):
             node.session.stop(deployment.unit)
         why = "--no-rollback was given" if not options.rollback else "a node has no previous deployment"
-        for result in fleet.results.values():
-            result.message += f"; {why}, so nothing healthy is running"
+        for outcome in fleet.results.values():
+            outcome.message += f"; {why}, so nothing healthy is running"
         return fleet
     restored = _start_all(nodes, [p for p in previous if p is not None], options, stop_first=True,
                           best_effort_idle=True)
     back = all(r.ready for r in restored)
-    for node, result, again in zip(nodes, fleet.results.values(), restored, strict=True):
-        result.rollback = {"restored": node.previous.rollback_of if node.previous else None, "ready": again.ready,
-                           "reason": again.reason}
+    for node, outcome, again in zip(nodes, fleet.results.values(), restored, strict=True):
+        outcome.rollback = {"restored": node.previous.rollback_of if node.previous else None, "ready": again.ready,
+                            "reason": again.reason}
         if back:
-            result.exit_code, result.status = Exit.ROLLED_BACK, "rolled_back"
-            result.message += "; every node was rolled back to its previous deployment"
+            outcome.exit_code, outcome.status = Exit.ROLLED_BACK, "rolled_back"
+            outcome.message += "; every node was rolled back to its previous deployment"
         else:
-            result.message += f"; the rollback failed too: {again.reason or 'another node failed'}"
+            outcome.message += f"; the rollback failed too: {again.reason or 'another node failed'}"
     return fleet

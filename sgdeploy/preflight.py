@@ -14,6 +14,7 @@ from sgdeploy.profile import LoadedProfile
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
 from sgdeploy.validate import check_launch
 
+
 def host_target(name: str, facts: HostFacts, declared: HostTarget | None) -> HostTarget:
     """What validation should assume about the host: live facts first, the inventory second."""
     gpu = facts.gpus[0] if facts.gpus else None

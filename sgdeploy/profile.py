@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from sgdeploy.probe import ProbeSettings
 from sgdeploy.tomlfile import TomlDocument, read_toml
 
+
 def _normalized(path: str) -> str:
     if "//" in path or any(part in (".", "..") for part in path.split("/")):
         raise ValueError("use a normalized absolute path (no '.', '..' or '//')")
@@ -31,6 +32,8 @@ AbsolutePath = Annotated[str, StringConstraints(
     pattern=r"^/([^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\\])?$", max_length=4096), AfterValidator(_normalized)]
 # The executable of ExecStart=: systemd refuses quotes and backslashes in it.
 ExecutablePath = Annotated[AbsolutePath, StringConstraints(pattern=r"^[^\"'\\]*$")]
+GpuIndex = Annotated[int, Field(ge=0)]
+GpuUuid = Annotated[str, StringConstraints(pattern=r"^GPU-[0-9a-fA-F-]+$")]
 ScalarValue = str | bool | int | float
 ServerValue = str | bool | int | float | list[Any] | dict[str, Any]
 
@@ -52,7 +55,7 @@ class DeploySettings(BaseModel):
     env_file: AbsolutePath | None = Field(
         default=None, description="File on the host with secrets (KEY=value lines); never copied."
     )
-    gpus: list[Annotated[int, Field(ge=0)] | Annotated[str, StringConstraints(pattern=r"^GPU-[0-9a-fA-F-]+$")]] | None = Field(
+    gpus: list[GpuIndex | GpuUuid] | None = Field(
         default=None, min_length=1, description="GPU indices or UUIDs for CUDA_VISIBLE_DEVICES."
     )
     model_architecture: str | None = Field(

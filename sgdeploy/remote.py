@@ -14,7 +14,6 @@ import os
 import posixpath
 import select
 import shlex
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -201,7 +200,7 @@ class RemoteHost:
 
     def _transport_alive(self) -> bool:
         try:
-            return self._transport.is_active()
+            return bool(self._transport.is_active())
         except ConnectionLost:
             return False
 
@@ -296,7 +295,7 @@ class RemoteHost:
                 if not chunk:
                     break
                 raw += chunk
-        except socket.timeout as exc:
+        except TimeoutError as exc:
             raise CommandTimeout(f"{self.name}: GET {path} on port {port} timed out") from exc
         finally:
             channel.close()
@@ -370,7 +369,7 @@ class RemoteHost:
                 while len(buf) < 2 and more():
                     pass
                 del buf[:2]
-        except socket.timeout as exc:
+        except TimeoutError as exc:
             raise CommandTimeout(f"{self.name}: {method} {path} on port {port}: no data for {timeout:.0f} s") from exc
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc

@@ -20,7 +20,7 @@ def finding_line(d: Diagnostic) -> str:
 
 
 def validation_text(results: Sequence[ValidationResult]) -> str:
-    lines = []
+    lines: list[str] = []
     for result in results:
         lines.extend(finding_line(d) for d in result.diagnostics)
     failed = [r for r in results if not r.ok]

@@ -19,9 +19,10 @@ def flag_schema(flag: Flag) -> dict[str, Any]:
             item["type"] = ["integer", "string"]
     if flag.choices and not flag.is_switch:
         item["enum"] = list(flag.choices)
-    schema = {"type": "array", "items": item} if flag.is_list else item
+    schema: dict[str, Any] = {"type": "array", "items": item} if flag.is_list else item
     schema["description"] = f"{flag.option}: {flag.help}".strip()
-    if flag.default is not None and not isinstance(flag.default, str) or isinstance(flag.default, str) and not flag.default.startswith("<"):
+    unevaluated = isinstance(flag.default, str) and flag.default.startswith("<")  # "<expr> ..." from the catalog
+    if flag.default is not None and not unevaluated:
         schema["default"] = flag.default
     if flag.deprecated:
         schema["deprecated"] = True

@@ -209,14 +209,14 @@ class _Scanner:
                 self._record(table, line)
                 self._skip_to_eol()
             else:
-                key = self._read_key()
-                if not key:
+                parts = self._read_key()
+                if not parts:
                     self._skip_to_eol()
                     continue
-                self._record([*table, *key], line)
+                self._record([*table, *parts], line)
                 self._skip_ws()
                 if self._peek() == "=":
                     self._advance()
-                    self._skip_value([*table, *key])
+                    self._skip_value([*table, *parts])
                 self._skip_to_eol()
         return self.lines

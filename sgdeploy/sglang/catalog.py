@@ -70,7 +70,7 @@ class Flag:
 
     @property
     def is_list(self) -> bool:
-        return self.nargs in ("+", "*") or isinstance(self.nargs, int) and self.nargs > 1
+        return self.nargs in ("+", "*") or (isinstance(self.nargs, int) and self.nargs > 1)
 
     @property
     def value_kind(self) -> str:

@@ -34,7 +34,8 @@ REPLACEMENTS: dict[str, Replacement] = {
     "enable_piecewise_cuda_graph": Replacement("nothing: the prefill CUDA graph is on by default; remove the key"),
     "piecewise_cuda_graph_max_tokens": Replacement("cuda_graph_max_bs_prefill", "cuda_graph_max_bs_prefill"),
     "piecewise_cuda_graph_tokens": Replacement("cuda_graph_bs_prefill", "cuda_graph_bs_prefill"),
-    "piecewise_cuda_graph_compiler": Replacement("nothing: the torch.compile prefill graph was removed; remove the key"),
+    "piecewise_cuda_graph_compiler": Replacement(
+        "nothing: the torch.compile prefill graph was removed; remove the key"),
     "cuda_graph_max_bs": Replacement(
         "cuda_graph_max_bs_decode (and cuda_graph_max_bs_prefill for the prefill graph)", "cuda_graph_max_bs_decode"
     ),

@@ -22,7 +22,7 @@ from sgdeploy.sglang import models
 from sgdeploy.sglang.catalog import flag_history, next_version
 from sgdeploy.sglang.flags import REPLACEMENTS, choice_problem, option_to_field, value_problem
 from sgdeploy.sglang.rule import Finding, LaunchContext, RuleRegistry
-from sgdeploy.sglang.versions import VersionRange, parse_version
+from sgdeploy.sglang.versions import ALL_VERSIONS, VersionRange, parse_version
 from sgdeploy.tomlfile import did_you_mean
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -163,7 +163,8 @@ def model_path_required(ctx: LaunchContext) -> Iterator[Finding]:
 _SECRET_FLAGS = {"api_key", "admin_api_key", "hf_token", "ssl_keyfile_password"}
 _SECRET_ENV = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)($|_)", re.I)
 # Values that are credentials whatever they are called: Hugging Face, OpenAI-style, GitHub, AWS.
-_SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16})\b")
+_SECRET_VALUE = re.compile(
+    r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16})\b")
 
 
 @rule("SGD020", "unsafe-characters", ERROR,
@@ -514,7 +515,7 @@ class SmGate:
     value: Any  # the value that needs the GPU generation (True for switches)
     min_sm: int
     need: str
-    versions: VersionRange = VersionRange()
+    versions: VersionRange = ALL_VERSIONS
 
 
 SM_GATES: tuple[SmGate, ...] = (
@@ -695,7 +696,8 @@ def mamba_no_buffer(ctx: LaunchContext) -> Iterator[Finding]:
 def mamba_extra_buffer(ctx: LaunchContext) -> Iterator[Finding]:
     if ctx.architecture and not models.is_mamba_hybrid(ctx.architecture):
         return  # SGLang applies the strategy only to hybrid (Mamba) models
-    strategy_field = "mamba_scheduler_strategy" if ctx.has_flag("mamba_scheduler_strategy") else "mamba_radix_cache_strategy"
+    strategy_field = ("mamba_scheduler_strategy" if ctx.has_flag("mamba_scheduler_strategy")
+                      else "mamba_radix_cache_strategy")
     if ctx.get(strategy_field) not in ("extra_buffer", "extra_buffer_lazy"):
         return
     if ctx.on("disable_radix_cache") and ctx.version in V1X:
@@ -737,7 +739,8 @@ def _piecewise_off_reasons(ctx: LaunchContext) -> list[str]:
         (ctx.int("pp_size", 1) > 1, "pp_size > 1"),
         (ctx.get("moe_a2a_backend", "none") not in (None, "none"), "an MoE a2a backend is set"),
         (ctx.on("enable_lora") or bool(ctx.get("lora_paths")), "LoRA is on"),
-        (ctx.get("cpu_offload_gb", 0) not in (0, None) or ctx.on("enable_hierarchical_cache"), "CPU offload / HiCache is on"),
+        (ctx.get("cpu_offload_gb", 0) not in (0, None) or ctx.on("enable_hierarchical_cache"),
+         "CPU offload / HiCache is on"),
         (ctx.on("enable_deterministic_inference"), "deterministic inference is on"),
         (ctx.get("disaggregation_mode", "null") not in (None, "null"), "PD disaggregation is on"),
         (ctx.on("enable_symm_mem"), "symmetric memory is on"),
