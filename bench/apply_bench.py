@@ -218,7 +218,9 @@ def run_ansible(hs: HostSet, inventory: Path, unit_file: Path, pipelining: bool,
     ended = time.time()
     shutil.rmtree(control, ignore_errors=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"ansible-playbook exited {proc.returncode}: {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
+        cause = hs.ssh("ct129", "journalctl -u sglang.service -o cat --no-pager -n 400 | grep -E "
+                       "'Error|error|Received sigquit' | tail -2", check=False).stdout.strip()
+        return {"failed": True, "total_s": ended - launched, "cause": cause or proc.stdout[-300:]}
     journal = server_times(hs)
     commands = len(re.findall(r"SSH: EXEC ssh ", proc.stdout))
     polls = len(re.findall(r"FAILED - RETRYING", proc.stdout)) + 1
@@ -326,10 +328,17 @@ def main() -> int:
             print(f"\n## Ansible ({version}): bench/ansible/apply.yml, the same swap on the same host")
             for pipelining in ((True, False) if args.pipelining_first else (False, True)):
                 label = "pipelining on" if pipelining else "defaults (ControlPersist, no pipelining)"
-                rows = [run_ansible(hs, inventory, units[(1, 0)[i % 2]], pipelining, folder)
-                        for i in range(args.ansible_runs)]
-                results["ansible"][label] = rows
-                print(f"### {label}, {len(rows)} runs")
+                tried = [run_ansible(hs, inventory, units[(1, 0)[i % 2]], pipelining, folder)
+                         for i in range(args.ansible_runs)]
+                results["ansible"][label] = tried
+                failed = [r for r in tried if r.get("failed")]
+                rows = [r for r in tried if not r.get("failed")]
+                print(f"### {label}: {len(failed)} of {len(tried)} runs failed (the new server did not get ready)")
+                for r in failed:
+                    print(f"    failed after {r['total_s']:.1f} s: {r['cause'][-300:]}")
+                if not rows:
+                    continue
+                print(f"### {label}, {len(rows)} successful runs")
                 print(f"total wall time       {fmt([r['total_s'] for r in rows])}")
                 print(f"server's own startup  {fmt([r['server_startup_s'] for r in rows])}")
                 print(f"what Ansible adds     {fmt([r['overhead_s'] for r in rows])}")
