@@ -621,19 +621,26 @@ def apply_profile(
     """`sgdeploy apply` (and `plan` with options.dry_run) on one host."""
     profile = loaded.model
     assert profile is not None
-    unit = profile.deploy.unit
     began = time.monotonic()
+    return _on_host(name, entry, profile.deploy.unit, report, "apply",
+                    lambda session: _apply(session, loaded, name, declared, options, report, began))
+
+
+def _on_host(
+    name: str, entry: HostEntry, unit: str, report: Reporter, what: str,
+    work: Callable[[HostSession], ApplyResult],
+) -> ApplyResult:
+    """Connect, run `work` over the connection, and turn connection problems into results."""
     try:
         remote = connect(name, entry)
     except ConnectError as exc:
         return ApplyResult(Exit.REFUSED, "refused", name, unit, str(exc))
     with remote:
-        session = HostSession(remote, report)
         try:
-            return _apply(session, loaded, name, declared, options, report, began)
+            return work(HostSession(remote, report))
         except ConnectionLost as exc:
             return ApplyResult(Exit.NOTHING_HEALTHY, "connection_lost", name, unit,
-                               f"{exc}; the host may be mid-deployment: re-run apply (it converges) or "
+                               f"{exc}; the host may be mid-deployment: re-run {what} (it converges) or "
                                "`sgdeploy status`", stats=remote.stats.as_dict())
         finally:
             report("ssh", **remote.stats.as_dict())
@@ -743,20 +750,8 @@ def rollback_unit(
 ) -> ApplyResult:
     """`sgdeploy rollback`: redeploy the last good (or the given) recorded deployment."""
     began = time.monotonic()
-    try:
-        remote = connect(name, entry)
-    except ConnectError as exc:
-        return ApplyResult(Exit.REFUSED, "refused", name, unit, str(exc))
-    with remote:
-        session = HostSession(remote, report)
-        try:
-            return _rollback(session, name, unit, to, options, report, began)
-        except ConnectionLost as exc:
-            return ApplyResult(Exit.NOTHING_HEALTHY, "connection_lost", name, unit,
-                               f"{exc}; re-run the rollback (it converges) or `sgdeploy status`",
-                               stats=remote.stats.as_dict())
-        finally:
-            report("ssh", **remote.stats.as_dict())
+    return _on_host(name, entry, unit, report, "the rollback",
+                    lambda session: _rollback(session, name, unit, to, options, report, began))
 
 
 def _rollback(

@@ -225,14 +225,9 @@ def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
     progress = Progress(json_events=getattr(args, "json", False))
     result = apply_profile(loaded, target.name, inventory.hosts[target.name], target,
                            _apply_options(args, dry_run), progress)
-    if getattr(args, "json", False):
-        document = result.as_dict()
-        document["events"] = progress.events
-        _out(json.dumps(document, indent=2, default=str) + "\n")
-    elif dry_run and result.plan is not None:
-        _out(report.plan_text(result.plan))
-    else:
-        _out(report.apply_text(result))
+    plan = result.plan
+    _emit(getattr(args, "json", False), result.as_dict, progress,
+          lambda: report.plan_text(plan) if dry_run and plan is not None else report.apply_text(result))
     if dry_run:
         return EXIT_OK if result.exit_code == 0 and result.plan and not result.plan.refused else EXIT_FAILED
     return int(result.exit_code)
@@ -250,13 +245,16 @@ def _run_rollout(args: argparse.Namespace, loaded: Any, targets: list[Any], inve
     else:
         fleet = rollout(loaded, hosts, _apply_options(args, False), parallel=args.parallel,
                         canary=not args.no_canary, report_for=progress.for_host)
-    if args.json:
-        document = fleet.as_dict()
-        document["events"] = progress.events
-        _out(json.dumps(document, indent=2, default=str) + "\n")
-    else:
-        _out(report.rollout_text(fleet))
+    _emit(args.json, fleet.as_dict, progress, lambda: report.rollout_text(fleet))
     return fleet.exit_code
+
+
+def _emit(as_json: bool, document: Callable[[], dict[str, Any]], progress: Progress, text: Callable[[], str]) -> None:
+    """The end of apply, rollback or a rollout: one JSON document with the events, or text."""
+    if as_json:
+        _out(json.dumps({**document(), "events": progress.events}, indent=2, default=str) + "\n")
+    else:
+        _out(text())
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
@@ -386,12 +384,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     options = ApplyOptions(gpu_idle_timeout_s=args.gpu_idle_timeout, settle_s=args.settle)
     progress = Progress(json_events=args.json)
     result = rollback_unit(name, entry, unit, args.to, options, progress)
-    if args.json:
-        document = result.as_dict()
-        document["events"] = progress.events
-        _out(json.dumps(document, indent=2, default=str) + "\n")
-    else:
-        _out(report.apply_text(result))
+    _emit(args.json, result.as_dict, progress, lambda: report.apply_text(result))
     return int(result.exit_code)
 
 

@@ -276,16 +276,20 @@ class RemoteHost:
         raise CommandTimeout(f"{self.name}: '{command[:80]}' did not answer within {timeout:.0f} s")
 
     # -- HTTP on the host -----------------------------------------------------------------
-    def http_get(self, port: int, path: str, timeout: float = 10.0) -> HttpResponse:
-        """GET http://127.0.0.1:<port><path> as seen from the host, through the SSH transport."""
+    def _tunnel(self, port: int, timeout: float) -> paramiko.Channel:
+        """A TCP connection to 127.0.0.1:<port> on the host, through the SSH transport (like ssh -L)."""
         self.stats.http_requests += 1
         try:
-            channel = self._transport.open_channel("direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0),
-                                                   timeout=timeout)
+            return self._transport.open_channel("direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0),
+                                                timeout=timeout)
         except paramiko.ChannelException as exc:
             raise ConnectionRefusedError(f"{self.name}: nothing listens on 127.0.0.1:{port} ({exc})") from exc
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+
+    def http_get(self, port: int, path: str, timeout: float = 10.0) -> HttpResponse:
+        """GET http://127.0.0.1:<port><path> as seen from the host, through the SSH transport."""
+        channel = self._tunnel(port, timeout)
         try:
             channel.settimeout(timeout)
             channel.sendall(f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
@@ -310,14 +314,7 @@ class RemoteHost:
         status other than 2xx raises RemoteError with the start of the body. Nothing is sent
         until the first chunk is asked for; stopping the iteration closes the channel.
         """
-        self.stats.http_requests += 1
-        try:
-            channel = self._transport.open_channel("direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0),
-                                                   timeout=timeout)
-        except paramiko.ChannelException as exc:
-            raise ConnectionRefusedError(f"{self.name}: nothing listens on 127.0.0.1:{port} ({exc})") from exc
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+        channel = self._tunnel(port, timeout)
         buf = bytearray()
 
         def more() -> bool:
