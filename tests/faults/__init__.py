@@ -80,6 +80,7 @@ class CutProxy:
             return len(self._pairs)
 
     def close(self) -> None:
+        self.cut()  # first: a frozen pump forgets its pair once it sees _closed
         self._closed = True
         with contextlib.suppress(OSError):
             self._listener.close()
@@ -131,13 +132,15 @@ class CutProxy:
         except (OSError, ValueError):
             pass
         finally:
+            if self.frozen and not self._closed:
+                # a partition: the far side must keep seeing an open connection until cut()
+                return
             with self._lock:
                 if (a, b) in self._pairs:
                     self._pairs.remove((a, b))
-            if not self.frozen:
-                for s in (a, b):
-                    with contextlib.suppress(OSError):
-                        s.close()
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.close()
 
 
 def _toml_value(value: Any) -> str:
