@@ -309,13 +309,24 @@ def _logcheck_profile(args: argparse.Namespace) -> tuple[dict[str, object] | Non
     return dict(loaded.model.server), (host.sglang_version if host else None)
 
 
-def _unit_target(args: argparse.Namespace) -> tuple[str, Any, str, Any, str | None]:
-    """`PROFILE | --host H --unit U`: (host name, inventory entry, unit, loaded profile or None,
-    the inventory's SGLang version of the host)."""
+UnitTarget = tuple[str, Any, str, Any, str | None]
+
+
+def _unit_target(args: argparse.Namespace) -> UnitTarget:
+    """`PROFILE | --host H --unit U` naming one host: (host name, inventory entry, unit, loaded
+    profile or None, the inventory's SGLang version of the host)."""
+    targets = _unit_targets(args)
+    if len(targets) > 1:
+        raise UsageError(f"the profile's target is a group of {len(targets)} hosts: choose one with --host")
+    return targets[0]
+
+
+def _unit_targets(args: argparse.Namespace) -> list[UnitTarget]:
+    """`PROFILE | --host H --unit U`: every host meant (all hosts of a profile's group)."""
     from sgdeploy.facts import check_unit_name
     from sgdeploy.inventory import inventory_path
     from sgdeploy.profile import load_profile
-    from sgdeploy.validate import InventoryContext, select_host
+    from sgdeploy.validate import InventoryContext, select_hosts
 
     inventory = InventoryContext.load(inventory_path(args.inventory))
     if inventory.inventory is None:
@@ -331,49 +342,59 @@ def _unit_target(args: argparse.Namespace) -> tuple[str, Any, str, Any, str | No
             raise UsageError(f"--unit {args.unit} differs from the profile's unit {loaded.model.deploy.unit}")
         unit = loaded.model.deploy.unit
         try:
-            target = select_host(loaded.model.deploy.host, inventory, args.host)
+            names = [t.name for t in select_hosts(loaded.model.deploy.host, inventory,
+                                                  [args.host] if args.host else [])]
         except LookupError as exc:
             raise UsageError(str(exc)) from None
-        assert target is not None
-        name = target.name
     else:
         if not args.host or not args.unit:
             raise UsageError("give a PROFILE, or both --host H and --unit U")
         if args.host not in inventory.inventory.hosts:
             raise UsageError(f"--host {args.host} is not a host of {inventory.path}")
-        name, unit = args.host, args.unit
+        names, unit = [args.host], args.unit
     try:
         check_unit_name(unit)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    entry = inventory.inventory.hosts[name]
-    return name, entry, unit.removesuffix(".service"), loaded, entry.sglang_version
+    hosts = inventory.inventory.hosts
+    return [(name, hosts[name], unit.removesuffix(".service"), loaded, hosts[name].sglang_version) for name in names]
+
+
+def _per_host(args: argparse.Namespace, gather: Callable[[UnitTarget], Any], text: Callable[[Any], str],
+              exit_code: Callable[[Any], int]) -> int:
+    """history/status for one host, or for every host of a group (then `{"hosts": [...]}`)."""
+    from sgdeploy.operate import OperateError
+
+    targets = _unit_targets(args)
+    results: list[tuple[str, Any, str | None]] = []
+    for target in targets:
+        try:
+            results.append((target[0], gather(target), None))
+        except OperateError as exc:
+            if len(targets) == 1:
+                raise UsageError(str(exc)) from None
+            results.append((target[0], None, str(exc)))
+    if args.json:
+        docs = [r.as_dict() if r is not None else {"host": name, "error": error} for name, r, error in results]
+        _out(json.dumps(docs[0] if len(docs) == 1 else {"hosts": docs}, indent=2) + "\n")
+    else:
+        _out("".join(text(r) if r is not None else f"{name}: unreachable: {error}\n" for name, r, error in results))
+    codes = [exit_code(r) if r is not None else EXIT_USAGE for _, r, _ in results]
+    return max(codes)
 
 
 def cmd_history(args: argparse.Namespace) -> int:
     from sgdeploy import report
-    from sgdeploy.operate import OperateError, gather_history
+    from sgdeploy.operate import gather_history
 
-    name, entry, unit, _, _ = _unit_target(args)
-    try:
-        history = gather_history(name, entry, unit)
-    except OperateError as exc:
-        raise UsageError(str(exc)) from None
-    _out(json.dumps(history.as_dict(), indent=2) + "\n" if args.json else report.history_text(history))
-    return EXIT_OK
+    return _per_host(args, lambda t: gather_history(t[0], t[1], t[2]), report.history_text, lambda _: EXIT_OK)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from sgdeploy import report
-    from sgdeploy.operate import OperateError, gather_status
+    from sgdeploy.operate import gather_status
 
-    name, entry, unit, loaded, version = _unit_target(args)
-    try:
-        status = gather_status(name, entry, unit, loaded, version)
-    except OperateError as exc:
-        raise UsageError(str(exc)) from None
-    _out(json.dumps(status.as_dict(), indent=2) + "\n" if args.json else report.status_text(status))
-    return status.exit_code
+    return _per_host(args, lambda t: gather_status(*t), report.status_text, lambda s: int(s.exit_code))
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:

@@ -123,3 +123,25 @@ def test_multi_node_rank_one_crash_rolls_back_both(fleet: tuple[HostSet, Path], 
     assert {h["status"] for h in result["hosts"]} == {"rolled_back"}
     for name in ("n1", "n2"):
         assert "max-running-requests 16" in cmdline(hs, name)
+
+
+def test_status_and_history_across_a_group(fleet: tuple[HostSet, Path], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    hs, inventory = fleet
+    for name in NAMES:
+        hs.configure_sim(name, failure="", fail_when_arg=[])
+    path = tmp_path / "v1.toml"
+    path.write_text(profile("all", "max_running_requests = 16"))
+    code, _ = run(inventory, capsys, "apply", str(path))
+    assert code == 0
+    code = cli.main(["status", str(path), "--inventory", str(inventory), "--json"])
+    status = json.loads(capsys.readouterr().out)
+    assert code == 0, status
+    assert [h["host"] for h in status["hosts"]] == list(NAMES)
+    code = cli.main(["history", str(path), "--inventory", str(inventory), "--json"])
+    history = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert all(h["last_good"] for h in history["hosts"])
+    code = cli.main(["status", str(path), "--inventory", str(inventory), "--host", "n2"])
+    assert code == 0
+    assert "n2" in capsys.readouterr().out
