@@ -315,7 +315,8 @@ def main() -> int:
         results["settle5"] = settle
         print("\n## the same with the default --settle 5 (one run)")
         print(f"total {settle['total_s']:.3f} s, server startup {settle['server_startup_s']:.3f} s, adds "
-              f"{settle['overhead_s']:.3f} s (settle + record {settle['breakdown']['settle + server_info + record + close']:.3f} s), "
+              f"{settle['overhead_s']:.3f} s (settle + record "
+              f"{settle['breakdown']['settle + server_info + record + close']:.3f} s), "
               f"detect {settle['detect_s'] * 1000:.0f} ms, ssh {settle['ssh']}")
 
         if args.ansible_runs and (ANSIBLE_VENV / "bin" / "ansible-playbook").exists():

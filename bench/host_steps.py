@@ -55,7 +55,8 @@ def main() -> int:
         probes = {
             "facts script (whole)": script,
             "nvidia-smi --query-gpu": f"nvidia-smi --query-gpu={gpu_fields} --format=csv,noheader,nounits",
-            "nvidia-smi --query-compute-apps": f"nvidia-smi --query-compute-apps={app_fields} --format=csv,noheader,nounits",
+            "nvidia-smi --query-compute-apps":
+                f"nvidia-smi --query-compute-apps={app_fields} --format=csv,noheader,nounits",
             "python -c 'print(version)'": f"{PY} -c 'import sys; print(sys.version)'",
             "python -c importlib.metadata.version('sglang')": f"{PY} -c {shlex.quote(facts._SGLANG_PROBE)}",
             "python model config probe": f"{PY} -c {shlex.quote(facts._MODEL_PROBE)} {MODEL}/config.json",
