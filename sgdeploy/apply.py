@@ -224,7 +224,9 @@ class HostSession:
                 self.report("waiting", what="gpus", detail=verdict.describe())
             return verdict
 
-        retrying = Retrying(stop=stop_after_delay(timeout_s), wait=wait_exponential(multiplier=0.25, max=2),
+        # Memory is usually released within a second of the stop: poll often at first, then back off.
+        retrying = Retrying(stop=stop_after_delay(timeout_s),
+                            wait=wait_exponential(multiplier=0.1, min=0.1, max=2),
                             retry=retry_if_result(lambda v: not v.idle))
         try:
             verdict: IdleVerdict = retrying(check)
@@ -238,7 +240,7 @@ class HostSession:
         self.report("step", step="install", path=deployment.unit_path)
         unit_q = shlex.quote(f"{deployment.unit}.service")
         then = (f"systemctl daemon-reload; systemctl reset-failed {unit_q} 2>/dev/null || true; "
-                f"systemctl enable --quiet {unit_q} 2>/dev/null || true; systemctl start {unit_q}; "
+                f"systemctl enable --quiet --no-reload {unit_q} 2>/dev/null || true; systemctl start {unit_q}; "
                 f"echo @@invocation@@; systemctl show -p InvocationID --value {unit_q}")
         meta = deployment_meta(deployment, "starting")
         record = deployment.record_dir
@@ -269,14 +271,17 @@ class HostSession:
         self.report("step", step="wait_ready" if expected is not None else "watch", expected=expected)
         reader = LogReader(deployment.server, deployment.sglang_version)
         unit_q = shlex.quote(f"{deployment.unit}.service")
+        # journalctl --follow is woken by journald at most every 250 ms; reading by cursor every
+        # 50 ms sees a line sooner. The cursor file makes every line come exactly once.
+        read = (f'journalctl --no-pager -q -o json --output-fields=MESSAGE --cursor-file="$c" '
+                f"_SYSTEMD_INVOCATION_ID={shlex.quote(invocation)}")
         command = (
-            "trap 'kill $jp 2>/dev/null; exit 0' PIPE HUP TERM; "
-            f"journalctl --no-pager -o json --output-fields=MESSAGE --follow --lines=all "
-            f"_SYSTEMD_INVOCATION_ID={shlex.quote(invocation)} & jp=$!; "
-            f'while [ "$(systemctl show -p SubState --value {unit_q})" = running ]; do '
-            "sleep 0.25; printf '\\n' || break; done; sleep 1; kill $jp 2>/dev/null; "
-            f"echo {EXITED_MARKER}; systemctl show -p ActiveState,SubState,ExecMainStatus,ExecMainCode,NRestarts "
-            f"--no-pager {unit_q} | tr '\\n' ' '; echo"
+            'd=$(mktemp -d) || exit 1; c="$d/cursor"; trap \'rm -rf "$d"\' EXIT; trap \'exit 0\' PIPE HUP TERM; '
+            f"i=0; while :; do {read} || :; i=$((i + 1)); "
+            f'if [ $((i % 10)) -eq 0 ] && [ "$(systemctl show -p SubState --value {unit_q})" != running ]; then '
+            f"sleep 0.5; {read}; echo {EXITED_MARKER}; "
+            f"systemctl show -p ActiveState,SubState,ExecMainStatus,ExecMainCode,NRestarts --no-pager {unit_q} "
+            "| tr '\\n' ' '; echo; exit 0; fi; printf '\\n' || exit 0; sleep 0.05; done"
         )
         started = time.monotonic()
         deadline = started + deployment.ready_timeout_s

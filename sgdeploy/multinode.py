@@ -52,7 +52,7 @@ def node_profiles(loaded: LoadedProfile, hosts: Sequence[FleetHost]) -> list[Loa
     out = []
     for rank, _ in enumerate(hosts):
         server = {**profile.server, "node_rank": rank, "dist_init_addr": address}
-        out.append(LoadedProfile(path=loaded.path, text=loaded.text, data=loaded.data, lines=loaded.lines,
+        out.append(LoadedProfile(path=loaded.path, text=loaded.text, data=loaded.data,
                                  model=profile.model_copy(update={"server": server}),
                                  diagnostics=list(loaded.diagnostics)))
     return out

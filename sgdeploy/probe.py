@@ -25,7 +25,6 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -367,6 +366,8 @@ def run_probe(stream_request: StreamRequest, settings: ProbeSettings | None = No
     waves = -(-settings.requests // settings.concurrency)  # full waves: every slot busy to the end
     concurrent_count = waves * settings.concurrency if settings.concurrency > 1 else 0
     if concurrent_count:
+        from concurrent.futures import ThreadPoolExecutor  # not on validate's import path
+
         with ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="sgdeploy-probe") as pool:
             futures = [pool.submit(one) for _ in range(concurrent_count)]
             concurrent = [s for s in (f.result() for f in futures) if s is not None]

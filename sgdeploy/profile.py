@@ -113,7 +113,6 @@ class LoadedProfile(TomlDocument[Profile]):
 
 
 def load_profile(path: str | Path) -> LoadedProfile:
-    doc = read_toml(path, Profile)
-    loaded = LoadedProfile(path=doc.path, text=doc.text, data=doc.data, lines=doc.lines,
-                           model=doc.model, diagnostics=doc.diagnostics)
+    loaded = read_toml(path, Profile, document=LoadedProfile)
+    assert isinstance(loaded, LoadedProfile)
     return loaded

@@ -37,9 +37,19 @@ class TomlDocument(Generic[M]):
     path: str
     text: str = ""
     data: dict[str, Any] = field(default_factory=dict)
-    lines: dict[str, int] = field(default_factory=dict)
     model: M | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    _lines: dict[str, int] | None = field(default=None, repr=False)
+
+    @property
+    def lines(self) -> dict[str, int]:
+        """Dotted key -> line, scanned on first use: valid files never need it."""
+        if self._lines is None:
+            try:
+                self._lines = key_lines(self.text)
+            except RecursionError:
+                self._lines = {}
+        return self._lines
 
     def line_of(self, dotted: str) -> int | None:
         """Line of the key, or of its nearest enclosing key/table that has one."""
@@ -75,9 +85,14 @@ class TomlDocument(Generic[M]):
         return any(d.is_error for d in self.diagnostics)
 
 
-def read_toml(path: str | Path, model: type[M], context: Mapping[str, Any] | None = None) -> TomlDocument[M]:
+def read_toml(
+    path: str | Path,
+    model: type[M],
+    context: Mapping[str, Any] | None = None,
+    document: type[TomlDocument[M]] | None = None,
+) -> TomlDocument[M]:
     """Read, parse and validate one file; problems end up in `.diagnostics`."""
-    doc: TomlDocument[M] = TomlDocument(path=str(path))
+    doc: TomlDocument[M] = (document or TomlDocument)(path=str(path))
     try:
         # Bytes, not read_text(): universal newlines would turn a lone CR into a line break, so
         # line numbers and the profile's hash would not match the file.
@@ -117,10 +132,6 @@ def parse_toml_text(
         doc.diagnostics.append(doc.diagnostic(RULE_TOML_SYNTAX, f"TOML syntax error: {exc}", dotted=None,
                                               hint="fix the TOML syntax"))
         return doc
-    try:
-        doc.lines = key_lines(doc.text)
-    except RecursionError:
-        doc.lines = {}
     try:
         doc.model = model.model_validate(doc.data, context=dict(context or {}))
     except ValidationError as exc:

@@ -122,7 +122,7 @@ class Catalog:
     def by_option(self) -> dict[str, Flag]:
         return {option: flag for flag in self.flags.values() for option in flag.options}
 
-    @property
+    @cached_property
     def parsed_version(self) -> Version:
         return parse_version(self.version)
 
@@ -195,13 +195,18 @@ def flag_history(field_name: str) -> tuple[str | None, str | None]:
     Used to explain a flag that is unknown to the target version: removed earlier, or added
     later. Loads every catalog, so call it only on the error path.
     """
-    last_seen: str | None = None
-    first_seen: str | None = None
+    return _flag_index().get(field_name, (None, None))
+
+
+@cache
+def _flag_index() -> dict[str, tuple[str, str]]:
+    """field -> (last version with it, first version with it), over every bundled catalog."""
+    index: dict[str, tuple[str, str]] = {}
     for version in available_versions():
-        if field_name in load_catalog(version):
-            last_seen = version
-            first_seen = first_seen or version
-    return last_seen, first_seen
+        for name in load_catalog(version).flags:
+            first = index[name][1] if name in index else version
+            index[name] = (version, first)
+    return index
 
 
 def next_version(version: str) -> str | None:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any
 
 from sgdeploy.diagnostics import Severity
 from sgdeploy.sglang import models
-from sgdeploy.sglang.catalog import flag_history, next_version
+from sgdeploy.sglang.catalog import flag_history, load_catalog, next_version
 from sgdeploy.sglang.flags import REPLACEMENTS, choice_problem, option_to_field, value_problem
 from sgdeploy.sglang.rule import Finding, LaunchContext, RuleRegistry
 from sgdeploy.sglang.versions import ALL_VERSIONS, VersionRange, parse_version
@@ -80,10 +81,15 @@ def unknown_flag(ctx: LaunchContext) -> Iterator[Finding]:
             yield Finding(_server(key), f"'{key}' is not a field name; SGLang's field is '{field_name}'",
                           f"write '{field_name} = ...' (profiles use full field names, not CLI spellings)")
             continue
-        suggestion = did_you_mean(key, list(ctx.catalog.flags))
+        suggestion = _suggest(key, ctx.catalog.version)
         yield Finding(_server(key), f"'{key}' is not a flag of SGLang {ctx.catalog.version}"
                       + (f"; did you mean '{suggestion}'?" if suggestion else ""),
                       f"rename it to '{suggestion}'" if suggestion else None)
+
+
+@lru_cache(maxsize=1024)
+def _suggest(key: str, version: str) -> str | None:
+    return did_you_mean(key, list(load_catalog(version).flags))
 
 
 @rule("SGD011", "removed-flag", ERROR, "A flag that the target SGLang version no longer has.",

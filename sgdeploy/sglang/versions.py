@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?post(\d+))?(?:[.+-].*)?\s*$")
 
 Version = tuple[int, int, int, int]
 
 
+@lru_cache(maxsize=512)
 def parse_version(text: str) -> Version:
     """`0.5.10.post1` -> (0, 5, 10, 1). Raises ValueError for anything else."""
     match = _VERSION.match(text)
