@@ -13,6 +13,7 @@ import binascii
 import enum
 import json
 import os
+import re
 import shlex
 import threading
 import time
@@ -235,26 +236,43 @@ class HostSession:
         return verdict
 
     # -- install, start, follow ----------------------------------------------------------
-    def install_and_start(self, deployment: Deployment) -> tuple[CommandResult, str | None]:
-        """Record the deployment, install its unit atomically, daemon-reload and start it."""
-        self.report("step", step="install", path=deployment.unit_path)
-        unit_q = shlex.quote(f"{deployment.unit}.service")
-        then = (f"systemctl daemon-reload; systemctl reset-failed {unit_q} 2>/dev/null || true; "
-                f"systemctl enable --quiet --no-reload {unit_q} 2>/dev/null || true; systemctl start {unit_q}; "
-                f"echo @@invocation@@; systemctl show -p InvocationID --value {unit_q}")
+    def stage(self, deployment: Deployment) -> CommandResult:
+        """Write the new unit beside the live one, and the deployment's record, before anything stops.
+
+        A unit folder that is read-only or full fails here, while the old server still runs.
+        """
         meta = deployment_meta(deployment, "starting")
         record = deployment.record_dir
-        files = {
+        files = {  # the unit first: if it cannot be written, nothing else is
+            deployment.staged_unit_path: deployment.unit_text.encode(),
             f"{record}/profile.toml": deployment.profile_text.encode(),
             f"{record}/unit.service": deployment.unit_text.encode(),
             f"{record}/meta.json": (json.dumps(meta, indent=2) + "\n").encode(),
-            deployment.unit_path: deployment.unit_text.encode(),
         }
+        return self.remote.write_files(files)
+
+    def install_and_start(self, deployment: Deployment) -> tuple[CommandResult, str | None]:
+        """Move the staged unit into place (an atomic rename), daemon-reload and start it."""
+        self.report("step", step="install", path=deployment.unit_path)
+        unit_q = shlex.quote(f"{deployment.unit}.service")
+        command = (f"set -e; mv -f {shlex.quote(deployment.staged_unit_path)} {shlex.quote(deployment.unit_path)}; "
+                   f"systemctl daemon-reload; systemctl reset-failed {unit_q} 2>/dev/null || true; "
+                   f"systemctl enable --quiet --no-reload {unit_q} 2>/dev/null || true; systemctl start {unit_q}; "
+                   f"echo @@invocation@@; systemctl show -p InvocationID --value {unit_q}")
         self.report("step", step="start", unit=deployment.unit)
-        result = self.remote.write_files(files, then=then)
+        result = self.remote.run(command)
         _, _, tail = result.stdout.partition("@@invocation@@\n")
         invocation = tail.strip() or None
         return result, invocation
+
+    def mark_interrupted(self, state_dir: str) -> list[str]:
+        """Records an earlier apply left at `starting` (it died or lost its connection): mark them."""
+        out = self.remote.run(
+            f"for m in {shlex.quote(state_dir)}/*/meta.json; do "
+            "grep -q '\"outcome\": \"starting\"' \"$m\" 2>/dev/null || continue; "
+            "sed -i 's/\"outcome\": \"starting\"/\"outcome\": \"interrupted\"/' \"$m\" && "
+            "basename \"$(dirname \"$m\")\"; done").stdout
+        return out.split()
 
     def follow(
         self,
@@ -457,6 +475,11 @@ class Transaction:
     def start(self, deployment: Deployment, stop_first: bool, best_effort_idle: bool = False) -> StartupResult:
         """Stop what runs, wait for the GPUs, install and start `deployment`, wait until healthy."""
         began = time.monotonic()
+        staged = self.session.stage(deployment)
+        if not staged.ok:
+            return StartupResult(False, reason=f"cannot write {deployment.unit_path} or the record (nothing was "
+                                 f"stopped): {staged.stderr.strip() or 'exit ' + str(staged.exit_code)}",
+                                 failure_kind="stage_failed", seconds=time.monotonic() - began)
         if stop_first:
             self.session.stop(deployment.unit)
         verdict = self.session.wait_gpus_idle(deployment.gpus, self.options.gpu_idle_timeout_s)
@@ -570,13 +593,24 @@ def previous_deployment(session: HostSession, plan: Plan, current_unit_text: str
         restored = deployment_from_record(session, deployment.unit, plan.last_good)
         if restored is not None:
             return restored
+        session.report("warning", text=f"the last good record {plan.last_good} is missing or corrupt; "
+                       "the rollback target is the unit found on the host" if current_unit_text else
+                       f"the last good record {plan.last_good} is missing or corrupt; nothing to roll back to")
     if current_unit_text is not None and plan.previous_active:
+        port = _exec_port(current_unit_text)
         return Deployment(
             id=new_deployment_id("0" * 8), unit=deployment.unit, unit_text=current_unit_text,
             profile_name="(unit found on the host)", profile_sha256="", profile_text="",
-            sglang_version=deployment.sglang_version, server={}, gpus=deployment.gpus,
-            ready_timeout_s=deployment.ready_timeout_s, rollback_of="pre-sgdeploy")
+            sglang_version=deployment.sglang_version, server={"port": port} if port else {},
+            gpus=deployment.gpus, ready_timeout_s=deployment.ready_timeout_s,
+            rollback_of=plan.last_good or "unit-on-host", expect=("ready",))
     return None
+
+
+def _exec_port(unit_text: str) -> int | None:
+    """The --port of a unit's ExecStart= (quoted or not), for a unit sgdeploy did not render."""
+    match = re.search(r'"?--port"?(?:\s+|=)"?(\d{1,5})"?', unit_text)
+    return int(match.group(1)) if match else None
 
 
 def deployment_from_record(session: HostSession, unit: str, deployment_id: str) -> Deployment | None:
@@ -674,7 +708,13 @@ def _apply(
                            f"preflight refused the profile on {name}; nothing was changed",
                            diagnostics=diagnostics, stats=session.remote.stats.as_dict())
     deployment = build_deployment(loaded, name, version)
-    plan = make_plan(name, deployment, facts, current_unit, diagnostics, force=options.force)
+    recorded = (session.read_record(deployment.state_dir, facts.last_good)
+                if facts.last_good and current_unit == deployment.unit_text else None)
+    # Up to date only if the installed unit is the one the last good deployment recorded: an
+    # apply cut off after installing leaves the same unit text without having proved it ready.
+    installed_is_last_good = recorded is not None and recorded.get("unit.service") == current_unit
+    plan = make_plan(name, deployment, facts, current_unit, diagnostics,
+                     force=options.force or not installed_is_last_good)
     common: dict[str, Any] = {"host": name, "unit": unit, "plan": plan, "diagnostics": diagnostics}
     if options.dry_run:
         return ApplyResult(Exit.READY, "planned", message=f"{len(plan.steps)} steps would run", **common)
@@ -688,6 +728,10 @@ def _apply(
     if note:
         report("warning", text=note)
     try:
+        interrupted = session.mark_interrupted(deployment.state_dir)
+        if interrupted:
+            report("warning", text=f"earlier applies did not finish (connection lost or killed): "
+                   f"{', '.join(interrupted)}; marked interrupted")
         return _transact(session, plan, current_unit, options, report, began, common)
     finally:
         held.release()
@@ -708,9 +752,11 @@ def _transact(
     startup = transaction.start(deployment, stop_first=plan.previous_active)
     if startup.ready and (options.probe or options.min_ratio is not None):
         transaction.measure(deployment, startup, _probe_baseline(session, plan))
+    if startup.failure_kind == "stage_failed":
+        return ApplyResult(Exit.REFUSED, "refused", message=f"{startup.reason}; the running server was not touched",
+                           stats=session.remote.stats.as_dict(), **common)
     installed = startup.failure_kind != "gpus_busy"
-    if installed:
-        transaction.record(deployment, startup, "ready" if startup.ready else "failed")
+    transaction.record(deployment, startup, "ready" if startup.ready else "failed")
     if startup.ready:
         return _result_from(startup, exit_code=Exit.READY, status="ready", deployment_id=deployment.id,
                             message=f"{deployment.id} is ready on {plan.host} after {startup.seconds:.1f} s",

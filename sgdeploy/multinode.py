@@ -170,6 +170,10 @@ def _start_all(nodes: Sequence[Node], deployments: Sequence[Deployment], options
         return StartupResult(False, reason=f"GPUs still busy: {verdict.describe()}", failure_kind="gpus_busy")
 
     indices = list(range(len(nodes)))
+    staged = _each_index(indices, lambda i: nodes[i].session.stage(deployments[i]))
+    if not all(s.ok for s in staged):
+        return [StartupResult(s.ok, reason="" if s.ok else f"cannot write the unit: {s.stderr.strip()}",
+                              failure_kind=None if s.ok else "stage_failed") for s in staged]
     busy = _each_index(indices, stop_and_wait)
     if any(busy):
         return [b or StartupResult(False, reason="not started: another node's GPUs were busy",
@@ -217,6 +221,14 @@ def _transact(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit
         node.previous = previous_deployment(node.session, node.plan, node.current_unit)
     results = _start_all(nodes, deployments, options,
                          stop_first=any(n.plan.previous_active for n in nodes if n.plan), best_effort_idle=False)
+    if any(r.failure_kind == "stage_failed" for r in results):
+        for node, result in zip(nodes, results, strict=True):
+            fleet.results[node.host.name] = ApplyResult(
+                Exit.REFUSED, "refused", node.host.name, unit,
+                f"node {node.rank}: {result.reason or 'not changed: another node could not write its unit'}; "
+                "no node was stopped", plan=node.plan)
+        fleet.stopped_at = nodes[0].host.name
+        return fleet
     ready = all(r.ready for r in results)
     for node, result in zip(nodes, results, strict=True):
         fleet.results[node.host.name] = _result_from(

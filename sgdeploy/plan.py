@@ -59,10 +59,15 @@ class Deployment:
     ready_timeout_s: int
     rollback_of: str | None = None
     probe_settings: dict[str, Any] | None = None  # the profile's [probe], when it has one
+    expect: tuple[str, ...] | None = None  # readiness phases, when no profile says (a unit found on the host)
 
     @property
     def unit_path(self) -> str:
         return f"{UNIT_DIR}/{self.unit}.service"
+
+    @property
+    def staged_unit_path(self) -> str:
+        return f"{UNIT_DIR}/.{self.unit}.service.sgdeploy-staged"
 
     @property
     def state_dir(self) -> str:
@@ -83,6 +88,8 @@ class Deployment:
 
     @property
     def expected_phases(self) -> list[str]:
+        if self.expect is not None:
+            return list(self.expect)
         return expected_phases(self.server, self.sglang_version)
 
     @property

@@ -195,7 +195,7 @@ class RemoteHost:
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
         finally:
-            channel.close()
+            _close(channel)
         return CommandResult(command, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     def _transport_alive(self) -> bool:
@@ -246,7 +246,7 @@ class RemoteHost:
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
         finally:
-            channel.close()
+            _close(channel)
 
     def hold(self, command: str, ready_line: str, timeout: float = 15.0) -> HeldCommand:
         """Start a command that keeps running while its channel stays open (a lock holder).
@@ -269,10 +269,10 @@ class RemoteHost:
                 while channel.recv_ready():
                     out += channel.recv(4096)
                 code = channel.recv_exit_status()
-                channel.close()
+                _close(channel)
                 return HeldCommand(None, False, out.decode("utf-8", "replace"), code)
             select.select([channel], [], [], 0.05)
-        channel.close()
+        _close(channel)
         raise CommandTimeout(f"{self.name}: '{command[:80]}' did not answer within {timeout:.0f} s")
 
     # -- HTTP on the host -----------------------------------------------------------------
@@ -302,7 +302,7 @@ class RemoteHost:
         except TimeoutError as exc:
             raise CommandTimeout(f"{self.name}: GET {path} on port {port} timed out") from exc
         finally:
-            channel.close()
+            _close(channel)
         return _parse_http(bytes(raw))
 
     def http_stream(self, port: int, method: str, path: str, body: bytes = b"",
@@ -371,7 +371,7 @@ class RemoteHost:
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
         finally:
-            channel.close()
+            _close(channel)
 
 
 @dataclass
@@ -391,6 +391,14 @@ class HeldCommand:
             except (OSError, EOFError, paramiko.SSHException):
                 pass
             self.channel = None
+
+
+def _close(channel: paramiko.Channel) -> None:
+    """Close a channel; on a connection that already dropped there is nothing left to close."""
+    try:
+        channel.close()
+    except (OSError, EOFError, paramiko.SSHException):
+        pass
 
 
 def write_files_command(files: dict[str, bytes], mode: int = 0o644, then: str = "") -> str:

@@ -19,7 +19,6 @@ proxy at the chosen moment. What each test saw is noted for docs/reliability.md
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import signal
 import subprocess
@@ -150,6 +149,11 @@ def history(hs: HostSet, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     return json.loads(out)
 
 
+# How a recorded attempt may end: an apply that died or lost its connection is marked
+# `interrupted` by the next apply that takes the lock.
+FINAL_OUTCOMES = ("ready", "failed", "interrupted")
+
+
 def history_problems(hs: HostSet, capsys: pytest.CaptureFixture[str], attempts: list[str | None] = (),
                      corrupted: set[str] = frozenset()) -> list[str]:
     """What is inconsistent in the recorded history (empty when all is well)."""
@@ -160,7 +164,7 @@ def history_problems(hs: HostSet, capsys: pytest.CaptureFixture[str], attempts: 
         if attempt and attempt not in records:
             problems.append(f"attempt {attempt} is not in the history")
     for r in doc["deployments"]:
-        if r["id"] not in corrupted and r["outcome"] not in ("ready", "failed"):
+        if r["id"] not in corrupted and r["outcome"] not in FINAL_OUTCOMES:
             problems.append(f"record {r['id']} has outcome {r['outcome']!r}")
     last_good = doc["last_good"]
     if last_good is None:
@@ -197,7 +201,7 @@ def _drop_unfinished_records(hs: HostSet) -> None:
             outcome = json.loads((folder / "meta.json").read_text()).get("outcome")
         except (OSError, ValueError, AttributeError):
             outcome = None
-        if outcome not in ("ready", "failed"):
+        if outcome not in FINAL_OUTCOMES:
             sh(hs, f"rm -rf {shlex.quote(f'{STATE}/{folder.name}')}")
 
 
@@ -252,16 +256,7 @@ def _watch_unit_file(hs: HostSet, before: str, then: Callable[[], None]) -> thre
 
 
 CUT_PHASES = ["stop", "gpu_wait", "unit_written", "journal"]
-CUT_BUGS = {
-    "unit_written": "an apply cut after the new unit was started leaves its record at outcome 'starting' and "
-                    "last_good on the previous deployment; the re-run sees the same unit text, active, and a "
-                    "last_good, and answers 'up_to_date' naming the OLD deployment without ever checking or "
-                    "recording the running one (apply.make_plan up_to_date ignores that last_good's unit is "
-                    "not the installed unit)",
-    "journal": "an apply cut while following the journal leaves its record at outcome 'starting' and "
-               "last_good on the previous deployment; the re-run answers 'up_to_date' naming the OLD "
-               "deployment without verifying or recording the running one",
-}
+CUT_BUGS: dict[str, str] = {}  # phases with a known bug (none left)
 
 
 @pytest.mark.parametrize("phase", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=CUT_BUGS[p]))
@@ -366,19 +361,14 @@ UNWRITABLE = {
                  "dd if=/dev/zero of=/run/sgd-full/.filler bs=4k 2>/dev/null || true; sync; "
                  "mount --bind /run/sgd-full /etc/systemd/system",
 }
-UNWRITABLE_BUG = ("apply stops the running unit before it tries to write the new unit file; when the write "
-                  "fails the rollback rewrites the (unchanged) old unit file, which fails the same way, so "
-                  "nothing is running and apply exits 3 although the old unit file is intact "
-                  "(apply.Transaction.start / HostSession.install_and_start)")
-
 
 @pytest.mark.parametrize("how", sorted(UNWRITABLE))
-@pytest.mark.xfail(strict=True, reason=UNWRITABLE_BUG)
 def test_unit_file_not_writable(how: str, hs: HostSet, profiles: dict[str, Path],
                                 request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> None:
     """unit file location not writable while installing the unit"""
     ensure_good(hs, profiles)
     old = unit_file(hs)
+    before = unit_state(hs)["MainPID"]
     setup = hs.ssh(HOST, UNWRITABLE[how], check=False)
     assert setup.returncode == 0, setup.stderr
     try:
@@ -392,9 +382,10 @@ def test_unit_file_not_writable(how: str, hs: HostSet, profiles: dict[str, Path]
         leftovers = sh(hs, "ls -a /etc/systemd/system | grep sgdeploy || true").strip()
         assert not leftovers, leftovers
         assert unit_file(hs) == old
-        assert result.failure and result.failure["kind"] == "start_failed"
-        assert result.exit_code == 1, describe(result)  # the old unit is running again
-        assert state["ActiveState"] == "active" and health(hs) == 200
+        # The new unit is written before anything stops: the old server never went down.
+        assert result.exit_code == 2 and result.status == "refused", describe(result)
+        assert "not touched" in result.message
+        assert state["ActiveState"] == "active" and state["MainPID"] == before and health(hs) == 200
     finally:
         sh(hs, "umount /etc/systemd/system; umount /run/sgd-full 2>/dev/null; true")
     converges(hs, profiles["other"])
@@ -411,15 +402,8 @@ CORRUPTIONS = {
 }
 
 
-PRE_SGDEPLOY_PORT_BUG = (
-    "with no usable last_good record the rollback restores the unit found on the host, but "
-    "apply.previous_deployment builds that Deployment with server={}, so Deployment.port is 30000: the "
-    "health check probes the wrong port (HTTP 'connection refused' x30), the rollback is declared failed and "
-    "apply exits 3 although the restored server runs")
-
 
 @pytest.mark.parametrize("how", sorted(CORRUPTIONS))
-@pytest.mark.xfail(strict=True, reason=PRE_SGDEPLOY_PORT_BUG)
 def test_corrupted_records(how: str, hs: HostSet, profiles: dict[str, Path], request: pytest.FixtureRequest,
                            capsys: pytest.CaptureFixture[str]) -> None:
     """deployment records corrupted or missing: apply still works, rollback explains"""
@@ -455,10 +439,6 @@ def _repair(hs: HostSet, damaged: str, how: str) -> None:
         sh(hs, f"rm -f {STATE}/last_good")
 
 
-@pytest.mark.xfail(strict=True, reason="when the last_good record is unusable, apply's rollback silently falls "
-                   "back to the unit found on the host: neither the result nor the events say that the last "
-                   "good record was corrupt or missing (apply.previous_deployment returns the fallback "
-                   "without a note)")
 def test_rollback_explains_an_unusable_last_good(hs: HostSet, profiles: dict[str, Path],
                                                  request: pytest.FixtureRequest) -> None:
     """last_good record corrupt: the rollback says it restored the unit as found, and why"""
@@ -520,10 +500,6 @@ def _wait_for(condition: Callable[[], bool], timeout: float = 30) -> bool:
     return False
 
 
-@pytest.mark.xfail(strict=True, reason="after an apply was SIGKILLed between starting the new unit and "
-                   "recording it, the next apply of the same profile says 'up_to_date' with the OLD "
-                   "deployment id: it neither reports the interrupted attempt (its record still says "
-                   "'starting') nor checks or records the server that runs (apply._apply / plan.make_plan)")
 def test_lock_of_a_killed_apply(hs: HostSet, profiles: dict[str, Path], request: pytest.FixtureRequest,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     """apply SIGKILLed while holding the lock: the next apply reports it and converges"""
@@ -578,7 +554,7 @@ def test_lock_held_across_a_partition(hs: HostSet, profiles: dict[str, Path], vi
     assert f"pid={process.pid}" in result.message
     via.proxy.close()  # the partition ends: sshd sees the connection go, the kernel frees the lock
     free = _wait_for(lambda: hs.ssh(HOST, f"flock -n {STATE}/lock true", check=False).returncode == 0, 15)
-    assert free, "the lock was never released: " + sh(hs, f"ss -tnp; ps -ef | grep -v grep | grep -E 'flock|cat'")
+    assert free, "the lock was never released: " + sh(hs, "ss -tnp; ps -ef | grep -v grep | grep -E 'flock|cat'")
     again = converges(hs, profiles["good"])
     observe(request, f"after the partition ends: {describe(again)}")
     problems = [p for p in history_problems(hs, capsys, [again.deployment_id]) if "outcome 'starting'" not in p]
@@ -594,7 +570,7 @@ def test_racing_applies(hs: HostSet, profiles: dict[str, Path], request: pytest.
     for round_ in range(3):
         pair = [profiles["other"], profiles["third"]] if round_ % 2 == 0 else [profiles["third"], profiles["other"]]
         procs = [_cli_apply(hs.inventory_path, p, "--force") for p in pair]
-        outs = [p.communicate(timeout=120) for p in procs]
+        outs = [p.communicate(timeout=300) for p in procs]
         codes = [p.returncode for p in procs]
         docs = [json.loads(out) for out, _ in outs]
         seen.append(codes)

@@ -11,7 +11,6 @@ profile's own file name), very long values, and secrets, end to end through `app
 from __future__ import annotations
 
 import json
-import re
 import socket
 import tomllib
 from collections.abc import Iterator
@@ -76,7 +75,7 @@ HOST_NAME_BUG = ("an inventory host name is written unescaped into the unit's he
                  "(`# target: host {{ host }}` in templates/sglang.service.j2): a name with a newline adds "
                  "lines to the unit, e.g. `[Service]` + `ExecStartPre=`, which systemd runs as root; the "
                  "inventory accepts any host name and profile deploy.host is not checked for control characters")
-KNOWN_BUGS = {("inventory host name", "newline")}
+KNOWN_BUGS: set[tuple[str, str]] = set()  # (place, value) pairs with a known bug (none left)
 
 
 def cases() -> list[Any]:
@@ -177,20 +176,13 @@ def test_hostile_profile_file_name(tmp_path: Path, request: pytest.FixtureReques
     profile.write_text(profile_text(base(), SERVER))
     try:
         code, unit, err = run_cli(capsys, "render", str(profile), "--inventory", str(inv))
-    except Exception as exc:  # noqa: BLE001 - the finding is that it raises
+    except Exception as exc:
         observe(request, f"crashed: {type(exc).__name__}: {exc}")
         raise
     observe(request, f"exit {code}")
     assert code in (1, 2) or not unit_shape_problems(unit)
 
 
-# mark the crash found above (kept separate so the table shows both the probe and the bug)
-test_hostile_profile_file_name = pytest.mark.xfail(
-    strict=True, raises=ValueError,
-    reason="render/apply raise ValueError (traceback) for a profile whose file name holds a newline: "
-    "the template's Description= passes profile_name through render.path_value, which raises; "
-    "load_profile/validate accept the name, and the header comment `# profile: ...` is not escaped")(
-    test_hostile_profile_file_name)
 
 
 @pytest.mark.parametrize("unit", ["../etc", "../../etc/passwd", "/etc/x", "a/b", "sglang@", "sglang@1",
@@ -219,9 +211,7 @@ def test_escaping_unit_names_are_refused(unit: str, tmp_path: Path, request: pyt
     ("env", "HF_TOKEN", "hf_0123456789abcdefABCDEF"),
     ("env", "OPENAI_API_KEY", "sk-0123456789abcdef"),
     ("env", "hf_token", "hf_0123456789abcdefABCDEF"),
-    pytest.param(("env", "HF_AUTH", "hf_0123456789abcdefABCDEFghij"), marks=pytest.mark.xfail(
-        strict=True, reason="SGD021 looks at env names only: a Hugging Face token (hf_...) under a name "
-        "without TOKEN/SECRET/KEY is accepted and written into the unit's Environment=")),
+    ("env", "HF_AUTH", "hf_0123456789abcdefABCDEFghij"),  # a credential under an innocent name
 ])
 def test_secret_in_profile_is_refused(secret: tuple[str, str, str], tmp_path: Path,
                                       request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> None:
@@ -301,7 +291,6 @@ def run_unit(hs: HostSet, name: str, unit_text: str) -> str:
 
 
 @pytest.mark.hosts
-@pytest.mark.xfail(strict=True, reason=HOST_NAME_BUG)
 def test_host_name_cannot_inject_into_the_unit(hs: HostSet, tmp_path: Path, request: pytest.FixtureRequest,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     """inventory host name with a newline, applied to a real host: nothing extra runs"""
