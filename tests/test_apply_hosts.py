@@ -17,15 +17,14 @@ import pytest
 
 from sgdeploy import cli
 from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
+from tests.variants import BROKEN, reference, write_variants
 
 pytestmark = pytest.mark.hosts
 
 REPO = Path(__file__).resolve().parents[1]
-# Test hosts share this machine's network: each module serves on its own free port.
 PORT = free_port()
-REFERENCE = (REPO / "profiles" / "qwen36-mtp3.toml").read_text().replace("port = 30000", f"port = {PORT}")
+REFERENCE = reference(PORT)
 MODEL = "/root/models/Qwen3.6-27B"
-BROKEN = "--served-model-name=broken"  # the simulated server fails only for the broken profile
 
 
 @pytest.fixture(scope="module")
@@ -44,23 +43,12 @@ def host() -> Iterator[HostSet]:
 
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("profiles")
-
-    def write(name: str, text: str) -> Path:
-        path = folder / f"{name}.toml"
-        path.write_text(text)
-        return path
-
-    return {
-        "good": write("good", REFERENCE),
-        "other": write("other", REFERENCE.replace("max_running_requests = 16", "max_running_requests = 12")),
-        "broken": write("broken", REFERENCE.replace('[server]\n', '[server]\nserved_model_name = "broken"\n')
-                        .replace("ready_timeout_s = 1200", "ready_timeout_s = 8")),
-        "missing-model": write("missing-model", REFERENCE.replace(MODEL, "/root/models/missing")),
-        "fresh-unit": write("fresh-unit", REFERENCE.replace('unit = "sglang"', 'unit = "sglang-fresh"')
-                            .replace('[server]\n', '[server]\nserved_model_name = "broken"\n')
-                            .replace(f"port = {PORT}", f"port = {free_port()}")),
-    }
+    return write_variants(
+        tmp_path_factory.mktemp("profiles"), PORT, broken_timeout_s=8,
+        **{"missing-model": REFERENCE.replace(MODEL, "/root/models/missing"),
+           "fresh-unit": REFERENCE.replace('unit = "sglang"', 'unit = "sglang-fresh"')
+           .replace('[server]\n', '[server]\nserved_model_name = "broken"\n')
+           .replace(f"port = {PORT}", f"port = {free_port()}")})
 
 
 def sgdeploy(host: HostSet, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:

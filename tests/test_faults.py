@@ -38,6 +38,7 @@ from sgdeploy.profile import load_profile
 from sgdeploy.validate import InventoryContext, select_hosts, validate_loaded
 from tests.faults import CutProxy, inventory_via, observe
 from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
+from tests.variants import BROKEN, reference, write_variants
 
 pytestmark = pytest.mark.hosts
 
@@ -46,8 +47,7 @@ HOST = "ct129"
 UNIT = "sglang"
 PORT = free_port()  # hosts share this machine's network: this module's server port
 MODEL = "/root/models/Qwen3.6-27B"
-BROKEN = "--served-model-name=broken"  # the simulated server fails only for the broken profile
-REFERENCE = (REPO / "profiles" / "qwen36-mtp3.toml").read_text().replace("port = 30000", f"port = {PORT}")
+REFERENCE = reference(PORT)
 STATE = f"/var/lib/sgdeploy/{UNIT}"
 UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
 
@@ -68,20 +68,7 @@ def hs() -> Iterator[HostSet]:
 
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("fault-profiles")
-
-    def write(name: str, text: str) -> Path:
-        path = folder / f"{name}.toml"
-        path.write_text(text)
-        return path
-
-    return {
-        "good": write("good", REFERENCE),
-        "other": write("other", REFERENCE.replace("max_running_requests = 16", "max_running_requests = 12")),
-        "third": write("third", REFERENCE.replace("max_running_requests = 16", "max_running_requests = 8")),
-        "broken": write("broken", REFERENCE.replace("[server]\n", '[server]\nserved_model_name = "broken"\n')
-                        .replace("ready_timeout_s = 1200", "ready_timeout_s = 5")),
-    }
+    return write_variants(tmp_path_factory.mktemp("fault-profiles"), PORT, broken_timeout_s=5)
 
 
 @dataclass

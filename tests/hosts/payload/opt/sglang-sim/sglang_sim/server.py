@@ -1468,20 +1468,25 @@ def on_sigquit(signum: int, frame: object) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def bind_http(host: str, port: int, handler: type) -> ThreadingHTTPServer:
+    """The HTTP server bound like uvicorn binds (SO_REUSEADDR); raises OSError when it cannot."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    class Server(ThreadingHTTPServer):
+        address_family = family
+        allow_reuse_address = True
+        daemon_threads = True
+
+    return Server((host, port), handler)
+
+
 def serve_dummy_health(args: dict, dist: Dist) -> None:
     """What a node with node_rank >= 1 does once its schedulers are ready."""
     dist.node_ready()
     host, port = args.get("host") or "127.0.0.1", int(args.get("port") or 30000)
     log(f"Starting dummy health check server at {host}:{port}")
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-
-        class Server(ThreadingHTTPServer):
-            address_family = family
-            allow_reuse_address = True
-            daemon_threads = True
-
-        httpd = Server((host, port), DummyHealthHandler)
+        httpd = bind_http(host, port, DummyHealthHandler)
     except OSError as e:
         uv(
             f"[Errno {e.errno}] error while attempting to bind on address ('{host}', {port}): "
@@ -1669,14 +1674,7 @@ def main(argv: list[str], entry: str) -> None:
     try:
         if failure == "port_in_use":
             raise OSError(98, "address already in use")
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-
-        class Server(ThreadingHTTPServer):
-            address_family = family
-            allow_reuse_address = True
-            daemon_threads = True
-
-        httpd = Server((host, port), Handler)
+        httpd = bind_http(host, port, Handler)
     except OSError as e:
         uv(
             f"[Errno {e.errno}] error while attempting to bind on address ('{host}', {port}): "
@@ -1708,7 +1706,7 @@ def main(argv: list[str], entry: str) -> None:
             time.sleep(3600)
     # warmup, like SGLang: poll /model_info, then one short generation
     time.sleep(startup_s * 0.1)
-    client = "127.0.0.1" if family == socket.AF_INET else "::1"
+    client = "127.0.0.1" if httpd.address_family == socket.AF_INET else "::1"
     if not args.get("skip_server_warmup"):
         base = f"http://{client if host in ('0.0.0.0', '::') else shown}:{port}"
         headers = {"Authorization": f"Bearer {args['api_key']}"} if args.get("api_key") else {}
