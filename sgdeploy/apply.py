@@ -18,7 +18,7 @@ import shlex
 import threading
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +48,7 @@ from sgdeploy.remote import CommandResult, ConnectError, ConnectionLost, RemoteE
 Reporter = Callable[..., None]
 
 EXITED_MARKER = "@@sgdeploy:exited@@"
+FOLLOWER_MARKER = "@@sgdeploy:follower@@"
 LOCKED_MARKER = "@@sgdeploy:locked@@"
 LOCK_BUSY_RC = 75
 UNIT_FILE_MARKER = "@@sgdeploy:unit-file@@"
@@ -293,17 +294,23 @@ class HostSession:
         # 50 ms sees a line sooner. The cursor file makes every line come exactly once.
         read = (f'journalctl --no-pager -q -o json --output-fields=MESSAGE --cursor-file="$c" '
                 f"_SYSTEMD_INVOCATION_ID={shlex.quote(invocation)}")
+        # The loop ends by itself when the unit stops, when a `stop` file appears in its folder
+        # (how sgdeploy ends it: the channel then closes from the host's side, never mid-stream),
+        # or when a heartbeat finds the channel gone (sgdeploy died).
         command = (
             'd=$(mktemp -d) || exit 1; c="$d/cursor"; trap \'rm -rf "$d"\' EXIT; trap \'exit 0\' PIPE HUP TERM; '
-            f"i=0; while :; do {read} || :; i=$((i + 1)); "
+            f'echo "{FOLLOWER_MARKER}$d"; '
+            f'i=0; while :; do [ ! -e "$d/stop" ] || exit 0; {read} || :; i=$((i + 1)); '
             f'if [ $((i % 10)) -eq 0 ] && [ "$(systemctl show -p SubState --value {unit_q})" != running ]; then '
             f"sleep 0.5; {read}; echo {EXITED_MARKER}; "
             f"systemctl show -p ActiveState,SubState,ExecMainStatus,ExecMainCode,NRestarts --no-pager {unit_q} "
-            "| tr '\\n' ' '; echo; exit 0; fi; printf '\\n' || exit 0; sleep 0.05; done"
+            "| tr '\\n' ' '; echo; exit 0; fi; "
+            "[ $((i % 20)) -ne 0 ] || printf '\\n' || exit 0; sleep 0.05; done"
         )
         started = time.monotonic()
         deadline = started + deployment.ready_timeout_s
         exited: str | None = None
+        folder: str | None = None
         lines = self.remote.stream_lines(command)
         try:
             for line in lines:
@@ -314,6 +321,9 @@ class HostSession:
                                          None if expected is None else "peer_failed",
                                          seconds=time.monotonic() - started)
                 if not line:
+                    continue
+                if folder is None and line.startswith(FOLLOWER_MARKER):
+                    folder = line[len(FOLLOWER_MARKER):]
                     continue
                 if exited is not None:
                     exited += line
@@ -335,9 +345,7 @@ class HostSession:
                     return StartupResult(True, report, seconds=time.monotonic() - started,
                                          ready_seen_at=time.monotonic())
         finally:
-            close = getattr(lines, "close", None)
-            if close:
-                close()
+            self._end_follower(folder, lines)
         if exited is not None:
             return self._failed(reader, started, f"the unit stopped before ready ({exited.strip()})")
         missing = ", ".join(reader.report().missing(expected or []))
@@ -345,6 +353,22 @@ class HostSession:
                               f"(still waiting for: {missing})")
         result.failure_kind = result.failure_kind if result.failure_kind != "incomplete" else "timeout"
         return result
+
+    def _end_follower(self, folder: str | None, lines: Iterator[str | None]) -> None:
+        """Ask the follower loop to exit and read its channel to the end before closing it."""
+        try:
+            if folder is not None:
+                self.remote.run(f"touch {shlex.quote(folder + '/stop')} 2>/dev/null || true")
+                drain_until = time.monotonic() + 3
+                for _ in lines:
+                    if time.monotonic() > drain_until:
+                        break
+        except RemoteError:
+            pass  # the connection is gone: so is the loop (its heartbeat fails)
+        finally:
+            close = getattr(lines, "close", None)
+            if close:
+                close()
 
     def _failed(self, reader: LogReader, started: float, reason: str) -> StartupResult:
         reader.finish()

@@ -10,6 +10,7 @@ benchmarks.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import posixpath
 import select
@@ -395,10 +396,8 @@ class HeldCommand:
 
 def _close(channel: paramiko.Channel) -> None:
     """Close a channel; on a connection that already dropped there is nothing left to close."""
-    try:
+    with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
         channel.close()
-    except (OSError, EOFError, paramiko.SSHException):
-        pass
 
 
 def write_files_command(files: dict[str, bytes], mode: int = 0o644, then: str = "") -> str:
