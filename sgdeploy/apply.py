@@ -650,6 +650,10 @@ def deployment_from_record(session: HostSession, unit: str, deployment_id: str) 
         return None
     server = profile.get("server", {}) if isinstance(profile.get("server"), dict) else {}
     deploy = profile.get("deploy", {}) if isinstance(profile.get("deploy"), dict) else {}
+    expect: tuple[str, ...] | None = None
+    if not server:  # a restored hand-made unit has no profile: its unit says the port
+        port = _exec_port(files["unit.service"])
+        server, expect = ({"port": port} if port else {}), ("ready",)
     timeout = deploy.get("ready_timeout_s", 1200)
     gpus = deploy.get("gpus") if isinstance(deploy.get("gpus"), list) else None
     return Deployment(
@@ -665,6 +669,7 @@ def deployment_from_record(session: HostSession, unit: str, deployment_id: str) 
         ready_timeout_s=timeout if isinstance(timeout, int) and timeout > 0 else 1200,
         rollback_of=deployment_id,
         probe_settings=profile.get("probe") if isinstance(profile.get("probe"), dict) else None,
+        expect=expect,
     )
 
 
