@@ -80,10 +80,6 @@ class TomlDocument(Generic[M]):
             path=self.path,
         )
 
-    @property
-    def has_errors(self) -> bool:
-        return any(d.is_error for d in self.diagnostics)
-
 
 def read_toml(
     path: str | Path,
