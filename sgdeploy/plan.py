@@ -20,6 +20,7 @@ from sgdeploy import __version__
 from sgdeploy.diagnostics import Diagnostic
 from sgdeploy.facts import HostFacts, state_dir
 from sgdeploy.logs import expected_phases
+from sgdeploy.sglang.rules import gpus_per_node
 from sgdeploy.sglang.versions import parse_version
 
 UNIT_DIR = "/etc/systemd/system"
@@ -107,17 +108,7 @@ def gpus_for(server: dict[str, Any], explicit: list[int | str] | None) -> tuple[
     """The GPUs a launch occupies: deploy.gpus, else the first tp x pp (x dp) indices."""
     if explicit:
         return tuple(explicit)
-    count = 1
-    for key in ("tp_size", "pp_size"):
-        value = server.get(key, 1)
-        count *= value if isinstance(value, int) and value > 0 else 1
-    dp = server.get("dp_size", 1)
-    if isinstance(dp, int) and dp > 1 and not server.get("enable_dp_attention"):
-        count *= dp
-    nnodes = server.get("nnodes", 1)
-    if isinstance(nnodes, int) and nnodes > 1:
-        count = max(count // nnodes, 1)
-    return tuple(range(count))
+    return tuple(range(gpus_per_node(server)))
 
 
 def who() -> str:

@@ -13,7 +13,7 @@ serving, SGD6xx CUDA graphs.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -224,18 +224,22 @@ def _attention_dp(ctx: LaunchContext) -> bool:
     return ctx.int("attn_dp_size", 1) > 1 or (ctx.on("enable_dp_attention") and ctx.int("dp_size", 1) > 1)
 
 
-def _gpus_per_node(ctx: LaunchContext) -> int:
-    tp, pp, dp = max(ctx.int("tp_size", 1), 1), max(ctx.int("pp_size", 1), 1), max(ctx.int("dp_size", 1), 1)
-    attention_dp = ctx.on("enable_dp_attention") or ctx.int("attn_dp_size", 1) > 1
+def gpus_per_node(server: Mapping[str, Any]) -> int:
+    """GPUs one node of a launch occupies: tp x pp (x dp for plain DP replicas) / nnodes."""
+    def count(name: str) -> int:
+        value = server.get(name, 1)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+    attention_dp = bool(server.get("enable_dp_attention")) or count("attn_dp_size") > 1
     # Attention DP splits the TP group; plain DP runs dp_size full replicas.
-    world = tp * pp * (1 if attention_dp else dp)
-    return max(world // max(ctx.int("nnodes", 1), 1), 1)
+    world = count("tp_size") * count("pp_size") * (1 if attention_dp else count("dp_size"))
+    return max(world // count("nnodes"), 1)
 
 
 @rule("SGD101", "not-enough-gpus", ERROR, "tp x pp (x dp) needs more GPUs per node than the host has.",
       "lower tp_size/pp_size/dp_size or deploy to a host with more GPUs")
 def not_enough_gpus(ctx: LaunchContext) -> Iterator[Finding]:
-    needed = _gpus_per_node(ctx)
+    needed = gpus_per_node(ctx.server)
     available = len(ctx.gpus) if ctx.gpus else (ctx.host.gpu_count if ctx.host else None)
     if available is not None and needed > available:
         where = "deploy.gpus lists" if ctx.gpus else f"host {ctx.host.name if ctx.host else '?'} has"
@@ -247,8 +251,9 @@ def not_enough_gpus(ctx: LaunchContext) -> Iterator[Finding]:
 @rule("SGD102", "gpus-unused", WARNING, "deploy.gpus lists more GPUs than the launch uses.",
       "list exactly the GPUs the launch uses, or raise tp_size")
 def gpus_unused(ctx: LaunchContext) -> Iterator[Finding]:
-    if ctx.gpus and len(ctx.gpus) > _gpus_per_node(ctx):
-        yield Finding("deploy.gpus", f"deploy.gpus lists {len(ctx.gpus)} GPUs; the launch uses {_gpus_per_node(ctx)}")
+    used = gpus_per_node(ctx.server)
+    if ctx.gpus and len(ctx.gpus) > used:
+        yield Finding("deploy.gpus", f"deploy.gpus lists {len(ctx.gpus)} GPUs; the launch uses {used}")
 
 
 @rule("SGD103", "gpu-index-out-of-range", ERROR, "deploy.gpus names a GPU index the host does not have.",
@@ -292,8 +297,7 @@ def node_rank_out_of_range(ctx: LaunchContext) -> Iterator[Finding]:
 @rule("SGD107", "multinode-dp-replicas", ERROR, "Data-parallel replicas cannot span nodes.",
       "use attention DP (enable_dp_attention / attn_dp_size) across nodes, or one node per replica")
 def multinode_dp(ctx: LaunchContext) -> Iterator[Finding]:
-    attention_dp = ctx.on("enable_dp_attention") or ctx.int("attn_dp_size", 1) > 1
-    if ctx.int("dp_size", 1) > 1 and ctx.int("nnodes", 1) > 1 and not attention_dp:
+    if ctx.int("dp_size", 1) > 1 and ctx.int("nnodes", 1) > 1 and not _attention_dp(ctx):
         yield Finding("server.dp_size", "dp_size > 1 with nnodes > 1 needs attention DP "
                       "('multi-node data parallel is not supported unless dp attention')")
 
