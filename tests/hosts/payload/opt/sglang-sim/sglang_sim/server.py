@@ -240,6 +240,13 @@ def _traceback_exit(frames: list[tuple[str, int, str, str]], final: str, code: i
     sys.exit(code)
 
 
+def _prepare_frame() -> tuple[str, int, str, str]:
+    """The traceback frame where argument resolution starts (prepare_server_args)."""
+    line = 712 if NEW else 6515
+    return (f"{PKG}/sglang/srt/server_args.py", line, "prepare_server_args",
+            "return ServerArgs.from_cli_args(raw_args)")
+
+
 def _entry_frames(entry: str) -> list[tuple[str, int, str, str]]:
     if entry == "launch_server":
         return [
@@ -282,12 +289,7 @@ def model_config(path: str, entry: str) -> dict:
         _traceback_exit(
             _entry_frames(entry)
             + [
-                (
-                    f"{PKG}/sglang/srt/server_args.py",
-                    6515 if not NEW else 712,
-                    "prepare_server_args",
-                    "return ServerArgs.from_cli_args(raw_args)",
-                ),
+                _prepare_frame(),
                 (f"{PKG}/sglang/srt/utils/hf_transformers_utils.py", 390, "get_config", "raise e"),
                 (
                     f"{PKG}/transformers/configuration_utils.py",
@@ -438,12 +440,7 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
             _traceback_exit(
                 _entry_frames(entry)
                 + [
-                    (
-                        f"{PKG}/sglang/srt/server_args.py",
-                        6515,
-                        "prepare_server_args",
-                        "return ServerArgs.from_cli_args(raw_args)",
-                    ),
+                    _prepare_frame(),
                     (
                         f"{PKG}/sglang/srt/server_args.py",
                         6092,
@@ -1550,12 +1547,7 @@ def main(argv: list[str], entry: str) -> None:
         _traceback_exit(
             _entry_frames(entry)
             + [
-                (
-                    f"{PKG}/sglang/srt/server_args.py",
-                    6515 if not NEW else 712,
-                    "prepare_server_args",
-                    "return ServerArgs.from_cli_args(raw_args)",
-                ),
+                _prepare_frame(),
                 (f"{PKG}/sglang/srt/server_args.py", 4110, "check_server_args", "assert ("),
             ],
             "AssertionError: tp_size must be divisible by number of nodes",
