@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import tempfile
@@ -34,3 +35,16 @@ def code_state() -> str:
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "sgdeploy"], cwd=REPO, capture_output=True,
                            text=True).stdout.strip()
     return f"{head}{' + uncommitted changes in sgdeploy/' if dirty else ''}"
+
+
+def add_catalogs_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--catalogs", default="tree", metavar="tree|head|REV",
+                        help="flag catalogs to use: the working tree's (default), or those committed "
+                        "at HEAD/REV (pinned through SGDEPLOY_CATALOG_PATH)")
+
+
+def apply_catalogs_argument(source: str) -> None:
+    """Pin the catalogs as --catalogs asks and say so in the report."""
+    pinned = pin_catalogs(source)
+    if pinned:
+        print(f"# flag catalogs pinned to {source}: {pinned}")

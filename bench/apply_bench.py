@@ -37,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._common import code_state, pin_catalogs  # noqa: E402
+from bench._common import add_catalogs_argument, apply_catalogs_argument, code_state  # noqa: E402
 from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts  # noqa: E402
 
 MODEL = "/root/models/Qwen3.6-27B"
@@ -250,13 +250,9 @@ def main() -> int:
     parser.add_argument("--ansible-runs", type=int, default=5, help="per Ansible variant; 0 skips Ansible")
     parser.add_argument("--pipelining-first", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", metavar="FILE", help="write every measurement here")
-    parser.add_argument("--catalogs", default="tree", metavar="tree|head|REV",
-                        help="flag catalogs to use: the working tree's (default), or those committed "
-                        "at HEAD/REV (pinned through SGDEPLOY_CATALOG_PATH)")
+    add_catalogs_argument(parser)
     args = parser.parse_args()
-    pinned = pin_catalogs(args.catalogs)
-    if pinned:
-        print(f"# flag catalogs pinned to {args.catalogs}: {pinned}")
+    apply_catalogs_argument(args.catalogs)
 
     reason = skip_reason()
     if reason:

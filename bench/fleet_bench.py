@@ -86,8 +86,8 @@ def main() -> int:
     finally:
         hs.close()
     for name, samples in results.items():
-        print(f"{name:<22} median {statistics.median(samples):6.2f} s  (min {min(samples):.2f}, max {max(samples):.2f}, "
-              f"n={len(samples)})")
+        print(f"{name:<22} median {statistics.median(samples):6.2f} s  "
+              f"(min {min(samples):.2f}, max {max(samples):.2f}, n={len(samples)})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

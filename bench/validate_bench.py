@@ -30,7 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench._common import code_state, pin_catalogs  # noqa: E402
+from bench._common import add_catalogs_argument, apply_catalogs_argument, code_state  # noqa: E402
 
 PROFILE = "profiles/qwen36-mtp3.toml"
 INVENTORY = "inventory.toml"
@@ -160,13 +160,9 @@ def main() -> int:
     parser.add_argument("--thousand-runs", type=int, default=7, help="runs of the 1,000-profile call")
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--json", metavar="FILE", help="write the results here as JSON")
-    parser.add_argument("--catalogs", default="tree", metavar="tree|head|REV",
-                        help="flag catalogs to use: the working tree's (default), or those committed "
-                        "at HEAD/REV (pinned through SGDEPLOY_CATALOG_PATH)")
+    add_catalogs_argument(parser)
     args = parser.parse_args()
-    pinned = pin_catalogs(args.catalogs)
-    if pinned:
-        print(f"# flag catalogs pinned to {args.catalogs}: {pinned}")
+    apply_catalogs_argument(args.catalogs)
 
     py = sys.executable
     console = shutil.which("sgdeploy", path=str(Path(py).parent)) or "sgdeploy"
