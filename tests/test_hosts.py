@@ -490,7 +490,10 @@ def test_multi_node_private_network(host_factory: Callable[..., HostSet]) -> Non
     assert "Received sigquit from a child process." in log1
     r = unit_result(hs, "mn1", "sgl")
     assert (r["Result"], r["ExecMainStatus"]) == ("signal", "9"), r
-    # a failure for node 1 only: graph capture fails there, node 0 then loses its peer
+    # a failure for node 1 only: graph capture fails there, node 0 then loses its peer; the
+    # killed ranks' GPU memory is released first, or node 1 would fail loading weights instead
+    for h in ("mn0", "mn1"):
+        wait_for(lambda h=h: gpu_used(hs, h) == [0, 0], 10, f"{h}'s GPUs to be released")
     for h in ("mn0", "mn1"):
         hs.configure_sim(h, failure="graph_capture", fail_when_arg="--node-rank=1")
     start_unit(hs, "mn0", "fail", f"{common} --node-rank 0")
@@ -501,5 +504,5 @@ def test_multi_node_private_network(host_factory: Callable[..., HostSet]) -> Non
         "both nodes to fail",
     )
     log0, log1 = body("mn0", "fail"), body("mn1", "fail")
-    assert "Capture cuda graph failed" in log1 and "Capture cuda graph failed" not in log0
+    assert "Capture cuda graph failed" in log1 and "Capture cuda graph failed" not in log0, log1
     assert "Connection closed by peer [" in log0 and READY not in log0
