@@ -306,3 +306,19 @@ def test_reference_without_enforce_warns_about_the_piecewise_graph(
     assert result.ok
     assert cli.main(["validate", str(path), "--inventory", str(REPO_INVENTORY)]) == 0
     assert "SGD602 warning" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("sglang", "dp_size", "fires"),
+    [("0.5.11", 1, True), ("0.5.21", 1, True), ("0.5.22", 1, False), ("0.5.23", 1, False), ("0.5.23", 2, True)],
+)
+def test_standalone_dp_attention_follows_each_versions_check(
+    tmp_path: Path, sglang: str, dp_size: int, fires: bool
+) -> None:
+    """Up to 0.5.21 SGLang refuses the enable_dp_attention flag itself; from 0.5.22 only an
+    attention-DP size above one (the deprecated flag with dp_size 1 resolves to size one)."""
+    path = tmp_path / "standalone.toml"
+    text = (RULES_DIR / "SGD209-standalone-with-dp-attention.ok.toml").read_text(encoding="utf-8")
+    path.write_text(text + f"enable_dp_attention = true\ndp_size = {dp_size}\n", encoding="utf-8")
+    result = validate(path, sglang=sglang)
+    assert ("SGD209" in {d.rule for d in result.diagnostics}) is fires, [(d.rule, d.message) for d in result.diagnostics]

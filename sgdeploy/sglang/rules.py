@@ -433,7 +433,9 @@ def dflash_draft(ctx: LaunchContext) -> Iterator[Finding]:
 @rule("SGD209", "standalone-with-dp-attention", ERROR, "STANDALONE speculative decoding does not support DP attention.",
       "turn DP attention off or use another algorithm")
 def standalone_dp(ctx: LaunchContext) -> Iterator[Finding]:
-    attention_dp = ctx.on("enable_dp_attention") or ctx.int("attn_dp_size", 1) > 1
+    # Up to 0.5.21 SGLang checks the enable_dp_attention flag itself; from 0.5.22 the resolved
+    # attention-DP size, so enable_dp_attention with dp_size 1 passes there.
+    attention_dp = _attention_dp(ctx) if ctx.has_flag("attn_dp_size") else ctx.on("enable_dp_attention")
     if _algorithm(ctx) in {"STANDALONE", "NGRAM"} and attention_dp:
         yield Finding("server.speculative_algorithm", f"{_algorithm(ctx)} speculative decoding does not "
                       "support dp attention")
