@@ -384,10 +384,15 @@ class HeldCommand:
     output: str
     exit_code: int | None = None
 
-    def release(self) -> None:
+    def release(self, wait_s: float = 5.0) -> None:
+        """End the command and wait (briefly) until it has exited, so that whatever it held is
+        free when this returns: an apply that runs right after must not find the lock busy."""
         if self.channel is not None:
             try:
                 self.channel.shutdown_write()
+                deadline = time.monotonic() + wait_s
+                while not self.channel.exit_status_ready() and time.monotonic() < deadline:
+                    time.sleep(0.005)
                 self.channel.close()
             except (OSError, EOFError, paramiko.SSHException):
                 pass

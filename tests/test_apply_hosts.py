@@ -87,6 +87,9 @@ def test_apply_reaches_ready_and_records(host: HostSet, profiles: dict[str, Path
     host.configure_sim("ct129", failure="", fail_when_arg=[])
     code, result = sgdeploy(host, "apply", str(profiles["good"]), "--force", capsys=capsys)
     assert code == 0, result
+    # the lock is free when apply returns (an apply right after must not find it busy)
+    assert (host["ct129"].root / "var/lib/sgdeploy/sglang/lock").read_text() == ""
+    assert host.ssh("ct129", "flock -n /var/lib/sgdeploy/sglang/lock true", check=False).returncode == 0
     assert result["status"] == "ready"
     deployment = result["deployment_id"]
     assert host.ssh("ct129", "cat /var/lib/sgdeploy/sglang/last_good").stdout.strip() == deployment
