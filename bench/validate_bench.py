@@ -14,6 +14,7 @@ it does not fail on a missed target (exit 0), so it can run on a loaded machine.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import platform
@@ -62,6 +63,11 @@ def timed(argv: list[str], runs: int, env: dict[str, str] | None = None) -> dict
             samples.append(took)
             cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return {**stats(samples), "cpu_median": statistics.median(cpu)}
+
+
+def remove_bytecode() -> None:
+    for cache in (REPO / "sgdeploy").rglob("__pycache__"):
+        shutil.rmtree(cache)
 
 
 def fmt(s: dict[str, float]) -> str:
@@ -177,16 +183,24 @@ def main() -> int:
     print(f"# load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  "
           "(other work on this machine inflates these numbers; look at min and median)")
 
-    # (a) one profile, cold start
+    # (a) one profile, cold start: first with sgdeploy compiled from source on every run (an
+    # editable checkout where PYTHONDONTWRITEBYTECODE=1 keeps __pycache__ from being written),
+    # then with its bytecode cached, as `pip install` and any first run leave it.
     bare = timed([py, "-c", "pass"], args.runs)
     bare_s = timed([py, "-S", "-c", "pass"], args.runs)
+    remove_bytecode()
+    uncached = timed([py, "-m", "sgdeploy", "validate", PROFILE], args.runs,
+                     env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    compileall.compile_dir(str(REPO / "sgdeploy"), quiet=1)
     module = timed([py, "-m", "sgdeploy", "validate", PROFILE], args.runs)
     script = timed([console, "validate", PROFILE], args.runs)
     results["cold"] = {"python_c_pass": bare, "python_S_c_pass": bare_s,
+                       "python_m_sgdeploy_validate_no_bytecode": uncached,
                        "python_m_sgdeploy_validate": module, "console_script_validate": script}
     print("\n## (a) one profile from a cold start")
     print(f"python -c pass                       {fmt(bare)}")
     print(f"python -S -c pass (no site)          {fmt(bare_s)}")
+    print(f"  sgdeploy compiled on every run     {fmt(uncached)}")
     print(f"python -m sgdeploy validate PROFILE  {fmt(module)}")
     print(f"sgdeploy validate PROFILE            {fmt(script)}")
     worst = max(module["median"], script["median"])

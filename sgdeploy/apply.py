@@ -42,7 +42,7 @@ from sgdeploy.inventory import HostEntry, HostTarget
 from sgdeploy.logs import LogReader, LogReport
 from sgdeploy.plan import Deployment, Plan, deployment_meta, gpus_for, make_plan, new_deployment_id, who
 from sgdeploy.preflight import preflight
-from sgdeploy.profile import LoadedProfile
+from sgdeploy.profile import LoadedProfile, ProbeSettings
 from sgdeploy.remote import CommandResult, ConnectError, ConnectionLost, RemoteError, RemoteHost
 
 Reporter = Callable[..., None]
@@ -535,7 +535,7 @@ class Transaction:
 
     def measure(self, deployment: Deployment, startup: StartupResult, baseline: dict[str, Any] | None) -> None:
         """Run the throughput probe on a ready server; below --min-ratio the start counts as failed."""
-        from sgdeploy.probe import ProbeSettings, compare, probe_remote
+        from sgdeploy.probe import compare, probe_remote
 
         settings = ProbeSettings.model_validate(deployment.probe_settings or {})
         self.report("step", step="probe", endpoint=settings.endpoint, concurrency=settings.concurrency)
@@ -877,7 +877,7 @@ def _rollback(
 
 def probe_unit(name: str, entry: HostEntry, unit: str, min_ratio: float | None) -> tuple[int, dict[str, Any]]:
     """`sgdeploy probe`: measure the running deployment and compare with its recorded figure."""
-    from sgdeploy.probe import ProbeSettings, compare, probe_remote
+    from sgdeploy.probe import compare, probe_remote
 
     try:
         remote = connect(name, entry)

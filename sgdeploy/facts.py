@@ -449,10 +449,10 @@ sgd_lines() {
 }
 sgd_section() {
   sgd_name=$1; shift
-  ("$@") </dev/null >"$sgd_tmp/out" 2>"$sgd_tmp/err"
+  ("$@") </dev/null >"$sgd_tmp/$sgd_name.out" 2>"$sgd_tmp/$sgd_name.err"
   sgd_rc=$?
   printf '@@sgdeploy:begin %s@@\n' "$sgd_name"
-  sgd_lines '|' "$sgd_tmp/out"; sgd_lines '!' "$sgd_tmp/err"
+  sgd_lines '|' "$sgd_tmp/$sgd_name.out"; sgd_lines '!' "$sgd_tmp/$sgd_name.err"
   printf '@@sgdeploy:end %s rc=%s@@\n' "$sgd_name" "$sgd_rc"
   return "$sgd_rc"
 }
@@ -492,24 +492,36 @@ s_lock() {
 }
 s_proc_locks() { cat /proc/locks; }
 s_disk() { df -Pk @UNIT_DIR@; }
-sgd_section request s_request
-sgd_section host s_host
-if [ "$sgd_gpu" = 1 ]; then
+g_gpu() {
+  [ "$sgd_gpu" = 1 ] || return 0
   sgd_section gpus s_gpus
   case $? in 0|127) ;; *) sgd_section gpus_legacy s_gpus_legacy ;; esac
   sgd_section gpu_apps s_gpu_apps
-fi
-sgd_pyok=0
-sgd_section python s_python && sgd_pyok=1
-[ "$sgd_pyok" = 0 ] || sgd_section sglang s_sglang
-sgd_section model s_model
-sgd_section listen_ss s_listen_ss || sgd_section listen_proc s_listen_proc
-sgd_section unit s_unit
-sgd_section state s_state
-sgd_section last_good s_last_good
-sgd_section lock s_lock
-[ ! -e "$sgd_state/@LOCK@" ] || sgd_section proc_locks s_proc_locks
-sgd_section disk s_disk
+}
+g_python() {
+  sgd_pyok=0
+  sgd_section python s_python && sgd_pyok=1
+  [ "$sgd_pyok" = 0 ] || sgd_section sglang s_sglang
+  sgd_section model s_model
+}
+g_system() {
+  sgd_section request s_request
+  sgd_section host s_host
+  sgd_section listen_ss s_listen_ss || sgd_section listen_proc s_listen_proc
+  sgd_section unit s_unit
+  sgd_section state s_state
+  sgd_section last_good s_last_good
+  sgd_section lock s_lock
+  [ ! -e "$sgd_state/@LOCK@" ] || sgd_section proc_locks s_proc_locks
+  sgd_section disk s_disk
+}
+# nvidia-smi and the interpreter starts take most of the time: the three groups run side by
+# side (background jobs do not inherit the EXIT trap), each into its own file.
+g_gpu >"$sgd_tmp/g_gpu" 2>&1 &
+g_python >"$sgd_tmp/g_python" 2>&1 &
+g_system >"$sgd_tmp/g_system" 2>&1
+wait
+cat "$sgd_tmp/g_system" "$sgd_tmp/g_gpu" "$sgd_tmp/g_python"
 exit 0
 """
 

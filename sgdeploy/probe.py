@@ -19,66 +19,21 @@ Bounded by a fixed number of requests, a per-request timeout and a cap on the wh
 
 from __future__ import annotations
 
-import hashlib
 import json
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sgdeploy.profile import ProbeSettings
 
 if TYPE_CHECKING:
     from sgdeploy.remote import RemoteHost
 
 StreamRequest = Callable[[bytes], Iterator[bytes]]
 Clock = Callable[[], float]
-
-ENDPOINT_PATHS = {"generate": "/generate", "openai": "/v1/completions"}
-
-DEFAULT_PROMPTS = (
-    "Explain, step by step, how a hash table handles collisions, and compare open addressing "
-    "with separate chaining.",
-    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
-    "List the main differences between TCP and UDP and give one use case for each.",
-    "Describe the water cycle to a ten-year-old, in plain words.",
-)
-
-
-class ProbeSettings(BaseModel):
-    """The probe's workload; a future `[probe]` section of a profile."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    prompts: tuple[str, ...] = Field(default=DEFAULT_PROMPTS, min_length=1)
-    max_tokens: int = Field(default=128, ge=2, le=8192)
-    concurrency: int = Field(default=4, ge=1, le=256)
-    requests: int = Field(default=4, ge=1, le=1024,
-                          description="requests per phase (the concurrent one rounds up to whole waves)")
-    warmup: int = Field(default=1, ge=0, le=16, description="uncounted requests before the phases")
-    duration_s: float = Field(default=120.0, gt=0, description="cap on the whole probe")
-    request_timeout_s: float = Field(default=60.0, gt=0, description="cap on one request")
-    endpoint: Literal["generate", "openai"] = "generate"
-    model: str | None = Field(default=None, description="`model` of OpenAI requests; default 'default'")
-
-    @model_validator(mode="after")
-    def _prompts_not_blank(self) -> ProbeSettings:
-        if any(not p.strip() for p in self.prompts):
-            raise ValueError("prompts must not be blank")
-        return self
-
-    @property
-    def path(self) -> str:
-        return ENDPOINT_PATHS[self.endpoint]
-
-    def workload(self) -> dict[str, Any]:
-        """What makes two probes comparable (stored with the figures)."""
-        digest = hashlib.sha256("\x00".join(self.prompts).encode()).hexdigest()[:12]
-        return {"endpoint": self.endpoint, "max_tokens": self.max_tokens, "concurrency": self.concurrency,
-                "prompts_sha256": digest}
-
 
 def request_body(settings: ProbeSettings, prompt: str) -> bytes:
     """One streaming request: greedy, exactly `max_tokens` tokens (EOS ignored)."""

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import pytest
 
 from sgdeploy.inventory import load_inventory
-from sgdeploy.probe import ProbeSettings, compare, probe_remote
+from sgdeploy.probe import compare, probe_remote
+from sgdeploy.profile import ProbeSettings
 from sgdeploy.remote import RemoteHost
 from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
 
