@@ -209,9 +209,11 @@ class HostSession:
         return self.remote.run(f"systemctl stop {q}; systemctl show -p ActiveState --value {q}", timeout=600)
 
     def gpu_state(self) -> tuple[Any, Any]:
-        command = (f"nvidia-smi --query-gpu={','.join(GPU_QUERY_FIELDS)} --format=csv,noheader,nounits; "
-                   f"echo @@apps@@; nvidia-smi --query-compute-apps={','.join(APPS_QUERY_FIELDS)} "
-                   "--format=csv,noheader,nounits")
+        # the two queries run side by side: this is polled while the old server lets go of the GPUs
+        command = (f"a=$(mktemp) || exit; nvidia-smi --query-compute-apps={','.join(APPS_QUERY_FIELDS)} "
+                   f'--format=csv,noheader,nounits >"$a" & '
+                   f"nvidia-smi --query-gpu={','.join(GPU_QUERY_FIELDS)} --format=csv,noheader,nounits; "
+                   'wait; echo @@apps@@; cat "$a"; rm -f "$a"')
         out = self.remote.run(command, timeout=60).stdout
         gpus_text, _, apps_text = out.partition("@@apps@@\n")
         return parse_query_gpu(gpus_text), parse_compute_apps(apps_text)
