@@ -69,8 +69,8 @@ def running_cmdline(host: HostSet, unit: str = "sglang") -> str:
 
 
 def health(host: HostSet, port: int = PORT) -> int:
-    probe = ("python3 -c \"import urllib.request as u,sys\ntry: print(u.urlopen('http://127.0.0.1:%d/health',"
-             " timeout=3).status)\nexcept Exception as e: print(getattr(e, 'code', 0))\"" % port)
+    probe = (f"python3 -c \"import urllib.request as u,sys\ntry: print(u.urlopen('http://127.0.0.1:{port}/health',"
+             " timeout=3).status)\nexcept Exception as e: print(getattr(e, 'code', 0))\"")
     return int(host.ssh("ct129", probe, check=False).stdout.strip() or 0)
 
 

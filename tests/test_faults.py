@@ -119,8 +119,8 @@ def unit_state(hs: HostSet) -> dict[str, str]:
 
 
 def health(hs: HostSet) -> int:
-    probe = ("python3 -c \"import urllib.request as u\ntry: print(u.urlopen('http://127.0.0.1:%d/health',"
-             " timeout=3).status)\nexcept Exception as e: print(getattr(e, 'code', 0))\"" % PORT)
+    probe = (f"python3 -c \"import urllib.request as u\ntry: print(u.urlopen('http://127.0.0.1:{PORT}/health',"
+             " timeout=3).status)\nexcept Exception as e: print(getattr(e, 'code', 0))\"")
     return int(sh(hs, probe).strip() or 0)
 
 
@@ -562,10 +562,10 @@ def test_racing_applies(hs: HostSet, profiles: dict[str, Path], request: pytest.
         docs = [json.loads(out) for out, _ in outs]
         seen.append(codes)
         assert sorted(codes) in ([0, 2], [0, 0]), (codes, [d["message"] for d in docs])
-        for code, doc in zip(codes, docs):
+        for code, doc in zip(codes, docs, strict=True):
             if code == 2:
                 assert "another apply holds the lock" in doc["message"]
-        winner = [d for c, d in zip(codes, docs) if c == 0][-1]
+        winner = [d for c, d in zip(codes, docs, strict=True) if c == 0][-1]
         assert unit_state(hs)["ActiveState"] == "active" and health(hs) == 200
         problems = history_problems(hs, capsys, [d["deployment_id"] for d in docs if d["status"] == "ready"])
         assert not problems, problems

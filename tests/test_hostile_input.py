@@ -175,7 +175,7 @@ def test_hostile_profile_file_name(tmp_path: Path, request: pytest.FixtureReques
     profile = tmp_path / "a\nExecStartPre=touch x.toml"
     profile.write_text(profile_text(base(), SERVER))
     try:
-        code, unit, err = run_cli(capsys, "render", str(profile), "--inventory", str(inv))
+        code, unit, _ = run_cli(capsys, "render", str(profile), "--inventory", str(inv))
     except Exception as exc:
         observe(request, f"crashed: {type(exc).__name__}: {exc}")
         raise
@@ -299,7 +299,7 @@ def test_host_name_cannot_inject_into_the_unit(hs: HostSet, tmp_path: Path, requ
     profile = tmp_path / "p.toml"
     profile.write_text(profile_text(base(host=name, unit="hostile-name", python=DUMPER),
                                     {"model_path": "/root/models/Qwen3-8B", "port": PORT}))
-    code, out, err = run_cli(capsys, "validate", str(profile), "--inventory", str(inv))
+    code, _, _ = run_cli(capsys, "validate", str(profile), "--inventory", str(inv))
     if code == 0:
         code, unit, _ = run_cli(capsys, "render", str(profile), "--inventory", str(inv))
         run_unit(hs, "hostile-name", unit)

@@ -9,6 +9,7 @@ import subprocess
 import time
 import tomllib
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -81,7 +82,7 @@ def test_inventory_and_ssh(hosts: HostSet) -> None:
     assert ct["sglang_version"] == "0.5.11" and inv["hosts"]["h200"]["sglang_version"] == "0.5.23"
     # known_hosts pins each host's key: strict checking with only these files works
     for name, h in inv["hosts"].items():
-        kh = open(h["known_hosts"]).read()
+        kh = Path(h["known_hosts"]).read_text()
         assert f"[127.0.0.1]:{h['port']} ssh-ed25519 " in kh
         out = hosts.ssh(
             name,

@@ -441,7 +441,7 @@ def test_logcheck_failure_shows_the_explaining_lines(capsys: pytest.CaptureFixtu
 def test_logcheck_profile_is_passed_to_the_reader(capsys: pytest.CaptureFixture[str]) -> None:
     log = CORPUS / "ok-0.5.11-qwen36-mtp-tp2.log"
     profile = ROOT / "profiles" / "qwen36-mtp3.toml"
-    code, out, _ = run_cli(["logcheck", str(log), "--profile", str(profile), "--json",
+    _, out, _ = run_cli(["logcheck", str(log), "--profile", str(profile), "--json",
                             "--inventory", str(ROOT / "inventory.toml")], capsys)
     import tomllib
 

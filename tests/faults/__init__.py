@@ -134,7 +134,7 @@ class CutProxy:
         finally:
             if self.frozen and not self._closed:
                 # a partition: the far side must keep seeing an open connection until cut()
-                return
+                return  # noqa: B012 (nothing to propagate: the pump only ever ends by closing)
             with self._lock:
                 if (a, b) in self._pairs:
                     self._pairs.remove((a, b))

@@ -450,23 +450,22 @@ def _prepare_host(rootfs: Path, h: Host, client_pub: str, etc_hosts: str = "") -
 
 
 def _start_nspawn(h: Host) -> None:
-    log = open(h.dir / "boot.log", "wb")
-    proc = subprocess.Popen(
-        [
-            "systemd-nspawn", "--boot", "--quiet",
-            "--register=no", "--keep-unit",
-            "--console=read-only",
-            "-D", str(h.root),
-            "-M", h.machine,
-            f"--hostname={h.spec.name}",
-            *([f"--network-namespace-path=/run/netns/{h.netns}"] if h.netns else []),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )  # fmt: skip
-    log.close()
+    with open(h.dir / "boot.log", "wb") as log:  # nspawn keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [
+                "systemd-nspawn", "--boot", "--quiet",
+                "--register=no", "--keep-unit",
+                "--console=read-only",
+                "-D", str(h.root),
+                "-M", h.machine,
+                f"--hostname={h.spec.name}",
+                *([f"--network-namespace-path=/run/netns/{h.netns}"] if h.netns else []),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
     h.pid = proc.pid
     # reaped in _teardown via os.waitpid; keep the Popen from warning on GC
     proc.returncode = 0

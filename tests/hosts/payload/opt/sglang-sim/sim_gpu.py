@@ -287,7 +287,7 @@ def _csv(fields: list[str], table: dict, rows: list[list[str]], fmt: set[str]) -
         out.append(", ".join(table[f][0] for f in fields))
     for row in rows:
         vals = []
-        for f, v in zip(fields, row):
+        for f, v in zip(fields, row, strict=False):
             unit = table[f][1]
             vals.append(f"{v} {unit}" if unit and "nounits" not in fmt else v)
         out.append(", ".join(vals))
