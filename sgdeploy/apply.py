@@ -43,7 +43,7 @@ from sgdeploy.logs import LogReader, LogReport
 from sgdeploy.plan import Deployment, Plan, deployment_meta, gpus_for, make_plan, new_deployment_id, who
 from sgdeploy.preflight import preflight
 from sgdeploy.profile import LoadedProfile, ProbeSettings
-from sgdeploy.remote import CommandResult, ConnectError, ConnectionLost, RemoteError, RemoteHost
+from sgdeploy.remote import CommandResult, ConnectError, ConnectionLost, HeldCommand, RemoteError, RemoteHost
 
 Reporter = Callable[..., None]
 
@@ -51,6 +51,17 @@ EXITED_MARKER = "@@sgdeploy:exited@@"
 FOLLOWER_MARKER = "@@sgdeploy:follower@@"
 LOCKED_MARKER = "@@sgdeploy:locked@@"
 LOCK_BUSY_RC = 75
+# Runs under flock on <state>/lock ($1 the state folder, $2 who holds it); the kernel frees the
+# lock when this dies. The file's text names the holder while held and is emptied on release,
+# so text found on entry was left by a holder that is gone.
+_LOCK_HOLDER = (
+    'd=$1; if [ -s "$d/lock" ]; then printf "stale:%s\\n" "$(cat "$d/lock")"; fi; '
+    'printf "%s\\n" "$2" > "$d/lock"; '
+    'for m in "$d"/*/meta.json; do grep -q \'"outcome": "starting"\' "$m" 2>/dev/null || continue; '
+    'sed -i \'s/"outcome": "starting"/"outcome": "interrupted"/\' "$m" && '
+    'printf "interrupted:%s\\n" "$(basename "$(dirname "$m")")"; done; '
+    f"echo {LOCKED_MARKER}; cat >/dev/null; : > \"$d/lock\""
+)
 UNIT_FILE_MARKER = "@@sgdeploy:unit-file@@"
 
 
@@ -163,6 +174,19 @@ def build_deployment(
 
 
 # --------------------------------------------------------------------------- the host side
+@dataclass
+class UnitLock:
+    """The per-unit lock: held (release it when done) or refused, with what taking it found."""
+
+    holder: HeldCommand | None
+    refusal: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def release(self) -> None:
+        if self.holder is not None:
+            self.holder.release()
+
+
 class HostSession:
     """The deployment steps on one connected host. Each method is one or two round trips."""
 
@@ -182,25 +206,28 @@ class HostSession:
         return parse_facts(facts_out), (None if unit_text == "@@none@@" else unit_text)
 
     # -- lock ----------------------------------------------------------------------------
-    def lock(self, state_dir: str) -> tuple[Any, str | None]:
-        """Take the per-unit lock; returns (holder handle or None, message)."""
+    def lock(self, state_dir: str) -> UnitLock:
+        """Take the per-unit lock. Under it, records that an earlier apply left at `starting` (it
+        died or lost its connection) are marked `interrupted`, in the same round trip."""
         holder = f"{who()} pid={os.getpid()} since={datetime.now(UTC).isoformat(timespec='seconds')}"
         q = shlex.quote(state_dir)
-        # flock on <state>/lock (the kernel frees it when the holder dies); the file's text names
-        # the holder while held and is emptied on release, so text found on entry is a stale holder.
-        inner = (f'd={q}; if [ -s "$d/lock" ]; then printf "stale:%s\\n" "$(cat "$d/lock")"; fi; '
-                 f'printf "%s\\n" "$1" > "$d/lock"; echo {LOCKED_MARKER}; cat >/dev/null; : > "$d/lock"')
         command = (f"mkdir -p {q} && exec flock -n -E {LOCK_BUSY_RC} {q}/lock "
-                   f"sh -c {shlex.quote(inner)} sh {shlex.quote(holder)}")
+                   f"sh -c {shlex.quote(_LOCK_HOLDER)} sh {q} {shlex.quote(holder)}")
         held = self.remote.hold(command, LOCKED_MARKER)
         if held.held:
-            stale = next((line[6:] for line in held.output.splitlines() if line.startswith("stale:")), None)
-            note = (f"a stale lock was left by an apply that is gone ({stale}); taken over" if stale else None)
-            return held, note
+            lines = held.output.splitlines()
+            warnings = [f"a stale lock was left by an apply that is gone ({line[6:]}); taken over"
+                        for line in lines if line.startswith("stale:")]
+            interrupted = [line[12:] for line in lines if line.startswith("interrupted:")]
+            if interrupted:
+                warnings.append(f"earlier applies did not finish (connection lost or killed): "
+                                f"{', '.join(interrupted)}; marked interrupted")
+            return UnitLock(held, warnings=warnings)
         if held.exit_code == LOCK_BUSY_RC:
             current = self.remote.run(f"cat {q}/lock 2>/dev/null").stdout.strip() or "unknown"
-            return None, f"another apply holds the lock on this unit: {current}"
-        return None, f"cannot take the lock under {state_dir}: {held.output.strip() or held.exit_code}"
+            return UnitLock(None, refusal=f"another apply holds the lock on this unit: {current}")
+        return UnitLock(None, refusal=f"cannot take the lock under {state_dir}: "
+                                      f"{held.output.strip() or held.exit_code}")
 
     # -- stop and GPUs -------------------------------------------------------------------
     def stop(self, unit: str) -> CommandResult:
@@ -267,15 +294,6 @@ class HostSession:
         _, _, tail = result.stdout.partition("@@invocation@@\n")
         invocation = tail.strip() or None
         return result, invocation
-
-    def mark_interrupted(self, state_dir: str) -> list[str]:
-        """Records an earlier apply left at `starting` (it died or lost its connection): mark them."""
-        out = self.remote.run(
-            f"for m in {shlex.quote(state_dir)}/*/meta.json; do "
-            "grep -q '\"outcome\": \"starting\"' \"$m\" 2>/dev/null || continue; "
-            "sed -i 's/\"outcome\": \"starting\"/\"outcome\": \"interrupted\"/' \"$m\" && "
-            "basename \"$(dirname \"$m\")\"; done").stdout
-        return out.split()
 
     def follow(
         self,
@@ -753,19 +771,15 @@ def _apply(
         return ApplyResult(Exit.READY, "up_to_date", deployment_id=facts.last_good,
                            message=f"{unit}.service already runs this unit (deployment {facts.last_good}); "
                            "nothing to do (--force redeploys)", **common)
-    held, note = session.lock(deployment.state_dir)
-    if held is None:
-        return ApplyResult(Exit.REFUSED, "refused", message=f"{note}; nothing was changed", **common)
-    if note:
-        report("warning", text=note)
+    lock = session.lock(deployment.state_dir)
+    if lock.holder is None:
+        return ApplyResult(Exit.REFUSED, "refused", message=f"{lock.refusal}; nothing was changed", **common)
+    for text in lock.warnings:
+        report("warning", text=text)
     try:
-        interrupted = session.mark_interrupted(deployment.state_dir)
-        if interrupted:
-            report("warning", text=f"earlier applies did not finish (connection lost or killed): "
-                   f"{', '.join(interrupted)}; marked interrupted")
         return _transact(session, plan, current_unit, options, report, began, common)
     finally:
-        held.release()
+        lock.release()
 
 
 def _transact(
@@ -854,16 +868,18 @@ def _rollback(
     if deployment is None:
         return ApplyResult(Exit.REFUSED, "refused", name, unit,
                            f"the record of {target} on {name} is incomplete or corrupt; choose another with --to")
-    held, note = session.lock(deployment.state_dir)
-    if held is None:
-        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{note}; nothing was changed")
+    lock = session.lock(deployment.state_dir)
+    if lock.holder is None:
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{lock.refusal}; nothing was changed")
+    for text in lock.warnings:
+        report("warning", text=text)
     try:
         transaction = Transaction(session, name, options, report)
         active = bool(facts.unit and facts.unit.exists)
         startup = transaction.start(deployment, stop_first=active, best_effort_idle=True)
         transaction.record(deployment, startup, "ready" if startup.ready else "failed")
     finally:
-        held.release()
+        lock.release()
     if startup.ready:
         return _result_from(startup, exit_code=Exit.READY, status="ready", host=name, unit=unit,
                             deployment_id=deployment.id,

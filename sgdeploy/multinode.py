@@ -142,18 +142,21 @@ def _apply_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResult) -
     locks = []
     try:
         for node in nodes:  # in rank order, so two multi-node applies cannot deadlock
-            held, note = node.session.lock(node.plan.deployment.state_dir)  # type: ignore[union-attr]
-            if held is None:
+            lock = node.session.lock(node.plan.deployment.state_dir)  # type: ignore[union-attr]
+            if lock.holder is None:
                 for n in nodes:
-                    fleet.results[n.host.name] = ApplyResult(Exit.REFUSED, "refused", n.host.name, unit,
-                                                             f"{node.host.name}: {note}; nothing was changed")
+                    fleet.results[n.host.name] = ApplyResult(
+                        Exit.REFUSED, "refused", n.host.name, unit,
+                        f"{node.host.name}: {lock.refusal}; nothing was changed")
                 fleet.stopped_at = node.host.name
                 return fleet
-            locks.append(held)
+            for text in lock.warnings:
+                node.session.report("warning", text=text)
+            locks.append(lock)
         return _transact(nodes, options, fleet, unit)
     finally:
-        for held in locks:
-            held.release()
+        for lock in locks:
+            lock.release()
 
 
 def _start_all(nodes: Sequence[Node], deployments: Sequence[Deployment], options: ApplyOptions,
