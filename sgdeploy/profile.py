@@ -37,7 +37,6 @@ ScalarValue = str | bool | int | float
 ServerValue = str | bool | int | float | list[Any] | dict[str, Any]
 
 
-
 ENDPOINT_PATHS = {"generate": "/generate", "openai": "/v1/completions"}
 
 DEFAULT_PROMPTS = (
