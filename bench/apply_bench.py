@@ -58,7 +58,7 @@ def _init_and_tell(self, *a, **k):
     _init(self, *a, **k)
     sys.stderr.write("@@bench progress_started=%.6f\\n" % (time.time() - (time.monotonic() - self.started)))
 cli.Progress.__init__ = _init_and_tell
-sys.exit(cli.main(sys.argv[1:]))
+sys.exit(cli.main())  # argv from sys.argv, as the console script runs it
 """
 
 
