@@ -161,7 +161,7 @@ class RemoteHost:
         try:
             return self._transport.open_session(timeout=self.connect_timeout)
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+            raise _dropped(self.name, exc) from exc
 
     # -- commands -------------------------------------------------------------------------
     def run(self, command: str, timeout: float = COMMAND_TIMEOUT_S, stdin: bytes | None = None) -> CommandResult:
@@ -194,7 +194,7 @@ class RemoteHost:
                     select.select([channel], [], [], 0.05)
             code = channel.recv_exit_status()
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+            raise _dropped(self.name, exc) from exc
         finally:
             _close(channel)
         return CommandResult(command, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
@@ -245,7 +245,7 @@ class RemoteHost:
                 for line in lines:
                     yield line.decode("utf-8", "replace")
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+            raise _dropped(self.name, exc) from exc
         finally:
             _close(channel)
 
@@ -286,7 +286,7 @@ class RemoteHost:
         except paramiko.ChannelException as exc:
             raise ConnectionRefusedError(f"{self.name}: nothing listens on 127.0.0.1:{port} ({exc})") from exc
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+            raise _dropped(self.name, exc) from exc
 
     def http_get(self, port: int, path: str, timeout: float = 10.0) -> HttpResponse:
         """GET http://127.0.0.1:<port><path> as seen from the host, through the SSH transport."""
@@ -370,7 +370,7 @@ class RemoteHost:
         except TimeoutError as exc:
             raise CommandTimeout(f"{self.name}: {method} {path} on port {port}: no data for {timeout:.0f} s") from exc
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise ConnectionLost(f"{self.name}: the SSH connection dropped ({exc})") from exc
+            raise _dropped(self.name, exc) from exc
         finally:
             _close(channel)
 
@@ -397,6 +397,11 @@ class HeldCommand:
             except (OSError, EOFError, paramiko.SSHException):
                 pass
             self.channel = None
+
+
+def _dropped(name: str, exc: BaseException) -> ConnectionLost:
+    """The error for a connection that failed under a call; EOFError and friends carry no text."""
+    return ConnectionLost(f"{name}: the SSH connection dropped ({str(exc) or type(exc).__name__})")
 
 
 def _close(channel: paramiko.Channel) -> None:
