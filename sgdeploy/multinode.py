@@ -37,6 +37,7 @@ from sgdeploy.remote import ConnectError, RemoteHost
 DIST_INIT_PORT = 50000  # torch.distributed rendezvous on rank 0 when the profile names none
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 def is_multinode(loaded: LoadedProfile) -> bool:
@@ -73,9 +74,10 @@ class Node:
     previous: Deployment | None = None
 
 
-def _each(nodes: Sequence[Node], work: Callable[[Node], T]) -> list[T]:
-    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        return list(pool.map(work, nodes))
+def _each(items: Sequence[T], work: Callable[[T], R]) -> list[R]:
+    """`work` on every item at once (one thread each), results in the items' order."""
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        return list(pool.map(work, items))
 
 
 def apply_multinode(
@@ -101,8 +103,6 @@ def apply_multinode(
 
 
 def _apply_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResult) -> FleetResult:
-    deployment_id: str | None = None
-
     def prepare(node: Node) -> list[Any]:
         profile = node.loaded.model
         assert profile is not None
@@ -173,15 +173,15 @@ def _start_all(nodes: Sequence[Node], deployments: Sequence[Deployment], options
         return StartupResult(False, reason=f"GPUs still busy: {verdict.describe()}", failure_kind="gpus_busy")
 
     indices = list(range(len(nodes)))
-    staged = _each_index(indices, lambda i: nodes[i].session.stage(deployments[i]))
+    staged = _each(indices, lambda i: nodes[i].session.stage(deployments[i]))
     if not all(s.ok for s in staged):
         return [StartupResult(s.ok, reason="" if s.ok else f"cannot write the unit: {s.stderr.strip()}",
                               failure_kind=None if s.ok else "stage_failed") for s in staged]
-    busy = _each_index(indices, stop_and_wait)
+    busy = _each(indices, stop_and_wait)
     if any(busy):
         return [b or StartupResult(False, reason="not started: another node's GPUs were busy",
                                    failure_kind="gpus_busy") for b in busy]
-    started = _each_index(indices, lambda i: nodes[i].session.install_and_start(deployments[i]))
+    started = _each(indices, lambda i: nodes[i].session.install_and_start(deployments[i]))
     failed = threading.Event()
 
     def follow(i: int) -> StartupResult:
@@ -196,7 +196,7 @@ def _start_all(nodes: Sequence[Node], deployments: Sequence[Deployment], options
             failed.set()  # rank 0 is done (either way), or a rank failed: stop watching
         return outcome
 
-    results = _each_index(indices, follow)
+    results = _each(indices, follow)
     if results[0].ready and all(r.ready for r in results[1:]):
         healthy, why = nodes[0].session.check_health(deployments[0], options.health_timeout_s)
         if healthy:
@@ -210,11 +210,6 @@ def _start_all(nodes: Sequence[Node], deployments: Sequence[Deployment], options
     for transaction, deployment, result in zip(transactions, deployments, results, strict=True):
         transaction.record(deployment, result, "ready" if all(r.ready for r in results) else "failed")
     return results
-
-
-def _each_index(indices: list[int], work: Callable[[int], T]) -> list[T]:
-    with ThreadPoolExecutor(max_workers=len(indices)) as pool:
-        return list(pool.map(work, indices))
 
 
 def _transact(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit: str) -> FleetResult:
