@@ -602,13 +602,21 @@ def _probe_baseline(session: HostSession, plan: Plan) -> dict[str, Any] | None:
     if files is None:
         return None
     try:
-        meta = json.loads(files["meta.json"])
         server = tomllib.loads(files["profile.toml"]).get("server", {}) if files["profile.toml"] else {}
     except ValueError:
         return None
-    if not isinstance(meta, dict) or server.get("model_path") != plan.deployment.server.get("model_path"):
+    if server.get("model_path") != plan.deployment.server.get("model_path"):
         return None
-    probe = meta.get("probe")
+    return _recorded_probe(files)
+
+
+def _recorded_probe(files: dict[str, str]) -> dict[str, Any] | None:
+    """The throughput figures a deployment record holds, if it has any."""
+    try:
+        meta = json.loads(files["meta.json"])
+    except ValueError:
+        return None
+    probe = meta.get("probe") if isinstance(meta, dict) else None
     return probe if isinstance(probe, dict) else None
 
 
@@ -659,10 +667,12 @@ def _exec_port(unit_text: str) -> int | None:
 
 def deployment_from_record(session: HostSession, unit: str, deployment_id: str) -> Deployment | None:
     """Rebuild a recorded deployment (for rollback) from its folder on the host."""
-
     files = session.read_record(state_dir(unit), deployment_id)
-    if files is None:
-        return None
+    return None if files is None else _deployment_from_files(unit, deployment_id, files)
+
+
+def _deployment_from_files(unit: str, deployment_id: str, files: dict[str, str]) -> Deployment | None:
+    """A recorded deployment from its files (`HostSession.read_record`); None if they are corrupt."""
     try:
         meta = json.loads(files["meta.json"])
         profile = tomllib.loads(files["profile.toml"]) if files["profile.toml"] else {}
@@ -907,18 +917,14 @@ def probe_unit(name: str, entry: HostEntry, unit: str, min_ratio: float | None) 
         if facts.last_good is None:
             return int(Exit.REFUSED), {"host": name, "unit": unit,
                                        "message": f"no deployment of {unit} is recorded on {name}"}
-        deployment = deployment_from_record(session, unit, facts.last_good)
         files = session.read_record(state_dir(unit), facts.last_good)
+        deployment = None if files is None else _deployment_from_files(unit, facts.last_good, files)
         if deployment is None or files is None:
             return int(Exit.REFUSED), {"host": name, "unit": unit,
                                        "message": f"the record of {facts.last_good} is incomplete"}
         settings = ProbeSettings.model_validate(deployment.probe_settings or {})
         measured = probe_remote(remote, deployment.port, settings)
-        try:
-            recorded = json.loads(files["meta.json"]).get("probe")
-        except (ValueError, AttributeError):
-            recorded = None
-        verdict = compare(measured, recorded if isinstance(recorded, dict) else None, min_ratio or 0.0)
+        verdict = compare(measured, _recorded_probe(files), min_ratio or 0.0)
     failed = not measured.ok or (min_ratio is not None and not verdict.ok)
     return int(Exit.ROLLED_BACK if failed else Exit.READY), {
         "host": name, "unit": unit, "deployment_id": facts.last_good,
