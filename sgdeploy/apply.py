@@ -905,26 +905,32 @@ def _rollback(
 
 def probe_unit(name: str, entry: HostEntry, unit: str, min_ratio: float | None) -> tuple[int, dict[str, Any]]:
     """`sgdeploy probe`: measure the running deployment and compare with its recorded figure."""
-    from sgdeploy.probe import compare, probe_remote
-
     try:
         remote = connect(name, entry)
     except ConnectError as exc:
         return int(Exit.REFUSED), {"host": name, "unit": unit, "message": str(exc)}
     with remote:
-        session = HostSession(remote)
-        facts, _ = session.facts(unit, "/bin/true", "/nonexistent", 1)
-        if facts.last_good is None:
-            return int(Exit.REFUSED), {"host": name, "unit": unit,
-                                       "message": f"no deployment of {unit} is recorded on {name}"}
-        files = session.read_record(state_dir(unit), facts.last_good)
-        deployment = None if files is None else _deployment_from_files(unit, facts.last_good, files)
-        if deployment is None or files is None:
-            return int(Exit.REFUSED), {"host": name, "unit": unit,
-                                       "message": f"the record of {facts.last_good} is incomplete"}
-        settings = ProbeSettings.model_validate(deployment.probe_settings or {})
-        measured = probe_remote(remote, deployment.port, settings)
-        verdict = compare(measured, _recorded_probe(files), min_ratio or 0.0)
+        try:
+            return _probe(HostSession(remote), name, unit, min_ratio)
+        except ConnectionLost as exc:
+            return int(Exit.REFUSED), {"host": name, "unit": unit, "message": f"{exc}; nothing was measured"}
+
+
+def _probe(session: HostSession, name: str, unit: str, min_ratio: float | None) -> tuple[int, dict[str, Any]]:
+    from sgdeploy.probe import compare, probe_remote
+
+    facts, _ = session.facts(unit, "/bin/true", "/nonexistent", 1)
+    if facts.last_good is None:
+        return int(Exit.REFUSED), {"host": name, "unit": unit,
+                                   "message": f"no deployment of {unit} is recorded on {name}"}
+    files = session.read_record(state_dir(unit), facts.last_good)
+    deployment = None if files is None else _deployment_from_files(unit, facts.last_good, files)
+    if deployment is None or files is None:
+        return int(Exit.REFUSED), {"host": name, "unit": unit,
+                                   "message": f"the record of {facts.last_good} is incomplete"}
+    settings = ProbeSettings.model_validate(deployment.probe_settings or {})
+    measured = probe_remote(session.remote, deployment.port, settings)
+    verdict = compare(measured, _recorded_probe(files), min_ratio or 0.0)
     failed = not measured.ok or (min_ratio is not None and not verdict.ok)
     return int(Exit.ROLLED_BACK if failed else Exit.READY), {
         "host": name, "unit": unit, "deployment_id": facts.last_good,
