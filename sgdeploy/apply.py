@@ -678,6 +678,8 @@ def _deployment_from_files(unit: str, deployment_id: str, files: dict[str, str])
         profile = tomllib.loads(files["profile.toml"]) if files["profile.toml"] else {}
     except (ValueError, tomllib.TOMLDecodeError):
         return None
+    if not isinstance(meta, dict):
+        return None
     server = profile.get("server", {}) if isinstance(profile.get("server"), dict) else {}
     deploy = profile.get("deploy", {}) if isinstance(profile.get("deploy"), dict) else {}
     expect: tuple[str, ...] | None = None

@@ -384,10 +384,10 @@ def test_unit_file_not_writable(how: str, hs: HostSet, profiles: dict[str, Path]
 # --------------------------------------------------------------------------- records corrupted
 CORRUPTIONS = {
     "garbage_meta": 'lg=$(cat {s}/last_good); printf "\\x00{{not json" > {s}/$lg/meta.json; echo $lg',
+    "list_meta": 'lg=$(cat {s}/last_good); echo "[1, 2]" > {s}/$lg/meta.json; echo $lg',
     "missing_last_good": "cat {s}/last_good; rm -f {s}/last_good",
     "last_good_dangling": "cat {s}/last_good; echo 20200101T000000Z-000-deadbeef > {s}/last_good",
 }
-
 
 
 @pytest.mark.parametrize("how", sorted(CORRUPTIONS))
@@ -414,13 +414,13 @@ def test_corrupted_records(how: str, hs: HostSet, profiles: dict[str, Path], req
     again = converges(hs, profiles["other"])
     observe(request, f"good apply: {describe(again)}")
     problems = history_problems(hs, capsys, [failed.deployment_id, again.deployment_id],
-                                corrupted={damaged} if how == "garbage_meta" else set())
+                                corrupted={damaged} if how.endswith("_meta") else set())
     observe(request, "history: " + ("; ".join(problems) or "consistent"))
     assert not problems
 
 
 def _repair(hs: HostSet, damaged: str, how: str) -> None:
-    if how == "garbage_meta":
+    if how.endswith("_meta"):
         sh(hs, f"rm -rf {shlex.quote(f'{STATE}/{damaged}')}")
     if not _state_sound(hs):
         sh(hs, f"rm -f {STATE}/last_good")
