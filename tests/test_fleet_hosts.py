@@ -61,6 +61,12 @@ def run(inventory: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tupl
     return code, json.loads(capsys.readouterr().out)
 
 
+def no_failures(hs: HostSet) -> None:
+    """Every simulated SGLang of the group starts normally."""
+    for name in NAMES:
+        hs.configure_sim(name, failure="", fail_when_arg=[])
+
+
 def cmdline(hs: HostSet, host: str) -> str:
     pid = hs.ssh(host, "systemctl show -p MainPID --value sglang.service").stdout.strip()
     return hs.ssh(host, f"tr '\\0' ' ' < /proc/{pid}/cmdline", check=False).stdout
@@ -69,8 +75,7 @@ def cmdline(hs: HostSet, host: str) -> str:
 def test_rolling_apply_stops_at_the_failing_host(fleet: tuple[HostSet, Path], tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     hs, inventory = fleet
-    for name in NAMES:
-        hs.configure_sim(name, failure="", fail_when_arg=[])
+    no_failures(hs)
     v1, v2 = tmp_path / "v1.toml", tmp_path / "v2.toml"
     v1.write_text(profile("all", "max_running_requests = 16"))
     v2.write_text(profile("all", "max_running_requests = 12"))
@@ -94,8 +99,7 @@ def test_rolling_apply_stops_at_the_failing_host(fleet: tuple[HostSet, Path], tm
 def test_multi_node_profile_comes_up(fleet: tuple[HostSet, Path], tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     hs, inventory = fleet
-    for name in NAMES:
-        hs.configure_sim(name, failure="", fail_when_arg=[])
+    no_failures(hs)
     path = tmp_path / "mn.toml"
     path.write_text(profile("pair", "nnodes = 2", tp=4))
     code, result = run(inventory, capsys, "apply", str(path))
@@ -112,8 +116,7 @@ def test_multi_node_rank_one_crash_rolls_back_both(fleet: tuple[HostSet, Path], 
     good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
     good.write_text(profile("pair", "nnodes = 2", "max_running_requests = 16", tp=4))
     bad.write_text(profile("pair", "nnodes = 2", "max_running_requests = 8", tp=4))
-    for name in NAMES:
-        hs.configure_sim(name, failure="", fail_when_arg=[])
+    no_failures(hs)
     code, result = run(inventory, capsys, "apply", str(good))
     assert code == 0, result
     for name in ("n1", "n2"):
@@ -128,8 +131,7 @@ def test_multi_node_rank_one_crash_rolls_back_both(fleet: tuple[HostSet, Path], 
 def test_status_and_history_across_a_group(fleet: tuple[HostSet, Path], tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     hs, inventory = fleet
-    for name in NAMES:
-        hs.configure_sim(name, failure="", fail_when_arg=[])
+    no_failures(hs)
     path = tmp_path / "v1.toml"
     path.write_text(profile("all", "max_running_requests = 16"))
     code, _ = run(inventory, capsys, "apply", str(path))

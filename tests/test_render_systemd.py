@@ -31,7 +31,7 @@ from sgdeploy.render import RenderedUnit, launch_argv, render_unit, unit_environ
 from sgdeploy.sglang.catalog import load_catalog
 from sgdeploy.validate import InventoryContext, select_host, validate_loaded
 from tests.hosts import HostSet, HostSpec, boot_hosts, skip_reason
-from tests.test_render import INVENTORY, PROFILES, profile_toml
+from tests.test_render import INVENTORY, profile_targets, profile_toml
 
 pytestmark = pytest.mark.hosts
 
@@ -390,18 +390,8 @@ def test_argument_round_trip(
         check(unit, model, dumps[unit.unit], CATALOG_VERSION)
 
 
-def example_profiles() -> list[tuple[Path, str]]:
-    inventory = InventoryContext.load(INVENTORY).inventory
-    assert inventory is not None
-    cases = []
-    for path in sorted(PROFILES.glob("*.toml")):
-        target = tomllib.loads(path.read_text(encoding="utf-8"))["deploy"]["host"]
-        cases += [(path, host) for host in inventory.resolve(target) or []]
-    return cases
-
-
 @pytest.mark.parametrize(
-    ("profile", "host"), example_profiles(), ids=lambda v: v.stem if isinstance(v, Path) else v
+    ("profile", "host"), profile_targets(), ids=lambda v: v.stem if isinstance(v, Path) else v
 )
 def test_example_profile_round_trip(
     roundtrip: RoundTrip, tmp_path: Path, profile: Path, host: str
