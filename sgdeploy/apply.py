@@ -193,6 +193,7 @@ class HostSession:
     def __init__(self, remote: RemoteHost, report: Reporter = _quiet) -> None:
         self.remote = remote
         self.report = report
+        self._records: dict[tuple[str, str], dict[str, str] | None] = {}
 
     # -- facts --------------------------------------------------------------------------
     def facts(self, unit: str, python: str, model_path: str, port: int) -> tuple[HostFacts, str | None]:
@@ -469,11 +470,17 @@ class HostSession:
             self.report("warning", text=f"could not record {deployment.id}: {result.stderr.strip()}")
 
     def read_record(self, state_dir: str, deployment_id: str) -> dict[str, str] | None:
-        folder = shlex.quote(f"{state_dir}/{deployment_id}")
-        out = self.remote.run(
-            f"for f in meta.json profile.toml unit.service; do printf '@@file %s@@\\n' $f; "
-            f"base64 {folder}/$f 2>/dev/null || exit 1; done").stdout
-        return _split_files(out)
+        """A finished deployment's files (None if missing or damaged), read once per session: an
+        apply asks for the last good one up to three times (up-to-date check, rollback target,
+        probe baseline), and sgdeploy never rewrites a record other than the one it is writing."""
+        key = (state_dir, deployment_id)
+        if key not in self._records:
+            folder = shlex.quote(f"{state_dir}/{deployment_id}")
+            out = self.remote.run(
+                f"for f in meta.json profile.toml unit.service; do printf '@@file %s@@\\n' $f; "
+                f"base64 {folder}/$f 2>/dev/null || exit 1; done").stdout
+            self._records[key] = _split_files(out)
+        return self._records[key]
 
 
 def _split_files(output: str) -> dict[str, str] | None:
