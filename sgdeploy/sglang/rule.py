@@ -3,7 +3,7 @@
 A rule is a small named object (stable id, severity, one-line summary, fix hint, the SGLang
 versions it applies to) around a pure check function. The check reads a `LaunchContext` — the
 profile's `[server]` flags and `[env]`, the target version's catalog, and what is known about
-the host — and yields findings. `sgdeploy.sglang.rules` lists every rule.
+the host — and yields findings. `sgdeploy.sglang.rules` holds every rule, by topic.
 """
 
 from __future__ import annotations
@@ -93,13 +93,13 @@ class Rule:
 
 
 class RuleRegistry:
-    """The one list of rules, in the order they are reported."""
+    """The one list of rules; they run and report in id order, whichever module registered them."""
 
     def __init__(self) -> None:
         self._rules: list[Rule] = []
 
     def __iter__(self) -> Iterator[Rule]:
-        return iter(self._rules)
+        return iter(sorted(self._rules, key=lambda r: r.id))
 
     def __len__(self) -> int:
         return len(self._rules)

@@ -1,0 +1,37 @@
+"""What several topics of rules share: SGLang's version lines and readings of a launch."""
+
+from __future__ import annotations
+
+from sgdeploy.sglang.rule import LaunchContext
+from sgdeploy.sglang.versions import VersionRange
+
+# Where SGLang's behaviour changed, read from the released wheels (docs/catalogs.md). 0.5.14
+# removed the piecewise CUDA graph flags, --mamba-scheduler-strategy and SGLANG_ENABLE_SPEC_V2
+# and introduced per-phase graph backends; V1X/V2X are the two sides of that line.
+V1X = VersionRange(until="0.5.14")
+V2X = VersionRange(since="0.5.14")
+PIECEWISE_DEFAULT_ON = VersionRange(since="0.5.10", until="0.5.14")  # --enforce-piecewise-cuda-graph era
+LANGUAGE_ONLY_REFUSED = VersionRange(until="0.5.13")  # 'requires at least one encoder urls'
+TBO_NEEDS_A2A = VersionRange(until="0.5.15")  # "moe_a2a_backend cannot be 'none'"
+TRTLLM_MHA_PREFILL_BLACKWELL_ONLY = VersionRange(until="0.5.19")
+
+SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+EAGLE_FAMILY = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"}
+# Flags whose values a rule of their own checks (SGD014 leaves them alone).
+DEDICATED_VALUE_RULES = {"speculative_algorithm"}
+
+
+def server_field(name: str) -> str:
+    """The dotted profile key of a [server] flag, as findings name it."""
+    return f"server.{name}"
+
+
+def algorithm(ctx: LaunchContext) -> str | None:
+    """The speculative algorithm, upper-cased as SGLang compares it; None when off."""
+    value = ctx.get("speculative_algorithm")
+    return value.upper() if isinstance(value, str) and value else None
+
+
+def attention_dp(ctx: LaunchContext) -> bool:
+    """DP attention is on: 0.5.2x's attn_dp_size, or the deprecated enable_dp_attention + dp_size."""
+    return ctx.int("attn_dp_size", 1) > 1 or (ctx.on("enable_dp_attention") and ctx.int("dp_size", 1) > 1)

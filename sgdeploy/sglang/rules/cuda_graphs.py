@@ -1,0 +1,78 @@
+"""SGD6xx: CUDA graphs (piecewise, prefill/decode backends) and what SGLang turns off by itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sgdeploy.sglang import models
+from sgdeploy.sglang.rule import Finding, LaunchContext
+from sgdeploy.sglang.rules.common import PIECEWISE_DEFAULT_ON, V2X, algorithm, server_field
+from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
+
+_CONTRADICTIONS = (
+    ("enforce_piecewise_cuda_graph", "disable_piecewise_cuda_graph"),
+    ("enforce_piecewise_cuda_graph", "disable_cuda_graph"),
+    ("disable_prefill_cuda_graph", "cuda_graph_backend_prefill"),
+    ("disable_decode_cuda_graph", "cuda_graph_backend_decode"),
+)
+
+
+@rule("SGD601", "contradictory-flags", ERROR, "Two flags that ask for opposite things.",
+      "keep the one you mean")
+def contradictory_flags(ctx: LaunchContext) -> Iterator[Finding]:
+    for first, second in _CONTRADICTIONS:
+        if ctx.server.get(first) not in (None, False) and ctx.server.get(second) not in (None, False, "disabled"):
+            yield Finding(server_field(second), f"{first} and {second} contradict each other")
+
+
+def _piecewise_off_reasons(ctx: LaunchContext) -> list[str]:
+    """Why SGLang 0.5.1x would silently turn the piecewise CUDA graph off (B.1)."""
+    checks = [
+        (ctx.architecture in models.PIECEWISE_DISABLED_ARCHITECTURES, f"{ctx.architecture} is on SGLang's list"),
+        (models.is_multimodal(ctx.architecture), f"{ctx.architecture} counts as a multimodal model"),
+        (bool(algorithm(ctx)), "speculative decoding is on"),
+        (ctx.on("enable_dp_attention"), "DP attention is on"),
+        (ctx.on("enable_torch_compile"), "torch.compile is on"),
+        (ctx.int("pp_size", 1) > 1, "pp_size > 1"),
+        (ctx.get("moe_a2a_backend", "none") not in (None, "none"), "an MoE a2a backend is set"),
+        (ctx.on("enable_lora") or bool(ctx.get("lora_paths")), "LoRA is on"),
+        (ctx.get("cpu_offload_gb", 0) not in (0, None) or ctx.on("enable_hierarchical_cache"),
+         "CPU offload / HiCache is on"),
+        (ctx.on("enable_deterministic_inference"), "deterministic inference is on"),
+        (ctx.get("disaggregation_mode", "null") not in (None, "null"), "PD disaggregation is on"),
+        (ctx.on("enable_symm_mem"), "symmetric memory is on"),
+        (ctx.int("attn_cp_size", 1) > 1, "attention context parallel is on"),
+    ]
+    return [reason for hit, reason in checks if hit]
+
+
+@rule("SGD602", "piecewise-graph-silently-disabled", WARNING,
+      "SGLang 0.5.1x silently turns the piecewise CUDA graph off for this launch unless it is enforced.",
+      "add enforce_piecewise_cuda_graph = true to keep it, or disable_piecewise_cuda_graph = true to say so",
+      versions=PIECEWISE_DEFAULT_ON)
+def piecewise_silently_disabled(ctx: LaunchContext) -> Iterator[Finding]:
+    if ctx.on("enforce_piecewise_cuda_graph") or ctx.on("disable_piecewise_cuda_graph") or ctx.on("disable_cuda_graph"):
+        return
+    reasons = _piecewise_off_reasons(ctx)
+    if reasons:
+        yield Finding("server", "the piecewise CUDA graph will be silently disabled (no log line) because "
+                      + "; ".join(reasons) + " — prefill throughput drops")
+
+
+@rule("SGD603", "prefill-graph-auto-disabled", WARNING,
+      "SGLang 0.5.2x turns the prefill CUDA graph off for multimodal models unless the backend is explicit.",
+      "set cuda_graph_backend_prefill = \"breakable\" to keep it, or \"disabled\" to say so", versions=V2X)
+def prefill_graph_auto_disabled(ctx: LaunchContext) -> Iterator[Finding]:
+    explicit = any(ctx.given(n) for n in ("cuda_graph_backend_prefill", "disable_prefill_cuda_graph",
+                                          "disable_cuda_graph", "cuda_graph_config"))
+    if not explicit and models.is_multimodal(ctx.architecture):
+        yield Finding("server", f"{ctx.architecture} counts as multimodal: SGLang will disable the prefill CUDA "
+                      "graph ('Breakable CUDA graph is incompatible with ...')")
+
+
+@rule("SGD604", "pp-disables-overlap", WARNING, "pp_size > 1 turns the overlap scheduler off.",
+      "set disable_overlap_schedule = true to make it explicit")
+def pp_disables_overlap(ctx: LaunchContext) -> Iterator[Finding]:
+    if ctx.int("pp_size", 1) > 1 and not ctx.on("disable_overlap_schedule"):
+        yield Finding("server.pp_size", "Pipeline parallelism is incompatible with overlap schedule: SGLang "
+                      "will disable it")

@@ -1,0 +1,109 @@
+"""SGD01x: [server] keys against the target version's flag catalog (unknown, removed, too new, types, choices)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import lru_cache
+
+from sgdeploy.sglang.catalog import flag_history, load_catalog, next_version
+from sgdeploy.sglang.flags import REPLACEMENTS, choice_problem, option_to_field, value_problem
+from sgdeploy.sglang.rule import Finding, LaunchContext
+from sgdeploy.sglang.rules.common import DEDICATED_VALUE_RULES, server_field
+from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
+from sgdeploy.sglang.versions import parse_version
+from sgdeploy.tomlfile import did_you_mean
+
+
+@rule("SGD010", "unknown-flag", ERROR, "A [server] key that is no flag of any bundled SGLang release.",
+      "use the ServerArgs field name (snake_case) of an existing flag")
+def unknown_flag(ctx: LaunchContext) -> Iterator[Finding]:
+    for key in ctx.raw_server:
+        if key in ctx.catalog or flag_history(key) != (None, None):
+            continue
+        field_name = option_to_field(ctx.catalog, key)
+        if field_name:
+            yield Finding(server_field(key), f"'{key}' is not a field name; SGLang's field is '{field_name}'",
+                          f"write '{field_name} = ...' (profiles use full field names, not CLI spellings)")
+            continue
+        suggestion = _suggest(key, ctx.catalog.version)
+        yield Finding(server_field(key), f"'{key}' is not a flag of SGLang {ctx.catalog.version}"
+                      + (f"; did you mean '{suggestion}'?" if suggestion else ""),
+                      f"rename it to '{suggestion}'" if suggestion else None)
+
+
+@lru_cache(maxsize=1024)
+def _suggest(key: str, version: str) -> str | None:
+    return did_you_mean(key, list(load_catalog(version).flags))
+
+
+@rule("SGD011", "removed-flag", ERROR, "A flag that the target SGLang version no longer has.",
+      "replace it with what the newer SGLang uses, or validate against the version the host runs")
+def removed_flag(ctx: LaunchContext) -> Iterator[Finding]:
+    for key in ctx.raw_server:
+        if key in ctx.catalog:
+            continue
+        last_seen, _ = flag_history(key)
+        if last_seen is None or parse_version(last_seen) >= ctx.version:
+            continue
+        replacement = REPLACEMENTS.get(key)
+        removed_in = next_version(last_seen) or "a later release"
+        yield Finding(
+            server_field(key),
+            f"--{key.replace('_', '-')} was removed in SGLang {removed_in} (last in {last_seen}); "
+            f"SGLang {ctx.catalog.version} refuses it ('unrecognized arguments')",
+            f"use {replacement.text}" if replacement else f"remove '{key}'",
+        )
+
+
+@rule("SGD012", "flag-too-new", ERROR, "A flag that only later SGLang releases have.",
+      "upgrade SGLang on the host, or remove the flag")
+def flag_too_new(ctx: LaunchContext) -> Iterator[Finding]:
+    for key in ctx.raw_server:
+        if key in ctx.catalog:
+            continue
+        last_seen, first_seen = flag_history(key)
+        if first_seen and parse_version(first_seen) > ctx.version and (
+            last_seen is None or parse_version(last_seen) >= ctx.version
+        ):
+            yield Finding(server_field(key), f"'{key}' first appears in SGLang {first_seen}; the target runs "
+                          f"{ctx.catalog.version}, which refuses it")
+
+
+@rule("SGD013", "invalid-flag-value", ERROR, "A value of the wrong type for its flag.",
+      "give the flag a value of the type SGLang parses")
+def invalid_flag_value(ctx: LaunchContext) -> Iterator[Finding]:
+    for key, value in ctx.raw_server.items():
+        flag = ctx.catalog.get(key)
+        problem = value_problem(flag, value) if flag else None
+        if problem:
+            yield Finding(server_field(key), problem)
+
+
+@rule("SGD014", "invalid-choice", ERROR, "A value SGLang's argparse choices do not allow.",
+      "use one of the listed values")
+def invalid_choice(ctx: LaunchContext) -> Iterator[Finding]:
+    for key, value in ctx.raw_server.items():
+        flag = ctx.catalog.get(key)
+        if not flag or key in DEDICATED_VALUE_RULES or value_problem(flag, value):
+            continue
+        problem = choice_problem(flag, value)
+        if problem:
+            yield Finding(server_field(key), problem)
+
+
+@rule("SGD015", "deprecated-flag", WARNING, "A flag SGLang still accepts but has deprecated.",
+      "move to the flag the deprecation message names")
+def deprecated_flag(ctx: LaunchContext) -> Iterator[Finding]:
+    for key in ctx.server:
+        flag = ctx.catalog.get(key)
+        if flag and flag.deprecated:
+            replacement = REPLACEMENTS.get(key)
+            yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang {ctx.catalog.version}"
+                          + (f"; use {replacement.text}" if replacement else ""))
+
+
+@rule("SGD016", "model-path-required", ERROR, "No model_path: SGLang refuses to start without one.",
+      "add model_path = \"/path/to/model\" to [server]")
+def model_path_required(ctx: LaunchContext) -> Iterator[Finding]:
+    if "model_path" not in ctx.raw_server:
+        yield Finding("server", "[server] has no model_path ('the following arguments are required: --model-path')")

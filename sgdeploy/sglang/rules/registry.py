@@ -1,0 +1,44 @@
+"""The one registry of rules (`RULES`) and the checks made outside it (`STRUCTURAL_RULES`).
+
+Ids are stable once published; docs/rules.md documents each with a bad and a good example.
+Severity: an error is what makes SGLang refuse to start or a deployment that cannot work; a
+warning is what SGLang will silently change or ignore.
+
+Ranges of ids: SGD00x files and profile shape (sgdeploy.tomlfile), SGD01x flags against the
+catalog, SGD02x values and secrets, SGD03x inventory, SGD1xx parallelism, SGD2xx speculative
+decoding, SGD3xx encoder disaggregation, SGD4xx GPU generation, SGD5xx memory, scheduling and
+serving, SGD6xx CUDA graphs, SGD7xx the live host.
+"""
+
+from __future__ import annotations
+
+from sgdeploy.diagnostics import Severity
+from sgdeploy.sglang.rule import RuleRegistry
+
+ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+RULES = RuleRegistry()
+rule = RULES.rule
+
+# Checks made outside the rule list (reading files, resolving the target host), documented with
+# the others: id -> (name, summary).
+STRUCTURAL_RULES = {
+    "SGD001": ("toml-syntax", "The file is not valid TOML."),
+    "SGD002": ("unknown-key", "A key the profile or inventory format does not have."),
+    "SGD003": ("invalid-value", "A value of the wrong type or out of range, or a required key missing."),
+    "SGD004": ("unreadable-file", "The file is missing or not readable UTF-8."),
+    "SGD030": ("unknown-host", "deploy.host names no host or group of the inventory."),
+    "SGD031": ("no-host-version", "The host's SGLang version is unknown: validated against the newest catalog."),
+    "SGD032": ("no-catalog-for-version", "No flag catalog is bundled for the host's SGLang version."),
+    "SGD033": ("invalid-inventory", "The inventory file has errors."),
+    "SGD034": ("no-inventory", "No inventory file: validated without host facts."),
+    # Preflight checks against the live host (sgdeploy.preflight), before anything changes.
+    "SGD701": ("python-missing", "deploy.python does not exist or does not run on the host."),
+    "SGD702": ("sglang-missing", "SGLang is not installed for deploy.python."),
+    "SGD703": ("no-catalog-for-host-version", "The host runs an SGLang version with no bundled catalog."),
+    "SGD704": ("model-path-missing", "server.model_path has no config.json on the host."),
+    "SGD705": ("port-in-use", "Another process already listens on the server's port."),
+    "SGD706": ("no-gpus", "nvidia-smi is missing or lists no GPU."),
+    "SGD707": ("inventory-mismatch", "The host's GPUs or SGLang differ from what the inventory says."),
+}
+HOST_RULES = tuple(rule_id for rule_id in STRUCTURAL_RULES if rule_id.startswith("SGD7"))

@@ -1,0 +1,150 @@
+"""SGD2xx: speculative decoding (EAGLE family, NGRAM, DFLASH, ...)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sgdeploy.sglang.rule import Finding, LaunchContext
+from sgdeploy.sglang.rules.common import (
+    EAGLE_FAMILY,
+    SPECULATIVE_ALGORITHMS,
+    V1X,
+    V2X,
+    algorithm,
+    attention_dp,
+    server_field,
+)
+from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
+
+
+@rule("SGD201", "unknown-speculative-algorithm", ERROR, "speculative_algorithm must be a name SGLang knows.",
+      "use NEXTN for a model's built-in MTP head, or EAGLE / EAGLE3 / STANDALONE / NGRAM")
+def unknown_speculative_algorithm(ctx: LaunchContext) -> Iterator[Finding]:
+    value = ctx.raw_server.get("speculative_algorithm")
+    if not isinstance(value, str):
+        return
+    flag = ctx.catalog.get("speculative_algorithm")
+    known = [str(c) for c in flag.choices] if flag and flag.choices else list(SPECULATIVE_ALGORITHMS)
+    # 0.5.1x checks choices at argparse (exact case); 0.5.2x upper-cases first.
+    accepted = value in known if flag and flag.choices else value.upper() in known
+    if not accepted:
+        hint = "MTP is not an algorithm name: use NEXTN" if value.upper() == "MTP" else None
+        yield Finding("server.speculative_algorithm",
+                      f"unknown speculative algorithm '{value}' (SGLang {ctx.catalog.version} knows "
+                      f"{', '.join(known)})", hint)
+
+
+@rule("SGD202", "speculative-params-together", ERROR,
+      "speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens go together.",
+      "give speculative_num_steps and speculative_eagle_topk (and draft tokens), or none of them")
+def speculative_params_together(ctx: LaunchContext) -> Iterator[Finding]:
+    if algorithm(ctx) not in EAGLE_FAMILY or ctx.on("speculative_adaptive"):
+        return
+    steps, topk, draft = (ctx.given(n) for n in ("speculative_num_steps", "speculative_eagle_topk",
+                                                  "speculative_num_draft_tokens"))
+    if (topk or draft) and not steps:
+        given = "speculative_eagle_topk" if topk else "speculative_num_draft_tokens"
+        yield Finding(server_field(given), f"{given} is set without speculative_num_steps "
+                      "(SGLang fails with a bare AssertionError)")
+    elif steps and not topk:
+        yield Finding("server.speculative_num_steps", "speculative_num_steps is set without "
+                      "speculative_eagle_topk (SGLang crashes with a TypeError)")
+
+
+@rule("SGD203", "draft-tokens-adjusted", WARNING,
+      "With speculative_eagle_topk = 1 SGLang forces draft tokens to steps + 1.",
+      "set speculative_num_draft_tokens = speculative_num_steps + 1")
+def draft_tokens_adjusted(ctx: LaunchContext) -> Iterator[Finding]:
+    if algorithm(ctx) not in EAGLE_FAMILY:
+        return
+    steps, topk = ctx.get("speculative_num_steps"), ctx.get("speculative_eagle_topk")
+    draft = ctx.get("speculative_num_draft_tokens")
+    if topk == 1 and isinstance(steps, int) and isinstance(draft, int) and draft != steps + 1:
+        yield Finding("server.speculative_num_draft_tokens", f"speculative_num_draft_tokens = {draft} will be "
+                      f"silently changed to {steps + 1} (steps + 1, because topk is 1)",
+                      f"set speculative_num_draft_tokens = {steps + 1}")
+
+
+@rule("SGD204", "spec-v2-env-ignored", WARNING, "SGLANG_ENABLE_SPEC_V2 is not read by this SGLang version.",
+      "remove SGLANG_ENABLE_SPEC_V2; spec v2 is the only EAGLE path now", versions=V2X)
+def spec_v2_ignored(ctx: LaunchContext) -> Iterator[Finding]:
+    if "SGLANG_ENABLE_SPEC_V2" in ctx.env:
+        yield Finding("env.SGLANG_ENABLE_SPEC_V2", f"SGLANG_ENABLE_SPEC_V2 has no effect in SGLang "
+                      f"{ctx.catalog.version}: it is not read anywhere and gives no warning")
+
+
+@rule("SGD205", "spec-v1-overlap-off", WARNING,
+      "SGLANG_ENABLE_SPEC_V2=0 with EAGLE-family decoding turns the overlap scheduler off (spec v1).",
+      "set SGLANG_ENABLE_SPEC_V2 = \"1\" (or leave it unset) to keep the overlap scheduler", versions=V1X)
+def spec_v1_overlap_off(ctx: LaunchContext) -> Iterator[Finding]:
+    if algorithm(ctx) in EAGLE_FAMILY and ctx.env_true("SGLANG_ENABLE_SPEC_V2") is False:
+        yield Finding("env.SGLANG_ENABLE_SPEC_V2", "SGLANG_ENABLE_SPEC_V2 is false: SGLang will silently "
+                      "set disable_overlap_schedule = true (spec v1)")
+
+
+@rule("SGD206", "speculative-with-pp", ERROR, "Speculative decoding does not run with pipeline parallelism.",
+      "use pp_size = 1 with speculative decoding")
+def speculative_with_pp(ctx: LaunchContext) -> Iterator[Finding]:
+    if algorithm(ctx) and ctx.int("pp_size", 1) > 1 and ctx.get("disaggregation_mode") != "prefill":
+        yield Finding("server.pp_size", "pp_size > 1 with speculative decoding is refused "
+                      "('PP + speculative decoding is only supported on prefill nodes')")
+
+
+@rule("SGD207", "trtllm-mha-topk", ERROR, "The trtllm_mha attention backend supports only topk 1.",
+      "use speculative_eagle_topk = 1 or another attention backend")
+def trtllm_mha_topk(ctx: LaunchContext) -> Iterator[Finding]:
+    backends = {ctx.get(n) for n in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")}
+    topk = ctx.get("speculative_eagle_topk")
+    if algorithm(ctx) in EAGLE_FAMILY and "trtllm_mha" in backends and isinstance(topk, int) and topk > 1:
+        yield Finding("server.speculative_eagle_topk",
+                      "trtllm_mha backend only supports topk = 1 for speculative decoding")
+
+
+@rule("SGD208", "dflash-needs-draft-model", ERROR, "DFLASH needs speculative_draft_model_path.",
+      "set speculative_draft_model_path")
+def dflash_draft(ctx: LaunchContext) -> Iterator[Finding]:
+    if algorithm(ctx) == "DFLASH" and not ctx.get("speculative_draft_model_path"):
+        yield Finding("server.speculative_algorithm", "DFLASH speculative decoding requires setting "
+                      "speculative_draft_model_path")
+
+
+@rule("SGD209", "standalone-with-dp-attention", ERROR, "STANDALONE speculative decoding does not support DP attention.",
+      "turn DP attention off or use another algorithm")
+def standalone_dp(ctx: LaunchContext) -> Iterator[Finding]:
+    # Up to 0.5.21 SGLang checks the enable_dp_attention flag itself; from 0.5.22 the resolved
+    # attention-DP size, so enable_dp_attention with dp_size 1 passes there.
+    dp_attention = attention_dp(ctx) if ctx.has_flag("attn_dp_size") else ctx.on("enable_dp_attention")
+    if algorithm(ctx) in {"STANDALONE", "NGRAM"} and dp_attention:
+        yield Finding("server.speculative_algorithm", f"{algorithm(ctx)} speculative decoding does not "
+                      "support dp attention")
+
+
+@rule("SGD210", "topk-page-size-backend", ERROR,
+      "speculative_eagle_topk > 1 with page_size > 1 needs a backend that supports it.",
+      "use page_size = 1, topk = 1, or attention_backend flashinfer")
+def topk_page_size(ctx: LaunchContext) -> Iterator[Finding]:
+    topk, page = ctx.get("speculative_eagle_topk"), ctx.int("page_size", 1)
+    backend = ctx.get("attention_backend")
+    allowed = {"flashinfer", "fa3", "triton"} if ctx.version in V2X else {"flashinfer", "fa3"}
+    if (algorithm(ctx) in EAGLE_FAMILY and isinstance(topk, int) and topk > 1 and page > 1
+            and backend is not None and backend not in allowed):
+        yield Finding("server.page_size", f"speculative_eagle_topk > 1 with page_size > 1 is only supported on "
+                      f"{', '.join(sorted(allowed))}; got attention_backend = {backend}")
+
+
+@rule("SGD211", "mixed-chunk-off-with-speculative", WARNING,
+      "SGLang turns enable_mixed_chunk off for EAGLE-family speculative decoding.",
+      "remove enable_mixed_chunk")
+def mixed_chunk_off(ctx: LaunchContext) -> Iterator[Finding]:
+    if algorithm(ctx) in EAGLE_FAMILY and ctx.raw_server.get("enable_mixed_chunk") is True:
+        yield Finding("server.enable_mixed_chunk", "enable_mixed_chunk will be silently turned off for "
+                      "speculative decoding")
+
+
+@rule("SGD212", "max-running-requests-reset", WARNING,
+      "Without max_running_requests, speculative decoding caps it at 48.",
+      "set max_running_requests explicitly")
+def max_running_reset(ctx: LaunchContext) -> Iterator[Finding]:
+    if algorithm(ctx) and not ctx.given("max_running_requests"):
+        yield Finding("server.speculative_algorithm", "max_running_requests is unset: SGLang will set it to 48 "
+                      "for speculative decoding")
