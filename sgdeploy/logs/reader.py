@@ -1,0 +1,412 @@
+"""The reader: feeds each line through the stages and keeps the verdict."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sgdeploy.logs.incidents import (
+    _ARGPARSE,
+    _BAD_ARG_TYPES,
+    _CHAIN,
+    _CONTEXT_FRAMES,
+    _EXC_LINE,
+    _EXC_NAME,
+    _FAILURE_HINT,
+    _KIND_PRIORITY,
+    _MAX_INCIDENTS,
+    _MESSAGE_MAX,
+    _SCHED_DIED,
+    _SIGNATURE_TRIGGERS,
+    _TB_HEADER,
+    _TB_MAX_IDLE,
+    _WEAK,
+    FAILURE_RULES,
+    _Incident,
+    _Traceback,
+)
+from sgdeploy.logs.normalise import ParsedLine, strip_line
+from sgdeploy.logs.phases import (
+    _DIST_BEGIN,
+    _GRAPH_BEGIN,
+    _GRAPH_END,
+    _PHASE_ANYWHERE,
+    _PHASE_STARTS,
+    _SCHED_SUMMARY,
+    PHASE_RULES,
+    QUIET_STARTS,
+    _figures,
+)
+from sgdeploy.logs.report import Adjustment, Failure, LogEvent, LogReport, Phase
+from sgdeploy.logs.settings import (
+    _ADJUST_HINT,
+    _MISSING,
+    ADJUST_RULES,
+    FIELD_ALIASES,
+    FROM_GROUP,
+    _literal,
+    _same,
+    parse_server_args,
+    settings_changed,
+)
+
+
+class LogReader:
+    """Incremental SGLang log reader. Feed lines in order; ask for report() at any time."""
+
+    def __init__(
+        self, server: Mapping[str, Any] | None = None, sglang_version: str | None = None
+    ) -> None:
+        self.server: Mapping[str, Any] | None = server
+        self.sglang_version = sglang_version
+        self._n = 0
+        self._finished = False
+        self._first_t: str | None = None
+        self._primary: dict[str, Phase] = {}
+        self._any: dict[str, Phase] = {}
+        self._per_rank: dict[str, dict[str, int]] = {}
+        self._kv_tokens: int | None = None
+        self._sched_tokens: int | None = None
+        self._dump: dict[str, Any] | None = None
+        self._dump_line: int | None = None
+        self._adjust_lines: dict[str, Adjustment] = {}
+        self._capturing: set[str] = set()
+        self._weights_begun = False
+        self._tb: _Traceback | None = None
+        self._chain_until = 0  # a Traceback header up to this line continues the last incident
+        self._incidents: list[_Incident] = []
+        self._ready_line: int | None = None
+        self._last_failure: tuple[str, int] | None = None
+        self._emitted_adjust: set[str] = set()
+        self._progressed: set[str] = set()
+        self._tail: deque[tuple[int, str]] = deque(maxlen=_CONTEXT_FRAMES)
+
+    # -- public ---------------------------------------------------------------------------
+
+    def feed(self, line: str) -> list[LogEvent]:
+        """Read the next line; return the events it caused (usually none)."""
+        self._n += 1
+        events: list[LogEvent] = []
+        if self._finished:
+            return events
+        p = strip_line(line)
+        if p.text:
+            self._tail.append((self._n, p.text))
+        if p.t is not None and self._first_t is None:
+            self._first_t = p.t
+        if self._traceback(p, events) or p.text.startswith(QUIET_STARTS):
+            return events
+        # A graph "end" line is both a phase and the end of a capture window.
+        if self._progress(p, events) | self._phases(p, events):
+            return events
+        if p.level != "INFO":
+            self._adjustments(p, events)
+            self._signatures(p, events)
+        return events
+
+    def finish(self) -> list[LogEvent]:
+        """Mark the end of input; a log that never got ready nor failed becomes `incomplete`."""
+        if self._finished:
+            return []
+        self._finished = True
+        events: list[LogEvent] = []
+        self._emit_failure(events)
+        return events
+
+    def report(self) -> LogReport:
+        phases = tuple(sorted(self._chosen_phases().values(), key=lambda ph: ph.line))
+        return LogReport(
+            ready=self._ready_line is not None,
+            failure=self._failure(),
+            phases=phases,
+            kv_cache_tokens=self._kv_tokens if self._kv_tokens is not None else self._sched_tokens,
+            auto_adjusted=tuple(self._auto_adjusted()),
+            lines=self._n,
+            finished=self._finished,
+            started=self._first_t,
+            server_args=dict(self._dump) if self._dump is not None else None,
+        )
+
+    # -- phases and progress ----------------------------------------------------------------
+
+    def _chosen_phases(self) -> dict[str, Phase]:
+        chosen = dict(self._any)  # a phase only non-zero ranks reported (e.g. node_rank 1)
+        chosen.update(self._primary)
+        return {
+            name: Phase(ph.name, ph.line, ph.t, ph.rank, ph.figures, self._per_rank.get(name, {}))
+            for name, ph in chosen.items()
+        }
+
+    def _phases(self, p: ParsedLine, events: list[LogEvent]) -> bool:
+        text = p.text
+        if not text.startswith(_PHASE_STARTS):
+            for trigger in _PHASE_ANYWHERE:
+                if trigger in text:
+                    break
+            else:
+                return False
+        for rule in PHASE_RULES:
+            hit = rule.trigger in text if rule.anywhere else text.startswith(rule.trigger)
+            if hit and rule.pattern.search(text):
+                self._reach(rule.phase, p, events)
+                return True
+        if text.startswith("max_total_num_tokens="):
+            if self._sched_tokens is None:
+                sm = _SCHED_SUMMARY.search(text)
+                self._sched_tokens = int(sm.group(1)) if sm else None
+            return True
+        return False
+
+    def _reach(self, name: str, p: ParsedLine, events: list[LogEvent]) -> None:
+        rank = p.rank_label or ""
+        per_rank = self._per_rank.setdefault(name, {})
+        if rank in per_rank:
+            return
+        per_rank[rank] = self._n
+        if name == "args_parsed" and self._dump is None:
+            self._read_dump(p, events)
+        if name in self._primary or (not p.is_primary and name in self._any):
+            return
+        figures = _figures(p.text)
+        if name == "http_bound":
+            um = PHASE_RULES[7].pattern.search(p.text)
+            if um is not None:
+                figures["url"] = um.group("url")
+        phase = Phase(name, self._n, p.t, p.rank_label, figures)
+        if name not in self._any:
+            self._any[name] = phase
+        if not p.is_primary:
+            return
+        self._primary[name] = phase
+        if name == "kv_cache_allocated" and self._kv_tokens is None and "tokens" in figures:
+            self._kv_tokens = int(figures["tokens"])
+        if name == "ready":
+            self._ready_line = self._n
+        events.append(LogEvent("phase", name, self._n, p.t, phase.as_dict()))
+
+    def _progress(self, p: ParsedLine, events: list[LogEvent]) -> bool:
+        text = p.text
+        if text.startswith("Capture "):
+            bm = _GRAPH_BEGIN.match(text)
+            if bm is not None:
+                self._capturing.add(p.rank_label or "")
+                which = bm.group("which").strip() or "decode"
+                if p.is_primary:
+                    data = {"graph": which}
+                    events.append(LogEvent("progress", "graph_capture_begin", self._n, p.t, data))
+                return True
+            if _GRAPH_END.match(text):
+                self._capturing.discard(p.rank_label or "")
+                return True
+            return False
+        if text.startswith("Load weight begin"):
+            self._weights_begun = True
+            self._progress_once("weights_begin", p, events, _figures(text))
+            return True
+        if text.startswith("Init ") and _DIST_BEGIN.match(text):
+            self._progress_once("dist_init_begin", p, events, {})
+            return True
+        return False
+
+    def _progress_once(
+        self, name: str, p: ParsedLine, events: list[LogEvent], data: dict[str, Any]
+    ) -> None:
+        if p.is_primary and name not in self._progressed:
+            self._progressed.add(name)
+            events.append(LogEvent("progress", name, self._n, p.t, data))
+
+    # -- settings SGLang changed --------------------------------------------------------------
+
+    def _read_dump(self, p: ParsedLine, events: list[LogEvent]) -> None:
+        self._dump = parse_server_args(p.text)
+        self._dump_line = self._n
+        if self._dump is None:
+            return
+        for adj in self._dump_adjustments():
+            self._announce(adj, events)
+
+    def _adjustments(self, p: ParsedLine, events: list[LogEvent]) -> None:
+        text = p.text
+        if not _ADJUST_HINT.search(text):
+            return
+        for rule in ADJUST_RULES:
+            if rule.trigger not in text:
+                continue
+            m = rule.pattern.search(text)
+            if m is None:
+                continue
+            name = rule.field or FIELD_ALIASES.get(m.group("field"), m.group("field"))
+            if rule.value is FROM_GROUP:
+                raw = m.group("value")
+                value = _literal(raw)
+                value = raw if value is _MISSING else value
+            else:
+                value = rule.value
+            if name not in self._adjust_lines:
+                adj = Adjustment(name, value, text.strip()[:_MESSAGE_MAX], self._n)
+                self._adjust_lines[name] = adj
+                self._announce(self._resolved(adj), events)
+            return
+
+    def _announce(self, adj: Adjustment, events: list[LogEvent]) -> None:
+        if adj.field in self._emitted_adjust or self._profile_agrees(adj):
+            return
+        self._emitted_adjust.add(adj.field)
+        events.append(LogEvent("adjusted", adj.field, self._n, None, adj.as_dict()))
+
+    def _profile_agrees(self, adj: Adjustment) -> bool:
+        server = self.server or {}
+        return adj.field in server and _same(server[adj.field], adj.value)
+
+    def _resolved(self, adj: Adjustment) -> Adjustment:
+        """A line's adjustment with the value the dump shows, when the dump has the field."""
+        if self._dump is not None and adj.field in self._dump:
+            return Adjustment(adj.field, self._dump[adj.field], adj.reason, adj.line)
+        return adj
+
+    def _dump_adjustments(self) -> list[Adjustment]:
+        return settings_changed(self.server, self._dump or {}, "server_args dump", self._dump_line)
+
+    def _auto_adjusted(self) -> list[Adjustment]:
+        merged: dict[str, Adjustment] = {}
+        for adj in self._adjust_lines.values():
+            merged[adj.field] = self._resolved(adj)
+        if self._dump is not None:
+            for adj in self._dump_adjustments():
+                if adj.field not in merged:
+                    merged[adj.field] = adj
+        kept = [a for a in merged.values() if not self._profile_agrees(a)]
+        return sorted(kept, key=lambda a: a.line or 0)
+
+    # -- failures -----------------------------------------------------------------------------
+
+    def _traceback(self, p: ParsedLine, events: list[LogEvent]) -> bool:
+        """Follow tracebacks; True when the line belonged to one (frame or exception line)."""
+        text = p.text
+        if _TB_HEADER in text:
+            continued = self._incidents[-1] if self._n <= self._chain_until else None
+            self._tb = _Traceback(continued)
+            self._tb.frames.append((self._n, text.strip()))
+            return not p.prefixed  # a prefixed header line may still carry other news
+        tb = self._tb
+        if tb is None:
+            if _CHAIN.match(text) and self._incidents:
+                self._chain_until = self._n + 4
+                return True
+            return False
+        if text[:1] in (" ", "\t"):
+            tb.frames.append((self._n, text.rstrip()))
+            tb.idle = 0
+            return True
+        if p.prefixed or not text.strip():
+            return False  # another process's record, or a blank line, in between
+        m = _EXC_LINE.match(text)
+        if m is not None and _EXC_NAME.search(m.group("type").rsplit(".", 1)[-1]):
+            self._tb = None
+            self._exception(m.group("type"), (m.group("msg") or "").strip(), text, tb, events)
+            return True
+        tb.idle += 1
+        if tb.idle > _TB_MAX_IDLE:
+            self._tb = None
+        return False
+
+    def _exception(
+        self, etype: str, msg: str, text: str, tb: _Traceback, events: list[LogEvent]
+    ) -> None:
+        kind = self._classify(f"{etype}: {msg}", etype, msg)
+        entry = (self._n, text.strip()[:_MESSAGE_MAX])
+        incident = tb.incident
+        if incident is not None:  # a chained traceback: same root line, maybe a sharper kind
+            if _KIND_PRIORITY[kind] < _KIND_PRIORITY[incident.kind]:
+                incident.kind = kind
+            incident.context.append(entry)
+        else:
+            context = [*tb.frames, entry]
+            self._add(_Incident(self._n, kind, entry[1], context), events)
+        self._emit_failure(events)
+
+    def _classify(self, text: str, etype: str, msg: str) -> str:
+        if self._capturing:
+            return "graph_capture_failed"
+        for kind, pattern in FAILURE_RULES:
+            if pattern.search(text):
+                return kind
+        short = etype.rsplit(".", 1)[-1]
+        if short in _BAD_ARG_TYPES and not self._weights_begun:
+            return "bad_argument"
+        if short == "OSError" and not msg.startswith("[Errno"):
+            return "model_not_found"  # transformers' "can't find/load this model" errors
+        return "crash"
+
+    def _signatures(self, p: ParsedLine, events: list[LogEvent]) -> None:
+        text = p.text
+        if not _FAILURE_HINT.search(text):
+            return
+        if ": error: " in text:
+            am = _ARGPARSE.match(text)
+            if am is not None:
+                message = f"{am.group('prog')}: error: {am.group('msg')}"[:_MESSAGE_MAX]
+                self._add(_Incident(self._n, "bad_argument", message, [(self._n, text)]), events)
+                self._emit_failure(events)
+                return
+        if any(trigger in text for trigger in _SIGNATURE_TRIGGERS):
+            kind = self._classify(text, "", text)
+            if kind == "crash" and not _SCHED_DIED.search(text):
+                return
+            line = text.strip()[:_MESSAGE_MAX]
+            self._add(_Incident(self._n, kind, line, [(self._n, line)]), events)
+            self._emit_failure(events)
+            return
+        if _WEAK.search(text):
+            line = text.strip()[:_MESSAGE_MAX]
+            self._add(_Incident(self._n, "crash", line, [(self._n, line)], weak=True), events)
+            self._emit_failure(events)
+
+    def _add(self, incident: _Incident, events: list[LogEvent]) -> None:
+        if len(self._incidents) < _MAX_INCIDENTS:
+            self._incidents.append(incident)
+
+    def _failure(self) -> Failure | None:
+        after = self._ready_line or 0  # errors before ready did not stop the server
+        found = [i for i in self._incidents if i.line > after]
+        strong = [i for i in found if not i.weak]
+        pick: _Incident | None = None
+        if strong:
+            # A specific cause wins over a generic crash; an NCCL error only when it came first
+            # (ranks whose peer died report NCCL errors as a consequence).
+            specific = [i for i in strong if i.kind not in ("crash", "nccl_error")]
+            pick = strong[0] if strong[0].kind == "nccl_error" or not specific else specific[0]
+        elif found:
+            pick = found[0]
+        if pick is not None:
+            return Failure(pick.kind, pick.line, pick.message, tuple(pick.context[-8:]))
+        if self._finished and self._ready_line is None:
+            reached = [ph.name for ph in sorted(self._primary.values(), key=lambda ph: ph.line)]
+            last = f"last phase reached: {reached[-1]}" if reached else "no startup phase reached"
+            message = f"the log ends before the server was ready ({last})"
+            return Failure("incomplete", self._n, message, tuple(self._tail))
+        return None
+
+    def _emit_failure(self, events: list[LogEvent]) -> None:
+        failure = self._failure()
+        if failure is None:
+            return
+        key = (failure.kind, failure.line)
+        if key != self._last_failure:
+            self._last_failure = key
+            data = {**failure.as_dict(), "context": [list(c) for c in failure.context]}
+            events.append(LogEvent("failure", failure.kind, failure.line, None, data))
+
+
+def read_log(
+    lines: Iterable[str],
+    server: Mapping[str, Any] | None = None,
+    sglang_version: str | None = None,
+) -> LogReport:
+    """Read a whole log (file lines, or journal lines) and report on it."""
+    reader = LogReader(server, sglang_version)
+    for line in lines:
+        reader.feed(line)
+    reader.finish()
+    return reader.report()
