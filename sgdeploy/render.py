@@ -19,7 +19,15 @@ from sgdeploy import __version__
 from sgdeploy.profile import LoadedProfile, Profile
 from sgdeploy.sglang.catalog import Catalog, Flag
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+def _template_dir() -> Path:
+    """Where the unit template lies: inside the installed package, else the checkout's templates/."""
+    package = Path(__file__).resolve().parent
+    installed = package / "templates"
+    return installed if installed.is_dir() else package.parent / "templates"
+
+
+TEMPLATE_DIR = _template_dir()
 TEMPLATE_NAME = "sglang.service.j2"
 LAUNCH_MODULE = "sglang.launch_server"
 STOP_TIMEOUT_S = 120
