@@ -423,6 +423,49 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from sgdeploy.adopt import LaunchError, import_from_command, import_from_host, import_text
+    from sgdeploy.inventory import inventory_path
+    from sgdeploy.remote import RemoteError
+    from sgdeploy.validate import InventoryContext
+
+    inventory = InventoryContext.load(inventory_path(args.inventory))
+    try:
+        if args.command_text is not None or args.command_file:
+            text = args.command_text if args.command_text is not None else _read_text(args.command_file)
+            outcome = import_from_command(text, args.host, args.name, args.sglang, inventory)
+        else:
+            if not args.host:
+                raise UsageError("give HOST (an inventory host), or --command/--command-file")
+            if inventory.inventory is None or args.host not in inventory.inventory.hosts:
+                raise UsageError(f"{args.host} is not a host of {inventory.path}")
+            outcome = import_from_host(args.host, args.pid, args.unit, args.name, args.sglang, inventory)
+    except LaunchError as exc:
+        raise UsageError(str(exc)) from None
+    except RemoteError as exc:
+        _err(f"sgdeploy import: {exc}")
+        return EXIT_USAGE
+    result = outcome.result
+    if args.output:
+        if Path(args.output).exists() and not args.force:
+            raise UsageError(f"{args.output} exists; choose another --output or give --force")
+        Path(args.output).write_text(result.imported.text, encoding="utf-8")
+    else:
+        _out(result.imported.text)
+    _err(import_text(result, args.output or "the profile").rstrip("\n"))
+    for line in ([outcome.inventory_note] if outcome.inventory_note else []) + [
+            f"also running, not imported: {other}" for other in outcome.others]:
+        _err(line)
+    return EXIT_OK if result.validation.ok and result.imported.parsed.ok else EXIT_FAILED
+
+
+def _read_text(path: str) -> str:
+    try:
+        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+
+
 def _unit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profile", metavar="PROFILE", nargs="?", help="the profile (or give --host and --unit)")
     parser.add_argument("--host", metavar="H")
@@ -508,6 +551,21 @@ def build_parser() -> argparse.ArgumentParser:
     logcheck.add_argument("--inventory", metavar="FILE")
     logcheck.add_argument("--json", action="store_true", help="SPEC section 4's JSON document")
     logcheck.set_defaults(func=cmd_logcheck)
+
+    imp = sub.add_parser("import", help="write a profile that reproduces a running SGLang server")
+    imp.add_argument("host", metavar="HOST", nargs="?", help="the inventory host to read (or, with --command, "
+                     "the profile's deploy.host)")
+    imp.add_argument("--pid", type=int, metavar="N", help="the server to import, when several run")
+    imp.add_argument("--unit", metavar="U", help="import the server that this systemd unit runs")
+    imp.add_argument("--command", dest="command_text", metavar="TEXT",
+                     help="import this command line; no host is contacted")
+    imp.add_argument("--command-file", metavar="FILE", help="import the launch in this file (- for stdin)")
+    imp.add_argument("--name", metavar="UNIT", help="the profile's unit name (default: the owning unit or sglang)")
+    imp.add_argument("--sglang", metavar="VERSION", help="read the flags as this SGLang version does")
+    imp.add_argument("--output", "-o", metavar="FILE", help="write the profile here instead of stdout")
+    imp.add_argument("--force", action="store_true", help="overwrite --output")
+    imp.add_argument("--inventory", metavar="FILE")
+    imp.set_defaults(func=cmd_import)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of a profile")
     schema.add_argument("--sglang", metavar="VERSION", help="spell out [server] for this version")
