@@ -23,11 +23,15 @@ Each catalog is written to ``sgdeploy/sglang/catalogs/<version>.json.gz`` and th
 list of catalogs to ``sgdeploy/sglang/catalogs/index.json``. Output is sorted and
 gzip headers carry no timestamp, so reruns are byte-identical.
 
+Each release's check sites (the ``raise``/``assert``/warning/override places ``ServerArgs``
+reaches, read by ``scripts/check_sites.py``) go to ``catalogs/checks/<version>.json.gz``.
+
 Usage::
 
     python scripts/build_catalogs.py                 # every release 0.5.0 .. 0.5.23
     python scripts/build_catalogs.py 0.5.24          # add one release
     python scripts/build_catalogs.py --offline       # only use cached wheels
+    python scripts/build_catalogs.py --offline --checks-only   # only the check-site inventories
 """
 
 from __future__ import annotations
@@ -50,12 +54,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_sites import extract_check_sites
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = REPO_ROOT / ".cache" / "wheels"
 DEFAULT_OUT = REPO_ROOT / "sgdeploy" / "sglang" / "catalogs"
 REQUIRED_VERSIONS = ("0.5.11", "0.5.23")
 DEFAULT_RANGE = ("0.5.0", "0.5.23")
 SERVER_ARGS_PATH = "sglang/srt/server_args.py"
+CHECKS_SUBDIR = "checks"
 FIELDS_DIR = "sglang/srt/arg_groups/fields/"
 
 # argparse actions (as spelled in ``action="..."``) that consume no value.
@@ -1564,6 +1572,23 @@ def build_catalog(version: str, dist: Path) -> dict[str, Any]:
     }
 
 
+def build_check_sites(version: str, dist: Path, catalog: dict[str, Any]) -> dict[str, Any]:
+    """The check-site inventory of one release (docs/catalogs.md, "Check sites")."""
+    fields = {row["field"] for row in catalog["flags"]}
+    return {
+        "sglang_version": version,
+        "wheel": dist.name,
+        "sites": extract_check_sites(SourceTree(dist).files, fields),
+    }
+
+
+def write_check_sites(out_dir: Path, version: str, dist: Path, catalog: dict[str, Any]) -> int:
+    sites = build_check_sites(version, dist, catalog)
+    (out_dir / CHECKS_SUBDIR).mkdir(parents=True, exist_ok=True)
+    (out_dir / CHECKS_SUBDIR / catalog_file_name(version)).write_bytes(catalog_bytes(sites))
+    return len(sites["sites"])
+
+
 def catalog_bytes(catalog: dict[str, Any]) -> bytes:
     raw = json.dumps(catalog, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     buf = io.BytesIO()
@@ -1604,6 +1629,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--offline", action="store_true", help="never call pip; use the cached wheels only"
     )
+    parser.add_argument(
+        "--checks-only",
+        action="store_true",
+        help="rebuild only the check-site inventories (catalogs/checks/), from the catalogs on disk",
+    )
     args = parser.parse_args(argv)
 
     versions = list(args.versions)
@@ -1630,16 +1660,21 @@ def main(argv: list[str] | None = None) -> int:
     for version in versions:
         try:
             dist = download_dist(args.cache, version, args.offline)
-            catalog = build_catalog(version, dist)
+            if args.checks_only:
+                catalog_path = args.out / catalog_file_name(version)
+                catalog = json.loads(gzip.decompress(catalog_path.read_bytes()))
+            else:
+                catalog = build_catalog(version, dist)
+            n_sites = write_check_sites(args.out, version, dist, catalog)
         except Exception as exc:
             print(f"{version}: FAILED: {exc}")
             failed.append(version)
             continue
-        data = catalog_bytes(catalog)
-        (args.out / catalog_file_name(version)).write_bytes(data)
+        if not args.checks_only:
+            (args.out / catalog_file_name(version)).write_bytes(catalog_bytes(catalog))
         print(
-            f"{version}: {len(catalog['flags'])} flags, {len(catalog['fixups'])} fixups "
-            f"({dist.name})"
+            f"{version}: {len(catalog['flags'])} flags, {len(catalog['fixups'])} fixups, "
+            f"{n_sites} check sites ({dist.name})"
         )
     write_index(args.out)
     required_failed = [v for v in failed if v in REQUIRED_VERSIONS]
