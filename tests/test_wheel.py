@@ -77,7 +77,10 @@ def test_wheel_carries_the_templates_and_catalogs(installed: Installed) -> None:
     assert "sgdeploy/templates/sglang.service.j2" in names
     assert "sgdeploy/py.typed" in names
     catalogs = [n for n in names if n.startswith("sgdeploy/sglang/catalogs/")]
-    assert len(catalogs) == len(list((REPO / "sgdeploy" / "sglang" / "catalogs").iterdir()))
+    bundled = [p for p in (REPO / "sgdeploy" / "sglang" / "catalogs").rglob("*") if p.is_file()]
+    assert len(catalogs) == len(bundled)
+    assert "sgdeploy/sglang/catalogs/checks/0.5.23.json.gz" in names
+    assert "sgdeploy/sglang/data/check_sites.toml" in names
     metadata = zipfile.ZipFile(installed.wheel).read(
         next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: Apache-2.0" in metadata
