@@ -82,6 +82,35 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------- diff
+def cmd_diff(args: argparse.Namespace) -> int:
+    from sgdeploy import revisions
+    from sgdeploy.diff import diff_snapshots
+    from sgdeploy.diff_report import FORMATTERS
+    from sgdeploy.inventory import inventory_path
+
+    inventory = str(inventory_path(args.inventory))
+    try:
+        before, after = _diff_sides(args.revisions, inventory)
+    except revisions.RevisionError as exc:
+        raise UsageError(str(exc)) from None
+    _out(FORMATTERS[args.format](diff_snapshots(before, after)))
+    return EXIT_OK
+
+
+def _diff_sides(names: list[str], inventory: str) -> tuple[Any, Any]:
+    """BASE (vs the working tree), BASE HEAD (two git refs), or OLD.toml NEW.toml."""
+    from sgdeploy import revisions
+
+    if len(names) > 2:
+        raise UsageError("give at most two revisions (BASE [HEAD]) or two profile files")
+    if len(names) == 2 and all(Path(n).is_file() for n in names):
+        return revisions.one_file(names[0], inventory, key=names[1]), revisions.one_file(names[1], inventory)
+    base = names[0] if names else "HEAD"
+    head = revisions.at_ref(names[1], inventory) if len(names) == 2 else revisions.working_tree(inventory)
+    return revisions.at_ref(base, inventory), head
+
+
 # --------------------------------------------------------------------------- render
 def cmd_render(args: argparse.Namespace) -> int:
     from sgdeploy import report
@@ -486,6 +515,13 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--format", choices=["text", "json", "github"], default="text")
     validate.add_argument("--sglang", metavar="VERSION", help="validate against this SGLang version")
     validate.set_defaults(func=cmd_validate)
+
+    diff = sub.add_parser("diff", help="what a change does to each server: flags, env, findings, unit diff")
+    diff.add_argument("revisions", nargs="*", metavar="REV",
+                      help="BASE (compared with the working tree; default HEAD), BASE HEAD, or OLD.toml NEW.toml")
+    diff.add_argument("--inventory", metavar="FILE")
+    diff.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    diff.set_defaults(func=cmd_diff)
 
     render = sub.add_parser("render", help="print the systemd unit of a profile")
     render.add_argument("profile", metavar="PROFILE")

@@ -72,25 +72,42 @@ def validate_file(path: str, inventory: InventoryContext, sglang: str | None = N
     return validate_loaded(load_profile(path), inventory, sglang)
 
 
+@dataclass(frozen=True)
+class TargetVerdict:
+    """The verdict on a profile for one host of its target (host None: no inventory)."""
+
+    host: HostTarget | None
+    version: str | None
+    diagnostics: list[Diagnostic]
+
+
 def validate_loaded(loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None) -> ValidationResult:
     """Validate a profile already read, against every host of its target."""
-    result = ValidationResult(path=loaded.path, diagnostics=list(loaded.diagnostics))
-    if loaded.model is None:
-        return result
-    result.host = loaded.model.deploy.host
-    targets, found = _targets(loaded, inventory)
+    result = ValidationResult(path=loaded.path, host=loaded.model.deploy.host if loaded.model else None)
+    found, verdicts = verdicts_by_target(loaded, inventory, sglang)
     result.diagnostics.extend(found)
-    for target in targets:
-        version, found = _version_for(loaded, target, sglang)
-        result.diagnostics.extend(found)
-        if version is None:
-            continue
-        if version not in result.sglang_versions:
-            result.sglang_versions.append(version)
-        result.diagnostics.extend(check_launch(loaded, target, version, node_count=len(targets)
-                                               if inventory.inventory is not None else None))
+    for verdict in verdicts:
+        result.diagnostics.extend(verdict.diagnostics)
+        if verdict.version is not None and verdict.version not in result.sglang_versions:
+            result.sglang_versions.append(verdict.version)
     result.diagnostics = _unique(result.diagnostics)
     return result
+
+
+def verdicts_by_target(
+    loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None
+) -> tuple[list[Diagnostic], list[TargetVerdict]]:
+    """The profile's own findings (shape, target), then one verdict per host of its target."""
+    if loaded.model is None:
+        return list(loaded.diagnostics), []
+    targets, found = _targets(loaded, inventory)
+    verdicts = []
+    for target in targets:
+        version, about_version = _version_for(loaded, target, sglang)
+        launch = [] if version is None else check_launch(
+            loaded, target, version, node_count=len(targets) if inventory.inventory is not None else None)
+        verdicts.append(TargetVerdict(target, version, [*about_version, *launch]))
+    return [*loaded.diagnostics, *found], verdicts
 
 
 def check_launch(
