@@ -10,15 +10,10 @@ from typing import Any
 
 from sgdeploy.diagnostics import Diagnostic
 from sgdeploy.diff import Change, DiffResult, Launch, ProfileDiff, TargetDiff
+from sgdeploy.render import value_word
 from sgdeploy.report import finding_line
 
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return str(value)
+_value = value_word
 
 
 def _flag_words(change: Change, value: Any) -> str:

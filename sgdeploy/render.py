@@ -59,10 +59,11 @@ def flag_args(flag: Flag, value: Any) -> list[str]:
     if flag.value_kind == "json" and not isinstance(value, str):
         return [flag.option, json.dumps(value, sort_keys=True, ensure_ascii=False)]
     values = value if isinstance(value, list) else [value]
-    return [flag.option, *(_word(v) for v in values)]
+    return [flag.option, *(value_word(v) for v in values)]
 
 
-def _word(value: Any) -> str:
+def value_word(value: Any) -> str:
+    """One value as a command-line word: TOML booleans as true/false, tables and arrays as JSON."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict | list):
