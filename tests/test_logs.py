@@ -27,6 +27,7 @@ from sgdeploy.logs import (
 )
 
 CORPUS = Path(__file__).parent / "logs"
+NEW_FAILURE_FIELDS = ("confidence", "evidence", "consequences")
 EXPECTED: dict[str, dict[str, Any]] = json.loads((CORPUS / "expected.json").read_text())
 
 
@@ -75,7 +76,8 @@ def test_json_shape_is_specs(name: str) -> None:
     assert set(doc) == {"ready", "failure", "phases", "kv_cache_tokens", "auto_adjusted"}
     json.dumps(doc)
     if doc["failure"] is not None:
-        assert set(doc["failure"]) == {"kind", "line", "message"}
+        assert {"kind", "line", "message"} <= set(doc["failure"])
+        assert set(doc["failure"]) <= {"kind", "line", "message", *NEW_FAILURE_FIELDS}
         assert doc["failure"]["kind"] in FAILURE_KINDS
     for phase in doc["phases"]:
         assert {"name", "line", "t"} <= set(phase)

@@ -1,4 +1,14 @@
-"""Incidents: which error stopped the server, its kind and the line that states the cause."""
+"""Incidents: which error stopped the server, its kind, and the line that states the cause.
+
+One incident per exception chain and stream. Its root is the first exception of the chain;
+a native library's line printed just before it (NCCL WARN, NVSHMEM, gloo, `invalid device
+ordinal`) becomes the root when it is more specific than the Python error it caused. The kind
+comes from the message (FAILURE_RULES), then from the module that raised it (MODULE_RULES:
+server arguments, distributed init, memory pool, CUDA graph runner, transformers' config and
+the hub, the warm-up request), then from the type. Lines a dying server prints because
+something else failed first (FOLLOW_ON: `Rank 0 scheduler is dead`, the launcher's EOFError,
+uvicorn's lifespan error, sigquit) are consequences, used only when nothing else was found.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +17,10 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
+
+from sgdeploy.logs.normalise import ParsedLine
+from sgdeploy.logs.report import Failure
+from sgdeploy.logs.segment import MESSAGE_MAX, RawException, Traceback
 
 FAILURE_KINDS: Final[tuple[str, ...]] = (
     "cuda_oom",
@@ -20,20 +34,20 @@ FAILURE_KINDS: Final[tuple[str, ...]] = (
     "incomplete",
 )
 
-
-# --------------------------------------------------------------------------------------------
-# Failures. Checked in this order against an error's text; the first match names the kind.
-# Priority when several errors belong to one incident (a chained traceback): earlier wins.
-
+# Checked in this order against an error's text; the first match names the kind.
 FAILURE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "graph_capture_failed",
-        re.compile(r"(?:^|: )(?:Capture [\w ]{0,40}?graph failed|Piecewise CUDA Graph failed)"),
+        re.compile(
+            r"(?:^|: )(?:Capture [\w ]{0,40}?graph failed|Piecewise CUDA Graph failed)|"
+            r"operation not permitted when stream is capturing|cudaErrorStreamCapture"
+        ),
     ),
     (
         "kv_cache_oom",
         re.compile(
             r"Not enough memory\. Please try to increase --mem-fraction-static|"
+            r"Not enough memory to allocate KV cache|"
             r"Loaded weights leave no GPU memory for the KV cache"
         ),
     ),
@@ -47,8 +61,8 @@ FAILURE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "port_in_use",
         re.compile(
-            r"\[Errno 98\]|[Aa]ddress already in use|Port is already in use|"
-            r"is not available in \d+ seconds|is already in use\. When running multiple"
+            r"\[Errno 98\]|[Aa]ddress already in use|Port is already in use|EADDRINUSE|"
+            r"errno: 98|is not available in \d+ seconds|is already in use\. When running multiple"
         ),
     ),
     (
@@ -57,17 +71,61 @@ FAILURE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
             r"is not a local folder and is not a valid model identifier|"
             r"Repo id must be in the form|HFValidationError|RepositoryNotFoundError|"
             r"GatedRepoError|does not appear to have a file named|Incorrect path_or_model_id|"
-            r"Can't load (?:the )?(?:config|tokenizer)"
+            r"Can't load (?:the )?(?:config|tokenizer)|does not recognize this architecture|"
+            r"Unrecognized model in|couldn't connect to 'https://huggingface\.co|"
+            r"Model architectures? \[.*\] (?:is|are) not supported"
         ),
+    ),
+    (
+        "bad_argument",
+        # more GPUs asked for (tp x pp per node, base_gpu_id) than the host has
+        re.compile(r"invalid device ordinal"),
     ),
     (
         "nccl_error",
         re.compile(
             r"NCCL error|ProcessGroupNCCL|DistBackendError|DistNetworkError|DistStoreError|"
-            r"nccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error"
+            r"nccl(?:Internal|System|UnhandledCuda|InvalidUsage|Remote)Error|NCCL WARN|"
+            r"NVSHMEM|nvshmem|gloo/transport|\[Gloo\].*(?:closed|reset|fail)"
         ),
     ),
 )
+
+# Where the error was raised (frame paths and function names), for errors whose text says
+# nothing specific. An OOM raised while allocating the KV pool is a KV cache sizing problem.
+MODULE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+    (
+        "graph_capture_failed",
+        re.compile(r"cuda_graph_runner\.py|:capture_one_batch_size|:init_cuda_graphs|graph_runner\.py:capture"),
+    ),
+    ("kv_cache_oom", re.compile(r"memory_pool(?:_host)?\.py|:init_memory_pool|:profile_max_num_token")),
+    ("bad_argument", re.compile(r"server_args\.py|/argparse\.py|:prepare_server_args")),
+    (
+        "nccl_error",
+        re.compile(
+            r"parallel_state\.py|distributed_c10d\.py|:init_distributed_environment|pynccl|"
+            r"rendezvous\.py|deepep|nvshmem"
+        ),
+    ),
+    (
+        "model_not_found",
+        re.compile(
+            r"configuration_auto\.py|tokenization_auto\.py|huggingface_hub/|hf_transformers_utils\.py:get_config"
+        ),
+    ),
+)
+_WARMUP = re.compile(r":_wait_and_warmup|:_execute_server_warmup|warmup")
+_LIFESPAN = re.compile(r"starlette/routing\.py|:lifespan")
+
+# Errors that are a consequence of another failure, not a cause.
+FOLLOW_ON: Final = re.compile(
+    r"scheduler (?:is dead|died during initialization)|terminated with (?:exit code )?-?\d+|"
+    r"Application startup failed|Received sigquit from a child proces|"
+    r"Child process unexpectedly failed|exited with (?:exit )?code|^Killed$|"
+    r"Initialization failed|server launch failed"
+)
+_REFUSALS: Final = frozenset({"ValueError", "AssertionError", "ArgumentError", "ArgumentTypeError"})
+_FOLLOW_ON_TYPES: Final = frozenset({"EOFError", "BrokenPipeError", "ConnectionResetError"})
 
 _KIND_PRIORITY: Final[Mapping[str, int]] = {
     "graph_capture_failed": 0,
@@ -75,8 +133,8 @@ _KIND_PRIORITY: Final[Mapping[str, int]] = {
     "cuda_oom": 2,
     "port_in_use": 3,
     "model_not_found": 4,
-    "nccl_error": 5,
-    "bad_argument": 6,
+    "bad_argument": 5,
+    "nccl_error": 6,
     "crash": 7,
 }
 
@@ -92,52 +150,219 @@ _SIGNATURE_TRIGGERS: Final[tuple[str, ...]] = (
     "graph failed",
     "Graph failed",
     "NCCL error",
-    "scheduler died during initialization",
 )
-_SCHED_DIED = re.compile(r"scheduler died during initialization")
 _ARGPARSE = re.compile(
     r"^(?P<prog>sglang(?: serve)?|[\w.-]+\.py|python[\d.]* -m [\w.]+): error: (?P<msg>.+)$"
 )
-# Lines that say the server is going down without saying why; used only when nothing better.
-_WEAK = re.compile(
-    r"Received sigquit from a child proces|Initialization failed|^Killed$|"
-    r"Child process unexpectedly failed|exited with (?:exit )?code"
-)
-_BAD_ARG_TYPES: Final[frozenset[str]] = frozenset({"ValueError", "AssertionError"})
-
 _FAILURE_HINT = re.compile(
-    "|".join(re.escape(t) for t in (*_SIGNATURE_TRIGGERS, ": error: ")) + "|" + _WEAK.pattern
+    "|".join(re.escape(t) for t in (*_SIGNATURE_TRIGGERS, ": error: ")) + "|" + FOLLOW_ON.pattern
 )
-_TB_HEADER = "Traceback (most recent call last):"
-_CHAIN = re.compile(
-    r"^(?:During handling of the above exception, another exception occurred:|"
-    r"The above exception was the direct cause of the following exception:)"
-)
-_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:: (?P<msg>.*))?$")
-_EXC_NAME = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout)$")
 
-_TB_MAX_IDLE = 40  # non-frame lines after which a traceback without an exception line is dropped
-_CONTEXT_FRAMES = 4  # traceback lines kept before the exception line, for display
+# Native libraries' own error lines, printed before the Python exception they cause.
+_NATIVE = re.compile(
+    r"NCCL WARN|non-zero status: \d+|socket(?:Poll|Start)Connect|gloo/transport/tcp/pair\.cc|"
+    r"\bibv_\w+ failed|NVSHMEM API called before|invalid device ordinal|"
+    r"\[Gloo\].*(?:Connection closed|Connection reset|failed)"
+)
+_NATIVE_TRIGGERS: Final = ("NCCL WARN", "non-zero status", "socket", "gloo", "ibv_", "NVSHMEM", "ordinal", "Gloo")
+# Native lines that look alarming and are not: NCCL's INFO chatter, c10d's IPv6 fallback.
+_BENIGN = re.compile(
+    r"NCCL INFO|IPv6|errno: 97|Address family not supported|NET/Plugin|"
+    r"retrying|Setup Custom allreduce failed"
+)
+_PRECURSOR_WINDOW = 3000  # lines: how far back a native line may explain an exception
+
 _MAX_INCIDENTS = 64
-_MESSAGE_MAX = 400
-
-# --------------------------------------------------------------------------------------------
-# The reader.
+_MAX_EVIDENCE = 8
+CONTEXT_KEEP: Final = 8
 
 
 @dataclass
-class _Incident:
-    """One error: a traceback (chained ones merged) or a line that states a cause."""
+class Incident:
+    """One failure: an exception chain, a native library's error, or a line that states a cause."""
 
-    line: int  # the root-cause line
+    line: int  # the root line
     kind: str
     message: str
     context: list[tuple[int, str]]
-    weak: bool = False
+    t: str | None = None
+    strength: int = 2  # 2: an error; 1: a native library's line alone; 0: a consequence
+    evidence: list[tuple[int, str]] = field(default_factory=list)
+    absorbed: bool = False  # a native line another incident took as its root
 
 
-@dataclass
-class _Traceback:
-    incident: _Incident | None  # set when this traceback continues a chained one
-    frames: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=_CONTEXT_FRAMES))
-    idle: int = 0
+def kind_of(etype: str, msg: str, modules: list[str], capturing: bool) -> tuple[str, int]:
+    """(kind, strength) of an exception from its type, message and the frames that raised it."""
+    text = f"{etype}: {msg}" if etype else msg
+    short = etype.rsplit(".", 1)[-1]
+    where = " ".join(modules)
+    if short in _FOLLOW_ON_TYPES or FOLLOW_ON.search(text) or _LIFESPAN.search(where):
+        return "crash", 0
+    by_text = next((kind for kind, pattern in FAILURE_RULES if pattern.search(text)), None)
+    by_module = next((kind for kind, pattern in MODULE_RULES if pattern.search(where)), None)
+    if capturing or by_module == "graph_capture_failed":
+        return "graph_capture_failed", 2
+    if by_text == "cuda_oom" and by_module == "kv_cache_oom":
+        return "kv_cache_oom", 2
+    if by_text is not None:
+        return by_text, 2
+    if _WARMUP.search(where):
+        return "crash", 2  # the server was up; its warm-up request failed
+    if by_module == "bad_argument" and short not in _REFUSALS:
+        by_module = None  # a TypeError in argument handling is SGLang's bug, not a refusal
+    if by_module is not None and by_module != "kv_cache_oom":
+        return by_module, 2
+    if short == "OSError" and not msg.startswith("[Errno"):
+        return "model_not_found", 2  # transformers' "can't find/load this model" errors
+    return "crash", 2
+
+
+class IncidentBook:
+    """Collects incidents from exceptions, cause lines and native lines; picks the failure."""
+
+    def __init__(self) -> None:
+        self.incidents: list[Incident] = []
+        self._last: dict[str | None, Incident] = {}  # per stream: its latest exception incident
+        self._chain_until: dict[str | None, int] = {}
+        self._native: deque[tuple[int, str, str]] = deque(maxlen=16)  # (line, text, kind)
+
+    # -- input ------------------------------------------------------------------------------
+
+    def header(self, n: int, tb: Traceback) -> None:
+        if n <= self._chain_until.get(tb.stream, 0):
+            tb.continues = self._last.get(tb.stream)
+
+    def chain(self, n: int, stream: str | None) -> None:
+        if stream in self._last:
+            self._chain_until[stream] = n + 4
+
+    def frame(self, tb: Traceback, module: str) -> None:
+        """A frame of a chained traceback can sharpen the kind before its exception line."""
+        incident = tb.continues
+        if isinstance(incident, Incident) and incident.strength == 2:
+            for kind, pattern in MODULE_RULES:
+                if kind in ("graph_capture_failed", "nccl_error") and pattern.search(module):
+                    self._sharpen(incident, kind)
+
+    def exception(self, exc: RawException, capturing: bool) -> Incident:
+        tb = exc.tb
+        kind, strength = kind_of(exc.etype, exc.message, tb.modules, capturing)
+        entry = (exc.line, exc.text[:MESSAGE_MAX])
+        incident = tb.continues
+        if isinstance(incident, Incident):  # a chained traceback: same root, maybe a sharper kind
+            if strength == 2:
+                self._sharpen(incident, kind)
+            incident.context.append(entry)
+            return incident
+        incident = Incident(exc.line, kind, entry[1], [*tb.frames, entry], tb.t, strength)
+        if strength == 2:
+            self._adopt_native(incident)
+        self._add(incident)
+        self._last[tb.stream] = incident
+        return incident
+
+    def line(self, n: int, p: ParsedLine, t: str | None, capturing: bool) -> bool:
+        """A line outside any traceback; True when it stated a cause or a native error."""
+        text = p.text
+        if any(trigger in text for trigger in _NATIVE_TRIGGERS) and self._native_line(n, text, t):
+            return True
+        if not _FAILURE_HINT.search(text):
+            return False
+        line = text.strip()[:MESSAGE_MAX]
+        if ": error: " in text:
+            am = _ARGPARSE.match(text.strip())
+            if am is not None:
+                message = f"{am.group('prog')}: error: {am.group('msg')}"[:MESSAGE_MAX]
+                self._add(Incident(n, "bad_argument", message, [(n, line)], t))
+                return True
+        if FOLLOW_ON.search(text):
+            self._add(Incident(n, "crash", line, [(n, line)], t, strength=0))
+            return True
+        if any(trigger in text for trigger in _SIGNATURE_TRIGGERS):
+            kind, strength = kind_of("", text, [], capturing)
+            if kind != "crash":
+                incident = Incident(n, kind, line, [(n, line)], t, strength)
+                self._adopt_native(incident)
+                self._add(incident)
+                return True
+        return False
+
+    # -- verdict ----------------------------------------------------------------------------
+
+    def failure(self, after: int) -> Failure | None:
+        """The failure the incidents after line `after` (the ready line, or 0) point at."""
+        found = [i for i in self.incidents if i.line > after and not i.absorbed]
+        if not found:
+            return None
+        best = max(i.strength for i in found)
+        candidates = [i for i in found if i.strength == best]
+        if best == 2 and all(i.t for i in candidates):
+            candidates.sort(key=lambda i: (i.t or "", i.line))  # the first rank to fail, by time
+        pick = candidates[0]
+        if best == 2:
+            # A specific cause wins over a generic crash; an NCCL error only when it came first
+            # (ranks whose peer died report NCCL errors as a consequence).
+            specific = [i for i in candidates if i.kind not in ("crash", "nccl_error")]
+            if pick.kind != "nccl_error" and specific:
+                pick = specific[0]
+        others = sorted((i for i in found if i is not pick), key=lambda i: i.line)
+        consequences = tuple((i.line, i.message) for i in others[:_MAX_EVIDENCE])
+        return Failure(
+            pick.kind,
+            pick.line,
+            pick.message,
+            tuple(pick.context[-CONTEXT_KEEP:]),
+            evidence=tuple(pick.evidence[:_MAX_EVIDENCE]),
+            consequences=consequences,
+            confidence=_confidence(pick, candidates),
+        )
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _native_line(self, n: int, text: str, t: str | None) -> bool:
+        if _BENIGN.search(text) or not _NATIVE.search(text):
+            return False
+        line = text.strip()[:MESSAGE_MAX]
+        kind = "bad_argument" if "invalid device ordinal" in text else "nccl_error"
+        self._native.append((n, line, kind))
+        lone = next((i for i in reversed(self.incidents) if i.strength == 1), None)
+        if lone is not None and n - lone.line <= _PRECURSOR_WINDOW:
+            if len(lone.evidence) < _MAX_EVIDENCE:
+                lone.evidence.append((n, line))
+        else:
+            self._add(Incident(n, kind, line, [(n, line)], t, strength=1, evidence=[(n, line)]))
+        return True
+
+    def _adopt_native(self, incident: Incident) -> None:
+        """Name a native line printed just before as the root, when it is more specific."""
+        near = [nat for nat in self._native if incident.line - nat[0] <= _PRECURSOR_WINDOW]
+        if not near:
+            return
+        incident.evidence = [(ln, text) for ln, text, _ in near][:_MAX_EVIDENCE]
+        if incident.kind not in ("nccl_error", "crash"):
+            return
+        first_line, first_text, first_kind = near[0]
+        incident.evidence.append((incident.line, incident.message))
+        incident.line, incident.message, incident.kind = first_line, first_text, first_kind
+        for other in self.incidents:
+            if other.strength == 1 and other.line >= first_line:
+                other.absorbed = True
+
+    def _sharpen(self, incident: Incident, kind: str) -> None:
+        if _KIND_PRIORITY[kind] < _KIND_PRIORITY[incident.kind]:
+            incident.kind = kind
+
+    def _add(self, incident: Incident) -> None:
+        if len(self.incidents) < _MAX_INCIDENTS:
+            self.incidents.append(incident)
+
+
+def _confidence(pick: Incident, rivals: list[Incident]) -> str:
+    """high: a specific cause stated once; medium: a generic crash, a native line alone, or
+    several specific causes that disagree; low: only consequences were seen."""
+    if pick.strength == 0:
+        return "low"
+    if pick.strength == 1 or pick.kind == "crash":
+        return "medium"
+    kinds = {i.kind for i in rivals if i.kind not in ("crash", "nccl_error")}
+    return "high" if len(kinds) <= 1 else "medium"

@@ -1,33 +1,49 @@
-"""Normalise: one raw line -> ParsedLine, its journal, ANSI, SGLang and uvicorn prefixes off."""
+"""Normalise: one raw line -> ParsedLine, with the stack of prefixes around SGLang's record off.
+
+A line as an operator pastes it may carry, outermost first: ANSI colour, a journal or kubectl
+timestamp, a Python logging record of a launcher, a docker compose service (`svc-1  | `), a Ray
+actor (`(SGLangEngine pid=6680) `), torchrun's `[rank0]: `, then SGLang's own `[date time TPn]`
+and uvicorn's level word. The outer wrappers come in any order and are stripped until none is
+left; the one that names a process (compose service, Ray actor, torchrun rank) is the line's
+`stream`, so interleaved tracebacks of several processes can be told apart.
+"""
 
 from __future__ import annotations
 
 import re
 from typing import Literal, NamedTuple
 
-# --------------------------------------------------------------------------------------------
-# Line prefixes.
-
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\^\[\[[0-9;]*[A-Za-z]")
 _JOURNAL = re.compile(
     r"^(?:(?P<short>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)(?:\.\d+)?"
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?P<frac>\.\d+)?(?:[+-]\d\d:?\d\d|Z)?"
     r"|\d{9,}\.\d+)"
-    r" \S+ [^\s\[\]:]+(?:\[\d+\])?: ?"
+    r" [^\s\[]\S* [^\s\[\]:|]+(?:\[\d+\])?: ?"
 )
+# kubectl logs --timestamps, docker logs -t: an RFC 3339 stamp and a space.
+_STAMP = re.compile(r"^(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?P<frac>\.\d+)?(?:Z|[+-]\d\d:?\d\d)? ")
+# A launcher's Python logging record around SGLang's line: `2025-03-07 23:50:27,531 - x - INFO - `.
+_PYLOG = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d)[ T](?P<tm>\d\d:\d\d:\d\d)(?:[,.]\d+)?(?:[+-]\d\d:?\d\d)?"
+    r" - [\w.<>-]+ - (?:INFO|WARNING|ERROR|DEBUG|CRITICAL) - "
+)
+_COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9][\w.-]*)\s+\| ")
+_RAY = re.compile(r"^\((?P<actor>[\w.:-]+) pid=(?P<pid>\d+)(?:, ip=[\w.:-]+)?\)\s")
+_TORCHRUN = re.compile(r"^\[(?P<rank>(?:rank|default)\d+)\]:\s?")
 _SGLANG = re.compile(
-    r"^\[(?P<d>\d{4}-\d\d-\d\d) (?P<tm>\d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))?"
+    r"^\[(?:(?P<d>\d{4}-\d\d-\d\d) )?(?P<tm>\d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))?"
     r"(?P<ranks>(?: [A-Z][A-Z_]*\d+)*)(?: [a-z][\w-]*)?\] ?"
 )
 _SGLANG_ANYWHERE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 _RANK = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
 _UVICORN = re.compile(r"^(?P<lvl>INFO|WARNING|ERROR|DEBUG|CRITICAL|TRACE):\s+")
+_MAX_WRAPPERS = 6
 
 Source = Literal["sglang", "uvicorn", "plain"]
 
 
 class ParsedLine(NamedTuple):
-    """One log line without its journal, ANSI, SGLang and uvicorn decorations."""
+    """One log line without its wrappers, ANSI, SGLang and uvicorn decorations."""
 
     text: str  # the message; leading whitespace kept (traceback frames are indented)
     t: str | None = None  # ISO timestamp, "2026-05-12T00:01:11" (".123" with SGLANG_LOG_MS=1)
@@ -37,6 +53,7 @@ class ParsedLine(NamedTuple):
     source: Source = "plain"
     level: str | None = None  # uvicorn's level word, when it has one
     prefixed: bool = False  # carried an SGLang `[date time ...]` prefix
+    stream: str | None = None  # the process a wrapper named: compose service, Ray actor, rank
 
 
 _Ranks = tuple[tuple[tuple[str, int], ...], str | None, bool]
@@ -54,17 +71,51 @@ def _ranks(label: str) -> _Ranks:
     return info
 
 
+def _unwrap_once(line: str) -> tuple[str, str | None, str | None] | None:
+    """Strip one outer wrapper: (rest, timestamp, stream), or None when the line has none."""
+    c = line[:1]
+    if c == "[":
+        m = _TORCHRUN.match(line)
+        return (line[m.end() :], None, m.group("rank")) if m else None
+    if c == "(":
+        m = _RAY.match(line)
+        return (line[m.end() :], None, f"{m.group('actor')} pid={m.group('pid')}") if m else None
+    if c.isdigit():
+        jm = _JOURNAL.match(line)
+        if jm is not None:
+            t = jm.group("iso") + (jm.group("frac") or "") if jm.group("iso") else None
+            return line[jm.end() :], t, None
+        sm = _STAMP.match(line)
+        if sm is not None:
+            return line[sm.end() :], sm.group("iso") + (sm.group("frac") or ""), None
+        pm = _PYLOG.match(line) if " - " in line[:80] else None
+        if pm is not None:
+            return line[pm.end() :], f"{pm.group('d')}T{pm.group('tm')}", None
+    elif c.isalpha():
+        jm = _JOURNAL.match(line) if c.isupper() else None
+        if jm is not None:
+            return line[jm.end() :], None, None
+    if c.isalnum() and "|" in line[:64]:
+        cm = _COMPOSE.match(line)
+        if cm is not None:
+            return line[cm.end() :], None, cm.group("svc")
+    return None
+
+
 def strip_line(raw: str) -> ParsedLine:
-    """Parse one raw line (journal `short`, `short-iso`, `short-precise`, `cat`, or plain)."""
+    """Parse one raw line: outer wrappers, then SGLang's prefix, then uvicorn's level word."""
     line = raw.rstrip("\r\n")
     if "\x1b" in line or "^[[" in line:
         line = _ANSI.sub("", line)
     t: str | None = None
-    jm = _JOURNAL.match(line) if line[:1].isalnum() else None
-    if jm is not None:
-        if jm.group("iso"):
-            t = jm.group("iso") + (jm.group("frac") or "")
-        line = line[jm.end() :]
+    stream: str | None = None
+    for _ in range(_MAX_WRAPPERS):
+        un = _unwrap_once(line)
+        if un is None:
+            break
+        line, wt, ws = un
+        t = t or wt
+        stream = stream or ws
     if "\r" in line:  # tqdm redraws: keep what was on screen last
         parts = [p for p in line.split("\r") if p.strip()]
         line = parts[-1] if parts else ""
@@ -77,9 +128,8 @@ def strip_line(raw: str) -> ParsedLine:
     prefixed = False
     m = _SGLANG.match(line) if line[:1] == "[" else None
     if m is not None:
-        t = line[1:11] + "T" + line[12:20]
-        if m.group("ms"):
-            t += "." + m.group("ms")
+        if m.group("d"):
+            t = f"{m.group('d')}T{m.group('tm')}" + (f".{m.group('ms')}" if m.group("ms") else "")
         if m.group("ranks"):
             info = _ranks(m.group("ranks"))
         line = line[m.end() :]
@@ -89,4 +139,4 @@ def strip_line(raw: str) -> ParsedLine:
     if um is not None:
         level, source = um.group("lvl"), "uvicorn"
         line = line[um.end() :]
-    return ParsedLine(line, t, info[0], info[1], info[2], source, level, prefixed)
+    return ParsedLine(line, t, info[0], info[1], info[2], source, level, prefixed, stream)

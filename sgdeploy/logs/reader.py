@@ -6,26 +6,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sgdeploy.logs.incidents import (
-    _ARGPARSE,
-    _BAD_ARG_TYPES,
-    _CHAIN,
-    _CONTEXT_FRAMES,
-    _EXC_LINE,
-    _EXC_NAME,
-    _FAILURE_HINT,
-    _KIND_PRIORITY,
-    _MAX_INCIDENTS,
-    _MESSAGE_MAX,
-    _SCHED_DIED,
-    _SIGNATURE_TRIGGERS,
-    _TB_HEADER,
-    _TB_MAX_IDLE,
-    _WEAK,
-    FAILURE_RULES,
-    _Incident,
-    _Traceback,
-)
+from sgdeploy.logs.incidents import IncidentBook
 from sgdeploy.logs.normalise import ParsedLine, strip_line
 from sgdeploy.logs.phases import (
     _DIST_BEGIN,
@@ -39,6 +20,7 @@ from sgdeploy.logs.phases import (
     _figures,
 )
 from sgdeploy.logs.report import Adjustment, Failure, LogEvent, LogReport, Phase
+from sgdeploy.logs.segment import CONTEXT_FRAMES, MESSAGE_MAX, Segmenter
 from sgdeploy.logs.settings import (
     _ADJUST_HINT,
     _MISSING,
@@ -72,15 +54,14 @@ class LogReader:
         self._dump_line: int | None = None
         self._adjust_lines: dict[str, Adjustment] = {}
         self._capturing: set[str] = set()
-        self._weights_begun = False
-        self._tb: _Traceback | None = None
-        self._chain_until = 0  # a Traceback header up to this line continues the last incident
-        self._incidents: list[_Incident] = []
+        self._segmenter = Segmenter()
+        self._book = IncidentBook()
+        self._last_t: str | None = None
         self._ready_line: int | None = None
         self._last_failure: tuple[str, int] | None = None
         self._emitted_adjust: set[str] = set()
         self._progressed: set[str] = set()
-        self._tail: deque[tuple[int, str]] = deque(maxlen=_CONTEXT_FRAMES)
+        self._tail: deque[tuple[int, str]] = deque(maxlen=CONTEXT_FRAMES)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -93,8 +74,10 @@ class LogReader:
         p = strip_line(line)
         if p.text:
             self._tail.append((self._n, p.text))
-        if p.t is not None and self._first_t is None:
-            self._first_t = p.t
+        if p.t is not None:
+            self._last_t = p.t
+            if self._first_t is None:
+                self._first_t = p.t
         if self._traceback(p, events) or p.text.startswith(QUIET_STARTS):
             return events
         # A graph "end" line is both a phase and the end of a capture window.
@@ -201,7 +184,6 @@ class LogReader:
                 return True
             return False
         if text.startswith("Load weight begin"):
-            self._weights_begun = True
             self._progress_once("weights_begin", p, events, _figures(text))
             return True
         if text.startswith("Init ") and _DIST_BEGIN.match(text):
@@ -244,7 +226,7 @@ class LogReader:
             else:
                 value = rule.value
             if name not in self._adjust_lines:
-                adj = Adjustment(name, value, text.strip()[:_MESSAGE_MAX], self._n)
+                adj = Adjustment(name, value, text.strip()[:MESSAGE_MAX], self._n)
                 self._adjust_lines[name] = adj
                 self._announce(self._resolved(adj), events)
             return
@@ -282,105 +264,32 @@ class LogReader:
     # -- failures -----------------------------------------------------------------------------
 
     def _traceback(self, p: ParsedLine, events: list[LogEvent]) -> bool:
-        """Follow tracebacks; True when the line belonged to one (frame or exception line)."""
-        text = p.text
-        if _TB_HEADER in text:
-            continued = self._incidents[-1] if self._n <= self._chain_until else None
-            self._tb = _Traceback(continued)
-            self._tb.frames.append((self._n, text.strip()))
-            return not p.prefixed  # a prefixed header line may still carry other news
-        tb = self._tb
-        if tb is None:
-            if _CHAIN.match(text) and self._incidents:
-                self._chain_until = self._n + 4
-                return True
+        """Follow tracebacks; True when the line belonged to one (header, frame, exception)."""
+        step = self._segmenter.feed(self._n, p, self._last_t)
+        role = step.role
+        if not role:
             return False
-        if text[:1] in (" ", "\t"):
-            tb.frames.append((self._n, text.rstrip()))
-            tb.idle = 0
-            return True
-        if p.prefixed or not text.strip():
-            return False  # another process's record, or a blank line, in between
-        m = _EXC_LINE.match(text)
-        if m is not None and _EXC_NAME.search(m.group("type").rsplit(".", 1)[-1]):
-            self._tb = None
-            self._exception(m.group("type"), (m.group("msg") or "").strip(), text, tb, events)
-            return True
-        tb.idle += 1
-        if tb.idle > _TB_MAX_IDLE:
-            self._tb = None
-        return False
-
-    def _exception(
-        self, etype: str, msg: str, text: str, tb: _Traceback, events: list[LogEvent]
-    ) -> None:
-        kind = self._classify(f"{etype}: {msg}", etype, msg)
-        entry = (self._n, text.strip()[:_MESSAGE_MAX])
-        incident = tb.incident
-        if incident is not None:  # a chained traceback: same root line, maybe a sharper kind
-            if _KIND_PRIORITY[kind] < _KIND_PRIORITY[incident.kind]:
-                incident.kind = kind
-            incident.context.append(entry)
-        else:
-            context = [*tb.frames, entry]
-            self._add(_Incident(self._n, kind, entry[1], context), events)
-        self._emit_failure(events)
-
-    def _classify(self, text: str, etype: str, msg: str) -> str:
-        if self._capturing:
-            return "graph_capture_failed"
-        for kind, pattern in FAILURE_RULES:
-            if pattern.search(text):
-                return kind
-        short = etype.rsplit(".", 1)[-1]
-        if short in _BAD_ARG_TYPES and not self._weights_begun:
-            return "bad_argument"
-        if short == "OSError" and not msg.startswith("[Errno"):
-            return "model_not_found"  # transformers' "can't find/load this model" errors
-        return "crash"
+        book = self._book
+        if role == "header" and step.tb is not None:
+            book.header(self._n, step.tb)
+            return not p.prefixed  # a prefixed header line may still carry other news
+        if role == "frame" and step.tb is not None and step.module is not None:
+            book.frame(step.tb, step.module)
+        elif role == "chain":
+            book.chain(self._n, p.stream)
+        elif role == "exception" and step.exc is not None:
+            book.exception(step.exc, bool(self._capturing))
+            self._emit_failure(events)
+        return True
 
     def _signatures(self, p: ParsedLine, events: list[LogEvent]) -> None:
-        text = p.text
-        if not _FAILURE_HINT.search(text):
-            return
-        if ": error: " in text:
-            am = _ARGPARSE.match(text)
-            if am is not None:
-                message = f"{am.group('prog')}: error: {am.group('msg')}"[:_MESSAGE_MAX]
-                self._add(_Incident(self._n, "bad_argument", message, [(self._n, text)]), events)
-                self._emit_failure(events)
-                return
-        if any(trigger in text for trigger in _SIGNATURE_TRIGGERS):
-            kind = self._classify(text, "", text)
-            if kind == "crash" and not _SCHED_DIED.search(text):
-                return
-            line = text.strip()[:_MESSAGE_MAX]
-            self._add(_Incident(self._n, kind, line, [(self._n, line)]), events)
+        if self._book.line(self._n, p, p.t or self._last_t, bool(self._capturing)):
             self._emit_failure(events)
-            return
-        if _WEAK.search(text):
-            line = text.strip()[:_MESSAGE_MAX]
-            self._add(_Incident(self._n, "crash", line, [(self._n, line)], weak=True), events)
-            self._emit_failure(events)
-
-    def _add(self, incident: _Incident, events: list[LogEvent]) -> None:
-        if len(self._incidents) < _MAX_INCIDENTS:
-            self._incidents.append(incident)
 
     def _failure(self) -> Failure | None:
-        after = self._ready_line or 0  # errors before ready did not stop the server
-        found = [i for i in self._incidents if i.line > after]
-        strong = [i for i in found if not i.weak]
-        pick: _Incident | None = None
-        if strong:
-            # A specific cause wins over a generic crash; an NCCL error only when it came first
-            # (ranks whose peer died report NCCL errors as a consequence).
-            specific = [i for i in strong if i.kind not in ("crash", "nccl_error")]
-            pick = strong[0] if strong[0].kind == "nccl_error" or not specific else specific[0]
-        elif found:
-            pick = found[0]
-        if pick is not None:
-            return Failure(pick.kind, pick.line, pick.message, tuple(pick.context[-8:]))
+        failure = self._book.failure(self._ready_line or 0)  # errors before ready did not stop it
+        if failure is not None:
+            return failure
         if self._finished and self._ready_line is None:
             reached = [ph.name for ph in sorted(self._primary.values(), key=lambda ph: ph.line)]
             last = f"last phase reached: {reached[-1]}" if reached else "no startup phase reached"

@@ -46,13 +46,25 @@ class Phase:
 
 @dataclass(frozen=True)
 class Failure:
+    """Why the server did not come up (or went down): the root line and what surrounds it."""
+
     kind: str
-    line: int
-    message: str
+    line: int  # the root line: the line that states the cause
+    message: str  # its text
     context: tuple[tuple[int, str], ...] = ()  # (line, text): the lines that explain it
+    evidence: tuple[tuple[int, str], ...] = ()  # native lines behind it (NCCL WARN, NVSHMEM...)
+    consequences: tuple[tuple[int, str], ...] = ()  # later errors it caused, demoted
+    confidence: str = "low"  # high | medium | low
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "line": self.line, "message": self.message}
+        return {
+            "kind": self.kind,
+            "line": self.line,
+            "message": self.message,
+            "confidence": self.confidence,
+            "evidence": [[n, text] for n, text in self.evidence],
+            "consequences": [[n, text] for n, text in self.consequences],
+        }
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,130 @@
+"""Segment: follow Python tracebacks through a stream of normalised lines.
+
+Any `File "...", line N` line is a frame, whatever its indentation; a frame with no traceback
+open opens one (a log that starts mid-traceback, or whose header line was lost). The line right
+after a frame is the echoed source (`raise RuntimeError(f"NCCL error: ...")`) and is never taken
+for an error; caret lines (`^^^^`) neither. The first line that looks like `dotted.Name: message`
+closes the traceback. Tracebacks are kept per stream (the process a wrapper named), so ranks
+that print at once through docker compose or Ray do not mix; lines of other SGLang records in
+between do not end a traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Final, Literal, NamedTuple
+
+from sgdeploy.logs.normalise import ParsedLine
+
+TB_HEADER: Final = "Traceback (most recent call last):"
+CHAIN: Final = re.compile(
+    r"^(?:During handling of the above exception, another exception occurred:|"
+    r"The above exception was the direct cause of the following exception:)"
+)
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]*)", line \d+(?:, in (?P<func>[\w<>.]+))?')
+_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:: (?P<msg>.*))?$")
+_EXC_NAME = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Failure|Timeout)$")
+_CARETS = re.compile(r"^\s*[~^]+\s*$")
+_TB_MAX_IDLE = 40  # non-frame lines after which a traceback without an exception line is dropped
+CONTEXT_FRAMES: Final = 4  # traceback lines kept before the exception line, for display
+_MAX_MODULES = 48
+MESSAGE_MAX: Final = 400
+
+
+@dataclass
+class Traceback:
+    """A traceback being read."""
+
+    header: int  # the line that opened it (a header, or the first frame of an implicit one)
+    t: str | None
+    rank: str | None
+    stream: str | None
+    frames: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=CONTEXT_FRAMES))
+    modules: list[str] = field(default_factory=list)  # "path:function" of every frame
+    continues: object | None = None  # set by the incident stage: the incident this chains onto
+    expect_source: bool = False
+    idle: int = 0
+
+
+class RawException(NamedTuple):
+    """The exception line that closed a traceback."""
+
+    line: int
+    etype: str
+    message: str
+    text: str
+    tb: Traceback
+
+
+Role = Literal["", "header", "frame", "source", "chain", "exception"]
+
+
+class Step(NamedTuple):
+    role: Role
+    tb: Traceback | None = None
+    exc: RawException | None = None
+    module: str | None = None  # for a frame: its "path:function"
+
+
+_NOTHING: Final = Step("")
+
+
+def exception_line(text: str) -> tuple[str, str] | None:
+    """(type, message) when `text` is an exception line such as `torch.OutOfMemoryError: ...`."""
+    m = _EXC_LINE.match(text)
+    if m is None or not _EXC_NAME.search(m.group("type").rsplit(".", 1)[-1]):
+        return None
+    return m.group("type"), (m.group("msg") or "").strip()
+
+
+class Segmenter:
+    """Per-stream traceback state; feed() says what role a line plays."""
+
+    def __init__(self) -> None:
+        self._open: dict[str | None, Traceback] = {}
+
+    def feed(self, n: int, p: ParsedLine, last_t: str | None) -> Step:
+        text = p.text
+        if TB_HEADER in text:
+            tb = Traceback(n, p.t or last_t, p.rank_label, p.stream)
+            tb.frames.append((n, text.strip()))
+            self._open[p.stream] = tb
+            return Step("header", tb)
+        fm = _FRAME.match(text) if 'File "' in text[:40] else None
+        open_tb = self._open.get(p.stream)
+        if fm is not None:
+            if open_tb is None:  # frames without a header: an implicit traceback
+                open_tb = Traceback(n, p.t or last_t, p.rank_label, p.stream)
+                self._open[p.stream] = open_tb
+            tb = open_tb
+            module = f"{fm.group('path')}:{fm.group('func') or ''}"
+            tb.frames.append((n, text.rstrip()))
+            if len(tb.modules) < _MAX_MODULES:
+                tb.modules.append(module)
+            tb.expect_source, tb.idle = True, 0
+            return Step("frame", tb, module=module)
+        if open_tb is None:
+            return Step("chain") if text[:1] in "DT" and CHAIN.match(text) else _NOTHING
+        return self._inside(n, p, open_tb)
+
+    def _inside(self, n: int, p: ParsedLine, tb: Traceback) -> Step:
+        text = p.text
+        stripped = text.strip()
+        if not stripped or _CARETS.match(text):
+            return _NOTHING if not stripped else Step("source", tb)
+        if text[:1] in (" ", "\t"):
+            tb.expect_source = False
+            return Step("source", tb)
+        found = exception_line(stripped) if not p.prefixed else None
+        if found is not None:
+            del self._open[p.stream]
+            return Step("exception", tb, RawException(n, found[0], found[1], stripped, tb))
+        if tb.expect_source and not p.prefixed:  # frames that lost their indentation
+            tb.expect_source = False
+            return Step("source", tb)
+        tb.idle += 1
+        if tb.idle > _TB_MAX_IDLE:
+            del self._open[p.stream]
+        return _NOTHING

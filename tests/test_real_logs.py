@@ -1,0 +1,52 @@
+"""The log reader against real SGLang logs pasted into public issues (tests/fixtures/logs/).
+
+index.json gives, for each file, where it was published, the SGLang version when stated, and
+the expected verdict, failure kind and root line (an honest reading of the log; `debatable`
+marks labels one could argue). Each log is read as a whole and line by line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sgdeploy.logs import FAILURE_KINDS, LogReader, read_log
+
+CORPUS = Path(__file__).parent / "fixtures" / "logs"
+INDEX: list[dict[str, Any]] = json.loads((CORPUS / "index.json").read_text(encoding="utf-8"))
+
+
+def lines(name: str) -> list[str]:
+    return (CORPUS / name).read_text(encoding="utf-8").splitlines()
+
+
+def test_index_lists_every_log_once_with_its_source() -> None:
+    names = [e["file"] for e in INDEX]
+    assert sorted(names) == sorted(p.name for p in CORPUS.glob("*.log"))
+    assert len(set(names)) == len(names)
+    for e in INDEX:
+        assert e["source"].startswith("https://github.com/"), e["file"]
+        assert e["kind"] is None or e["kind"] in FAILURE_KINDS, e["file"]
+        assert lines(e["file"])[e["root_line"] - 1].strip().startswith(e["root_text"][:60])
+
+
+@pytest.mark.parametrize("entry", INDEX, ids=[e["file"] for e in INDEX])
+def test_real_log(entry: dict[str, Any]) -> None:
+    report = read_log(lines(entry["file"]), None, entry.get("sglang_version"))
+    failure = report.failure
+    assert report.ready is entry["ready"]
+    got = (failure.kind, failure.line) if failure else (None, None)
+    assert got == (entry["kind"], entry["root_line"]), failure and failure.message
+    json.dumps(report.as_json())
+
+
+@pytest.mark.parametrize("entry", INDEX, ids=[e["file"] for e in INDEX])
+def test_real_log_read_live_gives_the_same_report(entry: dict[str, Any]) -> None:
+    reader = LogReader()
+    for line in lines(entry["file"]):
+        reader.feed(line)
+    reader.finish()
+    assert reader.report() == read_log(lines(entry["file"]))
