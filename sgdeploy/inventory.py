@@ -18,21 +18,33 @@ ComputeCapability = Annotated[str, StringConstraints(pattern=r"^\d{1,2}\.\d$")]
 
 
 class HostEntry(BaseModel):
-    """`[hosts.NAME]`: how to reach a GPU host and what it has."""
+    """`[hosts.NAME]`: how to reach a GPU host and what it has.
+
+    `address` may be an alias of the SSH configuration; the connection settings left unset
+    (None) come from it (see sgdeploy/sshconfig.py), those set here win.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     address: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9_.:-]+$")
-    port: int = Field(default=22, ge=1, le=65535)
+    port: int | None = Field(default=None, ge=1, le=65535)
     user: str | None = None
     identity_file: str | None = None
     known_hosts: str | None = None
-    strict_host_key_checking: bool = True
+    strict_host_key_checking: bool | None = None
+    proxy_jump: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:@\[\],-]+$")
+    ssh_config: str | None = None
     gpu: str | None = None
     compute_capability: ComputeCapability | None = None
     gpu_count: int | None = Field(default=None, ge=1, le=1024)
     gpu_memory_gib: float | None = Field(default=None, gt=0)
     sglang_version: str | None = None
+
+    def ssh_overrides(self) -> dict[str, object]:
+        """The connection settings this entry sets, by sshconfig.resolve's names."""
+        return {"port": self.port, "user": self.user, "identity_file": self.identity_file,
+                "known_hosts": self.known_hosts, "strict_host_key_checking": self.strict_host_key_checking,
+                "proxy_jump": self.proxy_jump}
 
 
 HostName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
@@ -41,6 +53,7 @@ HostName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]
 class Inventory(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    ssh_config: str | None = None  # the SSH configuration of every host that names none
     hosts: dict[HostName, HostEntry] = Field(default_factory=dict)
     groups: dict[HostName, list[str]] = Field(default_factory=dict)
 
@@ -110,4 +123,17 @@ def inventory_path(explicit: str | None) -> Path:
 
 
 def load_inventory(path: str | Path) -> TomlDocument[Inventory]:
-    return read_toml(path, Inventory)
+    document = read_toml(path, Inventory)
+    if document.model is not None:
+        _place_ssh_configs(document.model, Path(path).parent)
+    return document
+
+
+def _place_ssh_configs(inventory: Inventory, folder: Path) -> None:
+    """Each host's `ssh_config`: its own or the inventory's, a relative path read from the
+    inventory's folder (`~` stays for the connection to expand)."""
+    for entry in inventory.hosts.values():
+        chosen = entry.ssh_config or inventory.ssh_config
+        if chosen and not chosen.startswith("~") and not os.path.isabs(chosen):
+            chosen = str(folder / chosen)
+        entry.ssh_config = chosen

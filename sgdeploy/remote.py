@@ -1,10 +1,12 @@
-"""The one module that talks to a host: an SSH connection (Fabric/Paramiko) and what runs over it.
+"""The one module that talks to a host: an SSH connection (Paramiko) and what runs over it.
 
-Everything sgdeploy does on a host goes through `RemoteHost`: commands, atomic file writes,
-a streaming command (journal follower), a lock held by an open channel, and HTTP requests to
-the server's port on the host's loopback through the SSH transport (like `ssh -L`), so the
-server never has to listen beyond the host. It counts connections and commands for the
-benchmarks.
+The connection is made the way `ssh` makes it: settings from the inventory, then the user's SSH
+configuration (sgdeploy/sshconfig.py resolves them), through each `ProxyJump` hop or a
+`ProxyCommand`, each host key checked against that host's own name. Everything sgdeploy does on
+a host goes through `RemoteHost`: commands, atomic file writes, a streaming command (journal
+follower), a lock held by an open channel, and HTTP requests to the server's port on the host's
+loopback through the SSH transport (like `ssh -L`), so the server never has to listen beyond the
+host. It counts connections and commands for the benchmarks.
 """
 
 from __future__ import annotations
@@ -19,17 +21,18 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import paramiko
-from fabric import Connection
 
+from sgdeploy import sshconfig
 from sgdeploy.inventory import HostEntry
+from sgdeploy.sshconfig import SshTarget
 
 CONNECT_TIMEOUT_S = 10.0
 COMMAND_TIMEOUT_S = 120.0
+KEEPALIVE_S = 15
 
 
 class RemoteError(Exception):
@@ -93,66 +96,115 @@ class RemoteHost:
         self.entry = entry
         self.connect_timeout = connect_timeout
         self.stats = RemoteStats()
-        self._conn: Connection | None = None
+        self.route: list[SshTarget] = []  # the hosts connected through, ending with this one
+        self._clients: list[paramiko.SSHClient] = []  # one per hop of the route
 
     # -- connection ---------------------------------------------------------------------
-    def _known_hosts(self) -> Path:
-        return Path(os.path.expanduser(self.entry.known_hosts or "~/.ssh/known_hosts"))
-
     def connect(self) -> RemoteHost:
-        connect_kwargs: dict[str, Any] = {"banner_timeout": self.connect_timeout,
-                                          "auth_timeout": self.connect_timeout,
-                                          "look_for_keys": self.entry.identity_file is None}
-        if self.entry.identity_file:
-            connect_kwargs["key_filename"] = [os.path.expanduser(self.entry.identity_file)]
-        conn = Connection(host=self.entry.address, user=self.entry.user or "root", port=self.entry.port,
-                          connect_timeout=self.connect_timeout, connect_kwargs=connect_kwargs)
-        client: paramiko.SSHClient = conn.client
-        if self.entry.strict_host_key_checking:
-            # Fabric's default policy adds unknown keys silently; a deploy tool must refuse them.
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
-            known = self._known_hosts()
-            if known.exists():
-                client.load_host_keys(str(known))
-        else:
-            client.set_missing_host_key_policy(paramiko.WarningPolicy())
+        """Connect the way `ssh` would (see sgdeploy/sshconfig.py), through each ProxyJump hop."""
         try:
-            conn.open()
-        except paramiko.BadHostKeyException as exc:
-            raise ConnectError(f"{self.name}: the host key of {self.entry.address} CHANGED "
-                               f"(known_hosts: {self._known_hosts()}); refusing to connect") from exc
-        except paramiko.SSHException as exc:
-            if "not found in known_hosts" in str(exc):
-                raise ConnectError(f"{self.name}: host key of {self.entry.address}:{self.entry.port} is not in "
-                                   f"{self._known_hosts()}; add it (ssh-keyscan) or set "
-                                   "strict_host_key_checking = false for this host") from exc
-            raise ConnectError(f"{self.name}: SSH to {self.entry.address}:{self.entry.port} failed: {exc}") from exc
-        except (OSError, EOFError) as exc:
-            raise ConnectError(f"{self.name}: cannot connect to {self.entry.address}:{self.entry.port}: "
-                               f"{exc}") from exc
-        transport = client.get_transport()
+            chain = sshconfig.for_host(self.name, self.entry)
+        except sshconfig.SshConfigError as exc:
+            raise ConnectError(f"{self.name}: {exc}") from exc
+        clients: list[paramiko.SSHClient] = []
+        try:
+            for i, hop in enumerate(chain):
+                via = chain[i - 1] if i else None
+                clients.append(self._open(hop, self._socket(hop, via, clients[-1] if clients else None), via))
+        except BaseException:
+            for client in reversed(clients):
+                client.close()
+            raise
+        final = chain[-1]
+        transport = clients[-1].get_transport()
         if transport is not None:
-            transport.set_keepalive(15)
-        self._conn = conn
+            transport.set_keepalive(final.server_alive_interval or KEEPALIVE_S)
+        self.route = chain
+        self._clients = clients
         self.stats.connections += 1
         return self
 
+    def _socket(self, hop: SshTarget, via: SshTarget | None, through: paramiko.SSHClient | None) -> Any:
+        """How to reach `hop`: a channel through the previous hop, its ProxyCommand, or None (TCP)."""
+        where = f"{hop.hostname}:{hop.port}"
+        if through is not None and via is not None:
+            transport = through.get_transport()
+            try:
+                assert transport is not None
+                return transport.open_channel("direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0),
+                                              timeout=self._timeout(hop))
+            except (paramiko.SSHException, EOFError, OSError, AssertionError) as exc:
+                raise ConnectError(f"{self.name}: the bastion {via.alias} cannot reach {where}: "
+                                   f"{str(exc) or type(exc).__name__}") from exc
+        if hop.proxy_command:
+            try:
+                return paramiko.ProxyCommand(hop.proxy_command)
+            except (paramiko.SSHException, OSError) as exc:
+                raise ConnectError(f"{self.name}: ProxyCommand for {hop.alias} failed: {exc}") from exc
+        return None
+
+    def _timeout(self, hop: SshTarget) -> float:
+        return hop.connect_timeout or self.connect_timeout
+
+    def _open(self, hop: SshTarget, sock: Any, via: SshTarget | None) -> paramiko.SSHClient:
+        """Log in to one hop, its host key checked against its own name in its known_hosts files."""
+        client = paramiko.SSHClient()
+        known = _load_known_hosts(client, hop)
+        client.set_missing_host_key_policy(_host_key_policy(hop))
+        where = f"{hop.hostname}:{hop.port}" + (f" (through {via.alias})" if via else "")
+        keys = [f for f in hop.identity_files if os.path.isfile(f)]
+        timeout = self._timeout(hop)
+        try:
+            client.connect(hop.hostname, port=hop.port, username=hop.user, key_filename=keys or None,
+                           look_for_keys=False, allow_agent=hop.identity_agent != "none", timeout=timeout,
+                           banner_timeout=timeout, auth_timeout=timeout, sock=sock)
+        except paramiko.BadHostKeyException as exc:
+            raise ConnectError(f"{self.name}: the host key of {where} CHANGED: it differs from the one for "
+                               f"'{_key_name(hop)}' in {_files(known)}; refusing to connect") from exc
+        except paramiko.AuthenticationException as exc:
+            raise ConnectError(self._auth_failed(hop, where, keys, exc)) from exc
+        except paramiko.SSHException as exc:
+            if "not found in known_hosts" in str(exc):
+                raise ConnectError(f"{self.name}: the host key of {where} is unknown: no entry for "
+                                   f"'{_key_name(hop)}' in {_files(known) or ' or '.join(hop.known_hosts)}; "
+                                   "check it and add it there (ssh-keyscan), or set "
+                                   "strict_host_key_checking = false for this host") from exc
+            raise ConnectError(f"{self.name}: SSH to {where} failed: {exc}") from exc
+        except (OSError, EOFError) as exc:
+            raise ConnectError(f"{self.name}: cannot connect to {where}: {str(exc) or type(exc).__name__}") from exc
+        return client
+
+    def _auth_failed(self, hop: SshTarget, where: str, keys: list[str], exc: Exception) -> str:
+        """Why no key was accepted, naming the identity files (never a passphrase prompt)."""
+        locked = [k for k in keys if sshconfig.encrypted_key(k)]
+        agent = hop.identity_agent != "none" and bool(os.environ.get("SSH_AUTH_SOCK"))
+        if locked:
+            held = "the SSH agent does not hold it" if agent else "no SSH agent is running (SSH_AUTH_SOCK)"
+            return (f"{self.name}: cannot log in to {hop.user}@{where}: the identity file {', '.join(locked)} "
+                    f"is protected by a passphrase and {held}; load it with `ssh-add {locked[0]}` "
+                    "(sgdeploy never asks for a passphrase)")
+        missing = [f for f in hop.identity_files if f not in keys] if hop.identity_files_set else []
+        offered = ", ".join(keys) or "none"
+        return (f"{self.name}: {hop.user}@{where} refused every key offered (identity files: {offered}"
+                f"{'; missing: ' + ', '.join(missing) if missing else ''}; SSH agent: "
+                f"{'yes' if agent else 'no'}): {exc}")
+
     def __enter__(self) -> RemoteHost:
-        return self.connect() if self._conn is None else self
+        return self.connect() if not self._clients else self
 
     def __exit__(self, *exc: object | TracebackType | None) -> None:
         self.close()
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        for client in reversed(self._clients):
+            client.close()
+        self._clients = []
 
     @property
     def _transport(self) -> paramiko.Transport:
-        if self._conn is None:
+        if not self._clients:
             raise ConnectionLost(f"{self.name}: not connected")
-        transport = self._conn.client.get_transport()
+        transport = self._clients[-1].get_transport()
         if transport is None or not transport.is_active():
             raise ConnectionLost(f"{self.name}: the SSH connection dropped")
         return transport
@@ -397,6 +449,50 @@ class HeldCommand:
             except (OSError, EOFError, paramiko.SSHException):
                 pass
             self.channel = None
+
+
+class _AcceptNew(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
+    """`StrictHostKeyChecking accept-new`: record an unknown key in the first known_hosts file
+    (appended: the file's other lines, hashed or not, stay as they are); a changed key is still
+    refused."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
+        with open(self.path, "a", encoding="ascii") as handle:
+            handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+def _host_key_policy(hop: SshTarget) -> paramiko.MissingHostKeyPolicy:
+    if hop.strict_host_key_checking == "accept-new":
+        return _AcceptNew(hop.known_hosts[0])
+    if hop.strict_host_key_checking == "no":
+        return paramiko.WarningPolicy()
+    return paramiko.RejectPolicy()  # Paramiko's own default adds unknown keys silently
+
+
+def _load_known_hosts(client: paramiko.SSHClient, hop: SshTarget) -> list[str]:
+    """Load the hop's known_hosts files (hashed entries and `[host]:port` included); the ones read."""
+    read = []
+    for path in (*hop.known_hosts, *hop.global_known_hosts):
+        if os.path.isfile(path):
+            try:
+                client.get_host_keys().load(path)
+            except (OSError, paramiko.SSHException) as exc:
+                raise ConnectError(f"{hop.alias}: cannot read known_hosts file {path}: {exc}") from exc
+            read.append(path)
+    return read
+
+
+def _key_name(hop: SshTarget) -> str:
+    """The name a host key is looked up by, as ssh writes it in known_hosts."""
+    return hop.hostname if hop.port == 22 else f"[{hop.hostname}]:{hop.port}"
+
+
+def _files(paths: list[str]) -> str:
+    return ", ".join(paths)
 
 
 def _dropped(name: str, exc: BaseException) -> ConnectionLost:
