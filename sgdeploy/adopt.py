@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sgdeploy.diagnostics import Diagnostic, Severity
+from sgdeploy.plan import Takeover
 from sgdeploy.profile import ENV_NAME, UNIT_NAME
 from sgdeploy.sglang.argv import ArgvFinding, ParsedArgv, parse_server_argv
 from sgdeploy.sglang.catalog import Catalog
@@ -477,10 +479,10 @@ def choose_server(found: Any, name: str, pid: int | None, unit: str | None) -> A
     if unit and not found.unit_pid:
         raise LaunchError(f"{unit} is not running on {name}: import it while it runs, or give its ExecStart= "
                           "with --command")
-    servers = found.servers
+    servers = [s for s in found.servers if pid or unit or _launches(s)]
     if pid or unit:
         wanted = pid or found.unit_pid
-        servers = [s for s in servers if s.process.pid == wanted or wanted in s.children]
+        servers = [s for s in servers if (s.process.pid == wanted or wanted in s.children) and _launches(s)]
         if not servers:
             raise LaunchError(f"pid {wanted} on {name} is no SGLang server (or it exited during the import)")
     if not servers:
@@ -490,6 +492,14 @@ def choose_server(found: Any, name: str, pid: int | None, unit: str | None) -> A
         raise LaunchError(f"{len(servers)} SGLang servers run on {name}; choose one with --pid:\n"
                           + "\n".join(f"  {describe(s)}" for s in servers))
     return servers[0]
+
+
+def _launches(server: Any) -> bool:
+    try:
+        split_launch(server.process.argv)
+    except LaunchError:
+        return False
+    return True
 
 
 def describe(server: Any) -> str:
@@ -531,6 +541,19 @@ def _inventory_entry(inventory: Any, host: str | None) -> Any:
     return model.hosts.get(host) if model is not None and host else None
 
 
+def _same_fact(key: str, declared: Any, seen: Any) -> bool:
+    from sgdeploy.facts import gpu_model_for
+
+    if declared is None:
+        return False
+    if key == "gpu":
+        model = gpu_model_for(str(declared))
+        return model is not None and model == gpu_model_for(str(seen))
+    if key == "gpu_memory_gib":
+        return abs(float(declared) - float(seen)) <= 1
+    return str(declared) == str(seen)
+
+
 def inventory_note(name: str, entry: Any, found: Any, version: str | None) -> str:
     """The host as observed, against its inventory entry: what to change, or nothing."""
     seen: dict[str, Any] = {}
@@ -546,8 +569,50 @@ def inventory_note(name: str, entry: Any, found: Any, version: str | None) -> st
         seen["sglang_version"] = version
     changes = [f"{key} = {toml_value(value)}" + (f"  # inventory says {toml_value(getattr(entry, key))}"
                                                   if getattr(entry, key) is not None else "")
-               for key, value in seen.items() if str(getattr(entry, key)) != str(value)
-               and not (key == "gpu_memory_gib" and getattr(entry, key) and abs(entry.gpu_memory_gib - value) <= 1)]
+               for key, value in seen.items() if not _same_fact(key, getattr(entry, key), value)]
     if not changes:
         return f"inventory: [hosts.{name}] matches what the host has"
     return f"inventory: the host has, in [hosts.{name}]:\n" + "\n".join(f"  {line}" for line in changes)
+
+
+# --------------------------------------------------------------------------- apply --adopt
+def takeovers(found: Any, unit: str, port: int, version: str) -> tuple[tuple[Takeover, ...], list[Diagnostic]]:
+    """The servers `apply --adopt` stops: those serving `port` outside `unit` (read with `version`'s flags)."""
+    from sgdeploy.sglang.catalog import load_catalog
+
+    catalog = load_catalog(version)
+    chosen = []
+    for server in found.servers:
+        process = server.process
+        if process.unit == unit:
+            continue  # the unit's own server: apply stops it as the unit
+        try:
+            launch = split_launch(process.argv)
+        except LaunchError:
+            continue
+        served = parse_server_argv(list(launch.flags), catalog).server.get("port", catalog.default("port"))
+        if served == port:
+            chosen.append(Takeover(process.pid, port, process.unit, server.children))
+    if chosen:
+        return tuple(chosen), []
+    return (), [Diagnostic("SGD708", Severity.INFO, f"--adopt: no SGLang server outside {unit} serves port {port}; "
+                           "nothing to take over", field="server.port")]
+
+
+def takeover_command(takeover: Sequence[Takeover]) -> str:
+    """Stop each server: `systemctl disable --now` for another unit; SIGTERM for a process run by
+    hand, SIGKILL to it and its children if they outlive the stop timeout (as systemd would)."""
+    parts = []
+    for other in takeover:
+        if other.unit:
+            parts.append(f"systemctl disable --now {shlex.quote(other.unit + '.service')}")
+            continue
+        pids = " ".join(str(p) for p in (other.pid, *other.family))
+        parts.append(
+            f"if grep -q sglang /proc/{other.pid}/cmdline 2>/dev/null; then kill -TERM {other.pid}; sgd_i=0; "
+            f"while kill -0 {other.pid} 2>/dev/null && [ $sgd_i -lt {int(TAKEOVER_STOP_S * 10)} ]; do sleep 0.1; "
+            f"sgd_i=$((sgd_i + 1)); done; kill -KILL {pids} 2>/dev/null; fi")
+    return "; ".join(parts) + "; true"
+
+
+TAKEOVER_STOP_S = 120

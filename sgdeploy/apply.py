@@ -40,7 +40,7 @@ from sgdeploy.facts import (
 )
 from sgdeploy.inventory import HostEntry, HostTarget
 from sgdeploy.logs import LogReader, LogReport
-from sgdeploy.plan import Deployment, Plan, deployment_meta, gpus_for, make_plan, new_deployment_id, who
+from sgdeploy.plan import Deployment, Plan, Takeover, deployment_meta, gpus_for, make_plan, new_deployment_id, who
 from sgdeploy.preflight import preflight
 from sgdeploy.profile import LoadedProfile, ProbeSettings
 from sgdeploy.remote import CommandResult, ConnectError, ConnectionLost, HeldCommand, RemoteError, RemoteHost
@@ -84,6 +84,7 @@ class ApplyOptions:
     probe: bool = False  # measure throughput after ready and record it
     min_ratio: float | None = None  # fail (and roll back) below this share of the last good figure
     sglang: str | None = None
+    adopt: bool = False  # stop an SGLang server on the profile's port outside its unit, then take over
 
 
 @dataclass
@@ -235,6 +236,20 @@ class HostSession:
         self.report("step", step="stop", unit=unit)
         q = shlex.quote(f"{unit}.service")
         return self.remote.run(f"systemctl stop {q}; systemctl show -p ActiveState --value {q}", timeout=600)
+
+    def take_over(self, takeover: tuple[Takeover, ...]) -> CommandResult:
+        """Stop servers outside the unit (`apply --adopt`): another unit, or a process run by hand."""
+        from sgdeploy.adopt import takeover_command
+
+        for other in takeover:
+            self.report("step", step="stop", pid=other.pid, unit=other.unit or "(outside systemd)")
+        return self.remote.run(takeover_command(takeover), timeout=600)
+
+    def running_servers(self) -> Any:
+        """Every SGLang launch on the host (sgdeploy.running), in one round trip."""
+        from sgdeploy.running import read_servers
+
+        return read_servers(self.remote)
 
     def gpu_state(self) -> tuple[Any, Any]:
         # the two queries run side by side: this is polled while the old server lets go of the GPUs
@@ -523,7 +538,8 @@ class Transaction:
         self.options = options
         self.report = report
 
-    def start(self, deployment: Deployment, stop_first: bool, best_effort_idle: bool = False) -> StartupResult:
+    def start(self, deployment: Deployment, stop_first: bool, best_effort_idle: bool = False,
+              takeover: tuple[Takeover, ...] = ()) -> StartupResult:
         """Stop what runs, wait for the GPUs, install and start `deployment`, wait until healthy."""
         began = time.monotonic()
         staged = self.session.stage(deployment)
@@ -533,6 +549,8 @@ class Transaction:
                                  failure_kind="stage_failed", seconds=time.monotonic() - began)
         if stop_first:
             self.session.stop(deployment.unit)
+        if takeover:
+            self.session.take_over(takeover)
         verdict = self.session.wait_gpus_idle(deployment.gpus, self.options.gpu_idle_timeout_s)
         if not verdict.idle:
             detail = f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: {verdict.describe()}"
@@ -771,6 +789,13 @@ def _apply(
                                         port if isinstance(port, int) else 30000)
     diagnostics, _, version = preflight(loaded, name, facts, declared)
     version = options.sglang or version
+    takeover: tuple[Takeover, ...] = ()
+    if options.adopt and version is not None:
+        from sgdeploy.adopt import takeovers
+
+        takeover, found = takeovers(session.running_servers(), unit, port if isinstance(port, int) else 30000,
+                                    version)
+        diagnostics = [d for d in diagnostics if not (takeover and d.rule == "SGD705")] + found
     if version is None or any(d.is_error for d in diagnostics):
         return ApplyResult(Exit.REFUSED, "refused", name, unit,
                            f"preflight refused the profile on {name}; nothing was changed",
@@ -782,7 +807,7 @@ def _apply(
     # apply cut off after installing leaves the same unit text without having proved it ready.
     installed_is_last_good = recorded is not None and recorded.get("unit.service") == current_unit
     plan = make_plan(name, deployment, facts, current_unit, diagnostics,
-                     force=options.force or not installed_is_last_good)
+                     force=options.force or not installed_is_last_good or bool(takeover), takeover=takeover)
     common: dict[str, Any] = {"host": name, "unit": unit, "plan": plan, "diagnostics": diagnostics}
     if options.dry_run:
         return ApplyResult(Exit.READY, "planned", message=f"{len(plan.steps)} steps would run", **common)
@@ -813,7 +838,7 @@ def _transact(
     deployment = plan.deployment
     transaction = Transaction(session, plan.host, options, report)
     previous = previous_deployment(session, plan, current_unit)
-    startup = transaction.start(deployment, stop_first=plan.previous_active)
+    startup = transaction.start(deployment, stop_first=plan.previous_active, takeover=plan.takeover)
     if startup.ready and (options.probe or options.min_ratio is not None):
         transaction.measure(deployment, startup, _probe_baseline(session, plan))
     if startup.failure_kind == "stage_failed":

@@ -242,7 +242,8 @@ def _apply_options(args: argparse.Namespace, dry_run: bool) -> Any:
     return ApplyOptions(rollback=not getattr(args, "no_rollback", False), force=getattr(args, "force", False),
                         dry_run=dry_run, gpu_idle_timeout_s=getattr(args, "gpu_idle_timeout", 120.0),
                         settle_s=getattr(args, "settle", 5.0), keep=getattr(args, "keep", 20),
-                        probe=getattr(args, "probe", False), min_ratio=getattr(args, "min_ratio", None))
+                        probe=getattr(args, "probe", False), min_ratio=getattr(args, "min_ratio", None),
+                        adopt=getattr(args, "adopt", False))
 
 
 def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
@@ -256,6 +257,7 @@ def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
     progress = Progress(json_events=getattr(args, "json", False))
     result = apply_profile(loaded, target.name, inventory.hosts[target.name], target,
                            _apply_options(args, dry_run), progress)
+    args._port_in_use = any(d.rule == "SGD705" for d in result.diagnostics)
     plan = result.plan
     _emit(getattr(args, "json", False), result.as_dict, progress,
           lambda: report.plan_text(plan) if dry_run and plan is not None else report.apply_text(result))
@@ -289,7 +291,20 @@ def _emit(as_json: bool, document: Callable[[], dict[str, Any]], progress: Progr
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    return _run_apply(args, dry_run=False)
+    code = _run_apply(args, dry_run=False)
+    if code == EXIT_USAGE and _ask_to_adopt(args):
+        args.adopt = True
+        return _run_apply(args, dry_run=False)
+    return code
+
+
+def _ask_to_adopt(args: argparse.Namespace) -> bool:
+    """After a refusal because a server outside the unit holds the port: ask (on a terminal) to adopt it."""
+    refused_for_port = getattr(args, "_port_in_use", False)
+    if args.adopt or args.json or not refused_for_port or not sys.stdin.isatty():
+        return False
+    _err("another SGLang server may hold the port; stop it and let the unit take over (like --adopt)? [y/N] ")
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -535,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--host", metavar="H")
     plan.add_argument("--inventory", metavar="FILE")
     plan.add_argument("--json", action="store_true")
+    plan.add_argument("--adopt", action="store_true", help="plan to take over a server outside the unit on its port")
     plan.set_defaults(func=cmd_plan)
 
     apply = sub.add_parser("apply", help="deploy a profile: validate, stop, install, start, wait ready")
@@ -557,6 +573,9 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--keep", type=int, default=20, metavar="N",
                        help="deployment records to keep on the host (never the last good one; default 20)")
     apply.add_argument("--json", action="store_true", help="one JSON document with the result and events")
+    apply.add_argument("--adopt", action="store_true",
+                       help="stop an SGLang server outside the unit on the profile's port (run by hand or by "
+                       "another unit) and take over; without it, a terminal is asked")
     apply.set_defaults(func=cmd_apply)
 
     rollback = sub.add_parser("rollback", help="redeploy the last good (or the given) deployment")

@@ -121,6 +121,20 @@ def who() -> str:
 
 
 @dataclass(frozen=True)
+class Takeover:
+    """A server outside the profile's unit that `apply --adopt` stops: run by hand, or by another unit."""
+
+    pid: int
+    port: int
+    unit: str | None = None  # the other unit that runs it (stopped and disabled)
+    family: tuple[int, ...] = ()  # its child processes (killed if they outlive it)
+
+    def describe(self) -> str:
+        owner = f"{self.unit}.service" if self.unit else "outside systemd"
+        return f"pid {self.pid} ({owner}) serves port {self.port}"
+
+
+@dataclass(frozen=True)
 class Plan:
     host: str
     deployment: Deployment
@@ -132,6 +146,7 @@ class Plan:
     previous_active: bool = False
     last_good: str | None = None
     facts: HostFacts | None = field(default=None, repr=False)
+    takeover: tuple[Takeover, ...] = ()
 
     @property
     def refused(self) -> bool:
@@ -153,8 +168,9 @@ def make_plan(
     current_unit_text: str | None,
     diagnostics: list[Diagnostic],
     force: bool = False,
+    takeover: tuple[Takeover, ...] = (),
 ) -> Plan:
-    """Decide the steps of a deployment on a host from its facts."""
+    """Decide the steps of a deployment on a host from its facts (`takeover`: what --adopt stops)."""
     refusals = tuple(d for d in diagnostics if d.is_error)
     notes = tuple(d for d in diagnostics if not d.is_error)
     unit = facts.unit
@@ -165,6 +181,9 @@ def make_plan(
     if active and unit is not None:
         steps.append(Step(StepKind.STOP, f"{deployment.unit}.service is {unit.active_state} "
                           f"(pid {unit.main_pid}); the new server needs its GPUs"))
+    for other in takeover:
+        steps.append(Step(StepKind.STOP, f"{other.describe()}: --adopt stops it"
+                          + (" and disables its unit" if other.unit else "") + f" so {deployment.unit} takes over"))
     gpus = ", ".join(str(g) for g in deployment.gpus)
     steps += [
         Step(StepKind.WAIT_GPUS_IDLE, f"GPUs {gpus} must have no compute process and memory back at baseline"),
@@ -186,6 +205,7 @@ def make_plan(
         previous_active=active,
         last_good=facts.last_good,
         facts=facts,
+        takeover=takeover,
     )
 
 

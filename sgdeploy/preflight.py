@@ -62,7 +62,8 @@ def preflight(
             "copy the model to the host or fix model_path")
     if facts.port_listening and not (facts.unit and facts.unit.active):
         add("SGD705", f"port {facts.port} is already in use on {name} by a process outside the unit",
-            "server.port", "stop that process or choose another port")
+            "server.port", "stop that process or choose another port; if it is the SGLang server this profile "
+            "imports, `apply --adopt` stops it and takes over")
     if declared is not None:
         found.extend(_mismatches(loaded, declared, target))
 

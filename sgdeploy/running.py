@@ -61,6 +61,8 @@ for sgd_d in /proc/[0-9]*; do
   printf 'cwd=%s\n' "$(readlink "$sgd_d/cwd" 2>/dev/null | sgd_b64)"
   printf 'cgroup=%s\n' "$(sgd_b64 < "$sgd_d/cgroup" 2>/dev/null)"
   printf 'user=%s\n' "$(stat -c %U "$sgd_d" 2>/dev/null)"
+  sgd_u=$(sed -n 's|.*/\([^/]*\.service\)$|\1|p' "$sgd_d/cgroup" 2>/dev/null | tail -n 1)
+  [ -z "$sgd_u" ] || printf 'mainpid=%s\n' "$(systemctl show -p MainPID --value "$sgd_u" 2>/dev/null)"
   read -r sgd_l < "$sgd_d/stat" 2>/dev/null || continue
   sgd_pp=${sgd_l##*) }; sgd_pp=${sgd_pp#* }; sgd_pp=${sgd_pp%% *}
   ! sgd_match "/proc/$sgd_pp" || continue
@@ -166,6 +168,30 @@ def _tree(lines: list[str]) -> dict[int, tuple[int, str]]:
     return tree
 
 
+# Processes a user's login runs under: a server started from one is run by hand, even when its
+# cgroup is ssh.service (sshd without PAM sessions puts logins there).
+_LOGIN = re.compile(r"^(sshd.*|login|su|sudo|tmux.*|screen|SCREEN|cron)$")
+
+
+def _owning_unit(pid: int, cgroup_unit: str | None, main_pid: int | None,
+                 tree: dict[int, tuple[int, str]]) -> str | None:
+    """The service that runs the process: its cgroup's unit, when that unit's main process is it
+    or an ancestor reached without passing through a login (sshd, tmux, su)."""
+    if cgroup_unit is None or not main_pid:
+        return None
+    current = pid
+    for _ in range(64):
+        if current == main_pid:
+            return cgroup_unit
+        parent, comm = tree.get(current, (0, ""))
+        if current != pid and _LOGIN.match(comm):
+            return None
+        if not parent:
+            return None
+        current = parent
+    return None
+
+
 def _process(pid: int, values: dict[str, str], tree: dict[int, tuple[int, str]]) -> Process:
     environ = {}
     for item in _words(_decode(values.get("environ", ""))):
@@ -176,7 +202,8 @@ def _process(pid: int, values: dict[str, str], tree: dict[int, tuple[int, str]])
     python = _decode(values.get("python", "")).decode("utf-8", "surrogateescape") or None
     return Process(pid=pid, ppid=tree.get(pid, (None, ""))[0], argv=_words(_decode(values.get("cmdline", ""))),
                    environ=environ, cwd=cwd, user=values.get("user") or None,
-                   unit=_unit_of(_decode(values.get("cgroup", "")).decode("utf-8", "replace")),
+                   unit=_owning_unit(pid, _unit_of(_decode(values.get("cgroup", "")).decode("utf-8", "replace")),
+                                     int(values["mainpid"]) if values.get("mainpid", "").isdigit() else None, tree),
                    python=python, sglang_version=values.get("sglang") or None)
 
 

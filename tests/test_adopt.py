@@ -316,7 +316,14 @@ def test_parse_servers_picks_main_processes_and_survives_cut_output() -> None:
 
 
 def test_unit_from_cgroup() -> None:
-    from sgdeploy.running import _unit_of
+    from sgdeploy.running import _owning_unit, _unit_of
+
+    tree = {33: (1, "sshd"), 40: (33, "sshd"), 41: (40, "bash"), 44: (41, "python3"), 50: (1, "run.sh"),
+            51: (50, "python3"), 60: (1, "python3")}
+    assert _owning_unit(44, "ssh", 33, tree) is None  # started from a login that sshd keeps in ssh.service
+    assert _owning_unit(60, "ssh", 33, tree) is None  # ... and reparented to init by setsid
+    assert _owning_unit(51, "hand", 50, tree) == "hand" and _owning_unit(51, "hand", 51, tree) == "hand"
+    assert _owning_unit(51, "hand", None, tree) is None
 
     assert _unit_of("0::/system.slice/sglang-hand.service\n") == "sglang-hand"
     assert _unit_of("12:pids:/\n1:name=systemd:/system.slice/a.service\n") == "a"

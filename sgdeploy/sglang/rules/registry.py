@@ -40,5 +40,6 @@ STRUCTURAL_RULES = {
     "SGD705": ("port-in-use", "Another process already listens on the server's port."),
     "SGD706": ("no-gpus", "nvidia-smi is missing or lists no GPU."),
     "SGD707": ("inventory-mismatch", "The host's GPUs or SGLang differ from what the inventory says."),
+    "SGD708": ("nothing-to-adopt", "apply --adopt found no SGLang server outside the unit on the profile's port."),
 }
 HOST_RULES = tuple(rule_id for rule_id in STRUCTURAL_RULES if rule_id.startswith("SGD7"))
