@@ -201,9 +201,9 @@ def _comment(text: str) -> str:
 def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Catalog, target: Target,
             env: dict[str, str], gpus: list[int | str] | None, server: dict[str, Any],
             withheld: list[str]) -> str:
-    source = (f"pid {observed.pid}" if observed.pid else "a command line")
+    source = f"pid {observed.pid}" if observed.pid else "a command line"
     if observed.unit:
-        source += f" of {observed.unit}"
+        source = f"{source} of {observed.unit}" if observed.pid else f"the unit file of {observed.unit}"
     lines = [f"# Imported by `sgdeploy import` from {source} on {target.host}, read with SGLang "
              f"{catalog.version}'s flags.",
              "# Check it, then `sgdeploy apply --adopt` takes the running server over without changing its launch.",
@@ -224,6 +224,8 @@ def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Cat
         env_file = target.env_file or f"/etc/sgdeploy/{unit}.env"
         lines.append(f"env_file = {toml_value(env_file)} # move {', '.join(withheld)} here (KEY=value lines); "
                      "the values were not copied")
+    elif target.env_file:
+        lines.append(f"env_file = {toml_value(target.env_file)} # the unit's EnvironmentFile=")
     lines += ["", "[env]"]
     lines += [f"{key} = {toml_value(value)}" for key, value in env.items()]
     lines += ["", "[server]"]
@@ -460,6 +462,8 @@ def import_from_host(name: str, pid: int | None, unit: str | None, new_unit: str
     entry = inventory.inventory.hosts[name]
     with RemoteHost(name, entry).connect() as remote:
         found = read_servers(remote, pid, unit)
+    if unit and not found.unit_pid and found.unit_file:
+        return _import_unit_file(found.unit_file, name, unit, new_unit, version, entry, inventory)
     server = choose_server(found, name, pid, unit)
     observed = observed_from_server(server)
     catalog, version_note = _catalog_for(observed.sglang_version, version, entry.sglang_version)
@@ -472,6 +476,30 @@ def import_from_host(name: str, pid: int | None, unit: str | None, new_unit: str
                                      "replaces it")
     others = [describe(s) for s in found.servers if s is not server]
     return ImportOutcome(result, inventory_note(name, entry, found, observed.sglang_version), others)
+
+
+def _import_unit_file(text: str, name: str, unit: str, new_unit: str | None, version: str | None, entry: Any,
+                      inventory: Any) -> ImportOutcome:
+    """A unit that does not run: its ExecStart=, Environment=, WorkingDirectory= and User=."""
+    from sgdeploy.unitfile import UnitFileError, parse_service
+
+    try:
+        service = parse_service(text)
+    except UnitFileError as exc:
+        raise LaunchError(f"{unit} on {name}: {exc}") from None
+    observed = Observed(argv=tuple(service.exec_start), environ=service.environment,
+                        cwd=service.working_directory, user=service.user, unit=unit.removesuffix(".service"))
+    catalog, version_note = _catalog_for(None, version, entry.sglang_version)
+    env_file = service.environment_files[0] if len(service.environment_files) == 1 else None
+    target = Target(name, new_unit or unit.removesuffix(".service"), env_file=env_file)
+    result = finish_import(observed, catalog, target, inventory)
+    notes = [f"{unit} does not run: read from its unit file, so SGLang's version is not the interpreter's"
+             + (f" ({version_note})" if version_note else ""), *service.notes]
+    if service.environment_files:
+        notes.append(f"EnvironmentFile= {', '.join(service.environment_files)}: its variables stay in that file "
+                     "(not read)" + ("" if env_file else "; the profile can name only one: set deploy.env_file"))
+    result.imported.notes[:0] = notes
+    return ImportOutcome(result)
 
 
 def choose_server(found: Any, name: str, pid: int | None, unit: str | None) -> Any:

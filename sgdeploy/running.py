@@ -44,7 +44,10 @@ sgd_match() {
 if [ -n "$sgd_unit" ]; then
   sgd_pid=$(systemctl show -p MainPID --value "$sgd_unit" 2>/dev/null)
   printf '@@unit %s %s@@\n' "$sgd_unit" "${sgd_pid:-0}"
-  [ "${sgd_pid:-0}" != 0 ] || exit 0
+  if [ "${sgd_pid:-0}" = 0 ]; then
+    printf 'unitfile=%s\n' "$(systemctl cat "$sgd_unit" 2>/dev/null | sgd_b64)"
+    echo '@@end@@'; exit 0
+  fi
 fi
 echo '@@tree@@'
 for sgd_s in /proc/[0-9]*/stat; do
@@ -128,6 +131,7 @@ class HostServers:
     gpu_apps: tuple[GpuProcess, ...] = ()
     unit: str | None = None  # with --unit: the unit asked for
     unit_pid: int | None = None  # its MainPID (0 or None: not running)
+    unit_file: str | None = None  # `systemctl cat` of the unit, when it does not run
     complete: bool = True  # False when the output was cut off
     problems: list[str] = field(default_factory=list)
 
@@ -221,6 +225,8 @@ def parse_servers(output: str) -> HostServers:
             found.unit, found.unit_pid = m[1], int(m[2] or 0)
         elif m := re.fullmatch(r"@@proc (\d+)@@", line):
             section, current = "proc", procs.setdefault(int(m[1]), {})
+        elif line.startswith("unitfile=") and found.unit is not None:
+            found.unit_file = _decode(line[9:]).decode("utf-8", "replace") or None
         elif m := re.fullmatch(r"@@(tree|gpus|apps|end)@@", line):
             section, current = m[1], None
         elif section == "tree":

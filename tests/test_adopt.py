@@ -335,3 +335,47 @@ def test_json_values_are_kept_as_written() -> None:
     parsed = parse_server_argv(["--json-model-override-args", raw], C23)
     assert parsed.server["json_model_override_args"] == raw
     assert json.loads(parsed.server["json_model_override_args"]) == {"a": [1, 2], "b": 1}
+
+
+# --------------------------------------------------------------------------- a unit file written by hand
+HAND_UNIT = r"""# /etc/systemd/system/sglang-hand.service
+[Unit]
+Description=ExecStart=/not/this
+
+[Service]
+Environment="SGLANG_ENABLE_SPEC_V2=1" NCCL_DEBUG=WARN "LITERAL=$$x"
+EnvironmentFile=-/etc/sglang/secrets.env
+WorkingDirectory=/srv
+User=svc
+ExecStart=/v/bin/python3 -m sglang.launch_server --model-path /m \
+    --served-model-name "a \"b\" $$HOME 100%% \x41" --port=8000
+# a comment between
+ExecStart=
+
+# /etc/systemd/system/sglang-hand.service.d/override.conf
+[Service]
+ExecStart=-/v/bin/python3 -m sglang.launch_server --model-path /m2 --tp 2 'single quoted' --port 9
+"""
+
+
+def test_unit_file_is_read_the_way_systemd_reads_it() -> None:
+    from sgdeploy.unitfile import parse_service, split_words
+
+    service = parse_service(HAND_UNIT)
+    assert service.exec_start == ["/v/bin/python3", "-m", "sglang.launch_server", "--model-path", "/m2", "--tp",
+                                  "2", "single quoted", "--port", "9"]
+    assert service.environment == {"SGLANG_ENABLE_SPEC_V2": "1", "NCCL_DEBUG": "WARN", "LITERAL": "$$x"}
+    assert service.environment_files == ["/etc/sglang/secrets.env"]
+    assert (service.working_directory, service.user) == ("/srv", "svc")
+    first = parse_service(HAND_UNIT.split("ExecStart=\n")[0])
+    assert first.exec_start[-3:] == ["--served-model-name", 'a "b" $HOME 100% A', "--port=8000"]
+    assert split_words("a ${X}y") == ["a", "${X}y"]
+
+
+@pytest.mark.parametrize("text", ["[Service]\nUser=x\n", "[Service]\nExecStart=/p 'open\n",
+                                  "[Service]\nExecStart=@/p x -m sglang.launch_server\n", ""])
+def test_unreadable_unit_files_are_located_errors(text: str) -> None:
+    from sgdeploy.unitfile import UnitFileError, parse_service
+
+    with pytest.raises(UnitFileError):
+        parse_service(text)

@@ -164,6 +164,22 @@ Restart=on-failure
 """
 
 
+def test_unit_that_does_not_run_is_imported_from_its_file(host: HostSet, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    host.ssh("ct129", "cat > /etc/systemd/system/sglang-cold.service && systemctl daemon-reload",
+             input=HAND_UNIT.format(flags=abbreviated_reference(port)))
+    code, out, err = run(host, "import", "ct129", "--unit", "sglang-cold", capsys=capsys)
+    assert code == 0, err
+    assert "sglang-cold does not run: read from its unit file" in err
+    data = tomllib.loads(out)
+    reference = tomllib.loads((REPO / "profiles/qwen36-mtp3.toml").read_text())
+    assert data["server"] == {**reference["server"], "port": port, "served_model_name": "qwen $HOME 100% ü"}
+    assert data["deploy"]["unit"] == "sglang-cold" and data["deploy"]["working_directory"] == "/root"
+    code, _, err = run(host, "import", "ct129", "--unit", "no-such-unit", capsys=capsys)
+    assert code == 2 and "no-such-unit" in err
+
+
 def test_hand_written_unit_is_imported_and_adopted(host: HostSet, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     port = free_port()
