@@ -240,6 +240,11 @@ def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Cat
             notes.append("= SGLang's default")
         tail = f" # {_comment('; '.join(notes))}" if notes else ""
         lines.append(f"{key} = {toml_value(value)}{tail}")
+    refused = sorted({f.index for f in parsed.findings if f.severity == "error" and f.index is not None})
+    if refused:
+        words = " ".join(shlex.quote(launch.flags[i]) for i in refused if i < len(launch.flags))
+        lines.append(f"# not imported, SGLang {catalog.version} refuses them (see the import's report): "
+                     + _comment(words))
     return "\n".join(lines) + "\n"
 
 
@@ -426,7 +431,9 @@ def import_text(result: ImportResult, profile_path: str) -> str:
         lines.append("round trip: the rendered launch differs from the one that ran:")
         lines += [f"  {difference}" for difference in result.roundtrip]
     else:
-        lines.append(f"round trip: {profile_path} renders the same flags, values and environment as the launch")
+        apart = "" if imported.parsed.ok else f", apart from the words SGLang {result.version} refuses (above)"
+        lines.append(f"round trip: {profile_path} renders the same flags, values and environment as the launch"
+                     + apart)
     return "\n".join(lines) + "\n"
 
 

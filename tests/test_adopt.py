@@ -379,3 +379,17 @@ def test_unreadable_unit_files_are_located_errors(text: str) -> None:
 
     with pytest.raises(UnitFileError):
         parse_service(text)
+
+
+def test_unknown_flags_say_what_became_of_them_and_stay_in_the_profile_as_a_comment() -> None:
+    parsed = parse_server_argv(["--mamba-scheduler-strategy", "extra_buffer", "--port", "1"], C23)
+    [unknown, value] = parsed.findings
+    assert "SGLang had it up to 0.5.1" in unknown.hint and "mamba_radix_cache_strategy" in unknown.hint
+    assert "a value of the refused '--mamba-scheduler-strategy'" in value.message
+    later = parse_server_argv(["--cuda-graph-bs-decode", "8"], C11).findings[0]
+    assert "newer SGLang than assumed" in later.hint
+    observed = Observed(("/v/bin/python3", "-m", "sglang.launch_server", "--model-path", "/m",
+                         "--mamba-scheduler-strategy", "extra_buffer"))
+    imported = import_launch(observed, C23, Target("ct129"))
+    assert "# not imported, SGLang 0.5.23 refuses them (see the import's report): --mamba-scheduler-strategy " \
+           "extra_buffer" in imported.text

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdeploy.sglang.catalog import Catalog, Flag
+from sgdeploy.sglang.versions import parse_version
 
 # argparse adds -h/--help to every parser: they take part in prefix matching.
 _HELP_OPTIONS = ("-h", "--help")
@@ -121,7 +122,7 @@ class _Parser:
                       + ", ".join(sorted(found)), "write the flag in full")
             return None
         self.find(self.i, "error", f"unrecognized argument '{word}' for SGLang {self.catalog.version}",
-                  "SGLang would stop with 'unrecognized arguments'; check the version, or remove it")
+                  _unknown_hint(head, self.catalog))
         return None
 
     # -- values ---------------------------------------------------------------------------
@@ -205,6 +206,7 @@ class _Parser:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> ParsedArgv:
+        refused_option = ""  # the last option SGLang would refuse: the words after it are its values
         while self.i < len(self.words):
             word = self.words[self.i]
             start = self.i
@@ -214,12 +216,18 @@ class _Parser:
                     self.find(rest, "error", f"unrecognized argument '{self.words[rest]}' (after '--')")
                 break
             if not self.is_option(word):
-                self.find(start, "error", f"unrecognized argument '{word}' (a value with no flag before it)",
-                          "an empty or stray word in the command line; SGLang would refuse it")
+                if refused_option:
+                    self.find(start, "error", f"unrecognized argument '{word}' (a value of the refused "
+                              f"'{refused_option}' before it)")
+                else:
+                    self.find(start, "error", f"unrecognized argument '{word}' (a value with no flag before it)",
+                              "an empty or stray word in the command line; SGLang would refuse it")
                 self.i += 1
                 continue
+            refused_option = ""
             resolved = self.resolve(word)
             if resolved is None:
+                refused_option = word.split("=", 1)[0]
                 self.i += 1
                 continue
             option, explicit = resolved
@@ -248,6 +256,21 @@ class _Parser:
 
 
 _MISSING = object()
+
+
+def _unknown_hint(option: str, catalog: Catalog) -> str:
+    """What became of a flag this version does not have: removed (and its replacement), or newer."""
+    from sgdeploy.sglang.catalog import flag_history
+    from sgdeploy.sglang.flags import REPLACEMENTS
+
+    field_name = option.lstrip("-").replace("-", "_")
+    last, first = flag_history(field_name)
+    if last is None or first is None:
+        return "SGLang would stop with 'unrecognized arguments'; check the spelling and the version"
+    replacement = REPLACEMENTS.get(field_name)
+    if catalog.parsed_version > parse_version(last):
+        return f"SGLang had it up to {last}" + (f"; use {replacement.text}" if replacement else "; remove it")
+    return f"SGLang has it from {first} on: the server runs a newer SGLang than assumed (check --sglang)"
 
 
 def _shown(value: Any) -> str:
