@@ -101,6 +101,7 @@ class Observed:
     interpreter: str | None = None  # argv[0] resolved on the host
     sglang_version: str | None = None
     gpus: tuple[int, ...] = ()  # GPU indices its processes hold memory on
+    model_configs: Mapping[str, str] = field(default_factory=dict)  # argv word -> that folder's config.json
 
 
 @dataclass
@@ -220,6 +221,9 @@ def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Cat
         lines.append(f"working_directory = {toml_value(observed.cwd)} # relative paths in the launch start here")
     if gpus:
         lines.append(f"gpus = {toml_value(gpus)} # from CUDA_VISIBLE_DEVICES")
+    architecture = _architecture(observed, server.get("model_path"))
+    if architecture:
+        lines.append(f"model_architecture = {toml_value(architecture)} # from the model's config.json")
     if withheld:
         env_file = target.env_file or f"/etc/sgdeploy/{unit}.env"
         lines.append(f"env_file = {toml_value(env_file)} # move {', '.join(withheld)} here (KEY=value lines); "
@@ -246,6 +250,17 @@ def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Cat
         lines.append(f"# not imported, SGLang {catalog.version} refuses them (see the import's report): "
                      + _comment(words))
     return "\n".join(lines) + "\n"
+
+
+def _architecture(observed: Observed, model_path: Any) -> str | None:
+    """architectures[0] of the model's config.json, when the host sent it."""
+    config = observed.model_configs.get(model_path) if isinstance(model_path, str) else None
+    try:
+        architectures = json.loads(config).get("architectures") if config else None
+    except (ValueError, AttributeError):
+        return None
+    first = architectures[0] if isinstance(architectures, list) and architectures else None
+    return first if isinstance(first, str) and first.isprintable() and len(first) < 200 else None
 
 
 def _same(value: Any, default: Any) -> bool:
@@ -552,7 +567,7 @@ def observed_from_server(server: Any) -> Observed:
         raise LaunchError(f"pid {process.pid} exited during the import")
     return Observed(argv=process.argv, environ=process.environ, cwd=process.cwd, user=process.user,
                     pid=process.pid, unit=process.unit, interpreter=process.python,
-                    sglang_version=process.sglang_version, gpus=server.gpus)
+                    sglang_version=process.sglang_version, gpus=server.gpus, model_configs=process.model_configs)
 
 
 def _catalog_for(seen: str | None, wanted: str | None, declared: str | None) -> tuple[Catalog, str]:

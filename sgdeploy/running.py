@@ -66,6 +66,15 @@ for sgd_d in /proc/[0-9]*; do
   printf 'user=%s\n' "$(stat -c %U "$sgd_d" 2>/dev/null)"
   sgd_u=$(sed -n 's|.*/\([^/]*\.service\)$|\1|p' "$sgd_d/cgroup" 2>/dev/null | tail -n 1)
   [ -z "$sgd_u" ] || printf 'mainpid=%s\n' "$(systemctl show -p MainPID --value "$sgd_u" 2>/dev/null)"
+  # model folders named in the argv: their config.json says the architecture (words are paths
+  # relative to the process's working directory, or absolute)
+  sgd_cwd=$(readlink "$sgd_d/cwd" 2>/dev/null)
+  tr '\0' '\n' < "$sgd_d/cmdline" 2>/dev/null | while IFS= read -r sgd_w; do
+    case $sgd_w in --*=*) sgd_w=${sgd_w#*=} ;; esac
+    case $sgd_w in /*) sgd_f=$sgd_w ;; *) sgd_f=$sgd_cwd/$sgd_w ;; esac
+    [ -n "$sgd_w" ] && [ -f "$sgd_f/config.json" ] || continue
+    printf 'config=%s:%s\n' "$(printf '%s' "$sgd_w" | sgd_b64)" "$(head -c 262144 "$sgd_f/config.json" | sgd_b64)"
+  done
   read -r sgd_l < "$sgd_d/stat" 2>/dev/null || continue
   sgd_pp=${sgd_l##*) }; sgd_pp=${sgd_pp#* }; sgd_pp=${sgd_pp%% *}
   ! sgd_match "/proc/$sgd_pp" || continue
@@ -110,6 +119,7 @@ class Process:
     unit: str | None
     python: str | None = None
     sglang_version: str | None = None
+    model_configs: dict[str, str] = field(default_factory=dict)  # argv word -> its config.json
 
 
 @dataclass(frozen=True)
@@ -204,11 +214,15 @@ def _process(pid: int, values: dict[str, str], tree: dict[int, tuple[int, str]])
             environ[key] = value
     cwd = _decode(values.get("cwd", "")).decode("utf-8", "surrogateescape").rstrip("\n") or None
     python = _decode(values.get("python", "")).decode("utf-8", "surrogateescape") or None
+    configs = {}
+    for line in values.get("config", "").splitlines():
+        word, _, config = line.partition(":")
+        configs[_decode(word).decode("utf-8", "surrogateescape")] = _decode(config).decode("utf-8", "replace")
     return Process(pid=pid, ppid=tree.get(pid, (None, ""))[0], argv=_words(_decode(values.get("cmdline", ""))),
                    environ=environ, cwd=cwd, user=values.get("user") or None,
                    unit=_owning_unit(pid, _unit_of(_decode(values.get("cgroup", "")).decode("utf-8", "replace")),
                                      int(values["mainpid"]) if values.get("mainpid", "").isdigit() else None, tree),
-                   python=python, sglang_version=values.get("sglang") or None)
+                   python=python, sglang_version=values.get("sglang") or None, model_configs=configs)
 
 
 _SHELLS = {"sh", "bash", "dash", "zsh", "fish", "tmux: server", "screen", "sshd", "systemd", "init", "nohup"}
@@ -237,7 +251,10 @@ def parse_servers(output: str) -> HostServers:
             app_text.append(line)
         elif section == "proc" and current is not None and "=" in line:
             key, _, value = line.partition("=")
-            current[key] = value
+            if key == "config":
+                current["config"] = current.get("config", "") + value + "\n"
+            else:
+                current[key] = value
     tree = _tree(tree_lines)
     try:
         found.gpus = parse_query_gpu("\n".join(gpu_text))

@@ -267,12 +267,15 @@ def test_cli_import_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 # --------------------------------------------------------------------------- the host script, on this machine
-def test_running_script_reads_real_processes() -> None:
+def test_running_script_reads_real_processes(tmp_path: Path) -> None:
     """The discovery script run for real against a process whose argv holds hostile words."""
-    hostile = ["--served-model-name", "", "--chat-template", 'a "b" $x ü\nnext', "--port", "1"]
+    hostile = ["--served-model-name", "", "--chat-template", 'a "b" $x ü\nnext', "--port", "1",
+               "--model-path=model dir"]
     env = {**os.environ, "SGLANG_TEST_VALUE": "x y $z", "HF_TOKEN": "hf_secretsecretsecretsecret"}
+    (tmp_path / "model dir").mkdir()
+    (tmp_path / "model dir" / "config.json").write_text('{"architectures": ["Qwen3_5ForConditionalGeneration"]}')
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "sglang.launch_server",
-                              *hostile], env=env, cwd="/tmp")
+                              *hostile], env=env, cwd=tmp_path)
     try:
         for _ in range(50):
             out = subprocess.run(["sh", "-s", "--", "", ""], input=script(), capture_output=True, text=True,
@@ -286,8 +289,11 @@ def test_running_script_reads_real_processes() -> None:
         process = mine[0].process
         assert process.argv[3:] == ("-m", "sglang.launch_server", *hostile)
         assert process.environ["SGLANG_TEST_VALUE"] == "x y $z"
-        assert process.cwd == "/tmp" and process.python == sys.executable
+        assert process.cwd == str(tmp_path) and process.python == sys.executable
         assert found.complete
+        observed = Observed(process.argv, process.environ, cwd=process.cwd, model_configs=process.model_configs)
+        text = import_launch(observed, C23, Target("ct129")).text
+        assert 'model_architecture = "Qwen3_5ForConditionalGeneration"' in text
     finally:
         child.kill()
         child.wait()

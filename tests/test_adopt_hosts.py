@@ -38,6 +38,16 @@ def abbreviated_reference(port: int) -> str:
             "--speculative-num-draft 4 --enforce-piecewise --enable-single-batch")
 
 
+@pytest.fixture(autouse=True)
+def no_server_left(host: HostSet) -> Iterator[None]:
+    """Each test starts from a host where no SGLang server runs (a failed test may leave one)."""
+    yield
+    host.ssh("ct129", "systemctl stop sglang.service sglang-hand.service 2>/dev/null; true", check=False)
+    for pid in server_pids(host):
+        host.ssh("ct129", f"kill {pid}", check=False)
+    wait_gpus_free(host)
+
+
 @pytest.fixture(scope="module")
 def host() -> Iterator[HostSet]:
     reason = skip_reason()
@@ -83,8 +93,8 @@ def wait_gpus_free(host: HostSet, timeout_s: float = 60) -> None:
         time.sleep(0.3)
 
 
-def server_pids(host: HostSet, port: int) -> list[int]:
-    """Main processes (parent is no SGLang process) whose argv serves `port`."""
+def server_pids(host: HostSet, port: int | None = None) -> list[int]:
+    """Main processes (parent is no SGLang process) whose argv serves `port` (any port: None)."""
     out = host.ssh("ct129", "for d in /proc/[0-9]*; do c=$(tr '\\0' '\\n' < $d/cmdline 2>/dev/null) || continue; "
                    "case $c in *sglang*) p=$(awk '{print $4}' $d/stat); "
                    "grep -q sglang /proc/$p/cmdline 2>/dev/null || echo ${d#/proc/}; esac; done",
@@ -96,7 +106,7 @@ def server_pids(host: HostSet, port: int) -> list[int]:
             launch = split_launch(argv)
         except ValueError:
             continue
-        if parse_server_argv(list(launch.flags), CATALOG).server.get("port") == port:
+        if port is None or parse_server_argv(list(launch.flags), CATALOG).server.get("port") == port:
             pids.append(int(pid))
     return pids
 
@@ -126,6 +136,7 @@ def test_hand_run_server_is_imported_and_adopted(host: HostSet, tmp_path: Path,
     assert data["server"] == {**reference["server"], "port": port}
     assert data["env"] == {"SGLANG_ENABLE_SPEC_V2": "1"}
     assert data["deploy"]["python"] == "/root/ml-env/bin/python3" and data["deploy"]["working_directory"] == "/root"
+    assert data["deploy"]["model_architecture"] == "Qwen3_5ForConditionalGeneration"
 
     code, unit_text, err = run(host, "render", str(profile), capsys=capsys)
     assert code == 0, err
