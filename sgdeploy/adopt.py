@@ -13,7 +13,7 @@ import json
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +52,8 @@ def split_launch(argv: Sequence[str]) -> Launch:
     words = list(argv)
     for i, word in enumerate(words):
         if any(0xD800 <= ord(ch) <= 0xDFFF for ch in word) or "\x00" in word:
-            raise LaunchError(f"argument {i} ({word[:40]!r}) is not valid UTF-8 text: a profile cannot hold it")
+            raise LaunchError(f"argument {i} ({word[:40]!r}) holds a NUL byte or bytes that are not UTF-8: a profile "
+                              "cannot hold it")
     for i, word in enumerate(words):
         if word == "-m" and i + 1 < len(words) and words[i + 1] == LAUNCH_MODULE:
             return _launch(words, i, i + 2, "launch_server")
@@ -364,14 +365,9 @@ def observed_from_command(text: str) -> Observed:
     redirections and a trailing `&` are left out. Raises LaunchError when no line launches SGLang.
     """
     joined = re.sub(r"\\\r?\n", "", text)
-    problems = []
+    problems: list[str] = []
     cwd: str | None = None
-    for number, line in enumerate(joined.splitlines(), 1):
-        try:
-            words = shlex.split(line, comments=True)
-        except ValueError as exc:
-            problems.append(f"line {number}: {exc}")
-            continue
+    for number, words in _shell_lines(joined, problems):
         for segment in _segments(words):
             environ, argv = _command_words(segment)
             if argv[:1] == ["cd"] and len(argv) == 2 and argv[1].startswith("/"):
@@ -380,12 +376,32 @@ def observed_from_command(text: str) -> Observed:
             try:
                 split_launch(argv)
             except LaunchError as exc:
-                if "UTF-8" in str(exc):
-                    raise
+                if "cannot hold" in str(exc):
+                    raise LaunchError(f"line {number}: {exc}") from None
                 continue
             return Observed(tuple(argv), environ, cwd=cwd)
     raise LaunchError("no SGLang server in this command (expected `-m sglang.launch_server` or `sglang serve`)"
                       + (f"; {'; '.join(problems)}" if problems else ""))
+
+
+def _shell_lines(text: str, problems: list[str]) -> Iterator[tuple[int, list[str]]]:
+    """(line number, words) per command line; a quoted newline (or CR, U+2028) stays in its word."""
+    lines = text.split("\n")
+    number = 0
+    while number < len(lines):
+        start, pending = number + 1, lines[number]
+        number += 1
+        while True:
+            try:
+                yield start, shlex.split(pending, comments=True)
+                break
+            except ValueError as exc:
+                if number < len(lines) and "quotation" in str(exc):
+                    pending += "\n" + lines[number]
+                    number += 1
+                    continue
+                problems.append(f"line {start}: {exc}")
+                break
 
 
 def _segments(words: list[str]) -> list[list[str]]:

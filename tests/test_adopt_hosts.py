@@ -68,9 +68,9 @@ def run(host: HostSet, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[
     return code, captured.out, captured.err
 
 
-def start_by_hand(host: HostSet, flags: str, log: str, env: str = "") -> None:
-    host.ssh("ct129", f"cd /root; {env} setsid nohup /root/ml-env/bin/python3 -m sglang.launch_server {flags} "
-             f">{log} 2>&1 </dev/null &")
+def start_by_hand(host: HostSet, flags: str, log: str, env: str = "",
+                  entry: str = "/root/ml-env/bin/python3 -m sglang.launch_server") -> None:
+    host.ssh("ct129", f"cd /root; {env} setsid nohup {entry} {flags} >{log} 2>&1 </dev/null &")
 
 
 def wait_healthy(host: HostSet, port: int, log: str, timeout_s: float = 60) -> None:
@@ -225,9 +225,11 @@ def test_two_servers_on_one_host_need_a_pid(host: HostSet, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     ports = [free_port(), free_port()]
     wait_gpus_free(host)
+    entries = ["/root/ml-env/bin/python3 -m sglang.launch_server", "/root/ml-env/bin/sglang serve"]
     for gpu, port in enumerate(ports):  # one GPU each
         start_by_hand(host, f"--model-path {MODEL} --port {port} --mem-fraction 0.5 --served-model-name "
-                      f"{shlex.quote('two words')}", f"/root/small-{port}.log", env=f"CUDA_VISIBLE_DEVICES={gpu}")
+                      f"{shlex.quote('two words')}", f"/root/small-{port}.log", env=f"CUDA_VISIBLE_DEVICES={gpu}",
+                      entry=entries[gpu])
         wait_healthy(host, port, f"/root/small-{port}.log")
     try:
         code, out, err = run(host, "import", "ct129", capsys=capsys)
@@ -239,6 +241,7 @@ def test_two_servers_on_one_host_need_a_pid(host: HostSet, tmp_path: Path,
         assert data["server"]["port"] == ports[1] and data["server"]["served_model_name"] == "two words"
         assert data["deploy"]["gpus"] == [1]
         assert "also running, not imported: pid" in err
+        assert "started with `sglang serve`" in err and data["deploy"]["python"] == "/root/ml-env/bin/python3"
         code, _, err = run(host, "import", "ct129", "--pid", "1", capsys=capsys)
         assert code == 2 and "pid 1 on ct129 is no SGLang server" in err
     finally:

@@ -205,6 +205,39 @@ def test_escaping_unit_names_are_refused(unit: str, tmp_path: Path, request: pyt
         assert code2 == 2 and "unit" in err
 
 
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_words_in_an_imported_command_line(name: str, tmp_path: Path, request: pytest.FixtureRequest,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """hostile text in a command line given to `import --command`: a located error, or a profile that
+    holds it exactly and renders only the template's lines"""
+    import shlex
+
+    value = HOSTILE[name]
+    inv = tmp_path / "inventory.toml"
+    inv.write_text(toml_inventory(BASE_INVENTORY))
+    command = (f"SGLANG_NOTE={shlex.quote(value)} nohup /root/ml-env/bin/python3 -m sglang.launch_server "
+               f"--model-path /m --served-model-name={shlex.quote(value)} > log 2>&1 &")
+    out_file = tmp_path / "imported.toml"
+    code, _, err = run_cli(capsys, "import", HOST, "--command", command, "--output", str(out_file),
+                           "--inventory", str(inv))
+    assert code in (0, 1, 2) and "Traceback" not in err, err[-2000:]
+    if code == 2:
+        observe(request, f"refused: {err.strip().splitlines()[-1][:160]}")
+        assert "line " in err or "argument " in err
+        return
+    data = tomllib.loads(out_file.read_text())
+    assert data["server"]["served_model_name"] == value and data["env"]["SGLANG_NOTE"] == value
+    if code == 1:
+        observe(request, "imported exactly; validation refuses it: " + "; ".join(
+            line.split(": ", 1)[1][:80] for line in err.splitlines() if " error: " in line)[:200])
+        return
+    code, unit, err = run_cli(capsys, "render", str(out_file), "--inventory", str(inv))
+    assert code == 0, err[-2000:]
+    observe(request, "imported exactly; unit " + ("; ".join(unit_shape_problems(unit)) or "has only the "
+                                                  "template's lines"))
+    assert not unit_shape_problems(unit)
+
+
 @pytest.mark.parametrize("secret", [
     ("server", "api_key", "sk-test-0123456789abcdef"),
     ("server", "admin_api_key", "sk-admin-0123456789abcdef"),
