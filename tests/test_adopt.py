@@ -7,6 +7,7 @@ SGLang builds its own (`allow_abbrev=True`), fed the same words, must agree on e
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shlex
@@ -399,3 +400,26 @@ def test_unknown_flags_say_what_became_of_them_and_stay_in_the_profile_as_a_comm
     imported = import_launch(observed, C23, Target("ct129"))
     assert "# not imported, SGLang 0.5.23 refuses them (see the import's report): --mamba-scheduler-strategy " \
            "extra_buffer" in imported.text
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("answer", "adopted"), [("y\n", True), ("\n", False)])
+def test_apply_asks_on_a_terminal_before_adopting(answer: str, adopted: bool, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A refusal for a port held outside the unit (SGD705) asks; only a yes re-runs with --adopt."""
+    runs: list[bool] = []
+
+    def fake_apply(args: argparse.Namespace, dry_run: bool) -> int:
+        runs.append(args.adopt)
+        args._port_in_use = not args.adopt
+        return 0 if args.adopt else 2
+
+    monkeypatch.setattr(cli, "_run_apply", fake_apply)
+    monkeypatch.setattr(sys, "stdin", _Terminal(answer))
+    code = cli.main(["apply", "p.toml"])
+    assert runs == ([False, True] if adopted else [False]) and code == (0 if adopted else 2)
+    assert "take over" in capsys.readouterr().err

@@ -42,7 +42,8 @@ def abbreviated_reference(port: int) -> str:
 def no_server_left(host: HostSet) -> Iterator[None]:
     """Each test starts from a host where no SGLang server runs (a failed test may leave one)."""
     yield
-    host.ssh("ct129", "systemctl stop sglang.service sglang-hand.service 2>/dev/null; true", check=False)
+    host.ssh("ct129", "systemctl stop sglang.service sglang-hand.service sglang-new.service 2>/dev/null; true",
+             check=False)
     for pid in server_pids(host):
         host.ssh("ct129", f"kill {pid}", check=False)
     wait_gpus_free(host)
@@ -248,3 +249,27 @@ def test_two_servers_on_one_host_need_a_pid(host: HostSet, tmp_path: Path,
         for port in ports:
             for pid in server_pids(host, port):
                 host.ssh("ct129", f"kill {pid}", check=False)
+
+
+def test_server_of_another_unit_is_taken_over_under_a_new_name(host: HostSet, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    host.ssh("ct129", "cat > /etc/systemd/system/sglang-hand.service && systemctl daemon-reload && "
+             "systemctl enable --quiet sglang-hand.service && systemctl start sglang-hand.service",
+             input=HAND_UNIT.format(flags=abbreviated_reference(port)) + "[Install]\nWantedBy=multi-user.target\n")
+    wait_healthy(host, port, "/dev/null")
+    hand_flags = sglang_flags(host, int(host.ssh("ct129", "systemctl show -p MainPID --value sglang-hand").stdout))
+    profile = tmp_path / "renamed.toml"
+    code, _, err = run(host, "import", "ct129", "--unit", "sglang-hand", "--name", "sglang-new", "--output",
+                       str(profile), capsys=capsys)
+    assert code == 0, err
+    code, out, _ = run(host, "apply", str(profile), "--adopt", "--json", "--settle", "1", capsys=capsys)
+    result = json.loads(out)
+    assert code == 0, result["message"]
+    assert any("sglang-hand.service" in s["why"] and "disables its unit" in s["why"] for s in result["steps"])
+    state = host.ssh("ct129", "systemctl is-enabled sglang-hand.service; systemctl is-active sglang-hand.service",
+                     check=False).stdout.split()
+    assert state == ["disabled", "inactive"]
+    new_pid = int(host.ssh("ct129", "systemctl show -p MainPID --value sglang-new.service").stdout)
+    assert sglang_flags(host, new_pid) == hand_flags
+    host.ssh("ct129", "systemctl stop sglang-new.service")
