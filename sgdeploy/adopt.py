@@ -149,6 +149,9 @@ def import_launch(observed: Observed, catalog: Catalog, target: Target) -> Impor
     launch = split_launch(observed.argv)
     parsed = parse_server_argv(list(launch.flags), catalog)
     notes = _launch_notes(launch, observed)
+    if isinstance(parsed.server.get("config"), str):
+        notes.append(f"--config {parsed.server['config']}: SGLang reads more flags from that file on the host; "
+                     "they are not imported (the profile keeps --config, so the unit reads them too)")
     env = sglang_env(observed.environ)
     gpus = gpus_from(env.pop("CUDA_VISIBLE_DEVICES")) if "CUDA_VISIBLE_DEVICES" in env else None
     if gpus is None and "CUDA_VISIBLE_DEVICES" in sglang_env(observed.environ):

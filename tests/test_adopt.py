@@ -423,3 +423,10 @@ def test_apply_asks_on_a_terminal_before_adopting(answer: str, adopted: bool, mo
     code = cli.main(["apply", "p.toml"])
     assert runs == ([False, True] if adopted else [False]) and code == (0 if adopted else 2)
     assert "take over" in capsys.readouterr().err
+
+
+def test_config_file_flags_are_named_not_guessed() -> None:
+    observed = observed_from_command("/v/bin/python3 -m sglang.launch_server --model-path /m --config /etc/s.yaml")
+    imported = import_launch(observed, C23, Target("ct129"))
+    assert tomllib.loads(imported.text)["server"]["config"] == "/etc/s.yaml"
+    assert any("reads more flags from that file" in note for note in imported.notes)
