@@ -430,3 +430,16 @@ def test_config_file_flags_are_named_not_guessed() -> None:
     imported = import_launch(observed, C23, Target("ct129"))
     assert tomllib.loads(imported.text)["server"]["config"] == "/etc/s.yaml"
     assert any("reads more flags from that file" in note for note in imported.notes)
+
+
+def test_a_server_that_exits_during_the_import_is_a_clear_result() -> None:
+    from sgdeploy.adopt import choose_server
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass", "-m", "sglang.launch_server", "--port", "1"])
+    gone.wait()
+    out = subprocess.run(["sh", "-s", "--", str(gone.pid), ""], input=script(), capture_output=True, text=True,
+                         timeout=120).stdout
+    found = parse_servers(out)
+    assert found.complete and all(s.process.pid != gone.pid for s in found.servers)
+    with pytest.raises(LaunchError, match=rf"pid {gone.pid} on h is no SGLang server \(or it exited during"):
+        choose_server(found, "h", gone.pid, None)
