@@ -75,6 +75,8 @@ class SimSettings:
     hang_at: str = "load"  # hang: "load" (after Load weight begin) or "warmup" (bound, 503)
     mem_mib: int = 0  # GPU memory per rank when ready; 0 = mem_fraction_static * total
     orphan_children: bool = False  # scheduler children survive the main process (stray GPU use)
+    resolve_hang_s: float = 0.0  # sglang.srt.server_args: resolution sleeps this long (a hung check)
+    broken_import: str = ""  # sglang.srt.server_args: importing it raises ImportError(this)
 
     def to_toml(self) -> str:
         return _toml_table("sglang_sim", dataclasses.asdict(self))

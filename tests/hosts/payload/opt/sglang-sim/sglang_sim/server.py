@@ -52,6 +52,8 @@ DEFAULT_SETTINGS = {
     "hang_at": "load",
     "mem_mib": 0,
     "orphan_children": False,
+    "resolve_hang_s": 0.0,
+    "broken_import": "",
 }
 
 VERSION = importlib.metadata.version("sglang")
@@ -240,6 +242,27 @@ def _traceback_exit(frames: list[tuple[str, int, str, str]], final: str, code: i
     sys.exit(code)
 
 
+class Refusal(Exception):
+    """SGLang refusing a launch while it resolves its arguments: the server prints it as a
+    traceback and exits 1; `sglang.srt.server_args` (the host check's entry points) raises it
+    as the exception SGLang raises."""
+
+    TYPES = {"ValueError": ValueError, "AssertionError": AssertionError, "OSError": OSError,
+             "RuntimeError": RuntimeError}
+
+    def __init__(self, frames: list[tuple[str, int, str, str]], final: str) -> None:
+        super().__init__(final)
+        self.frames, self.final = frames, final
+
+    def as_sglang_error(self) -> BaseException:
+        name, _, message = self.final.partition(": ")
+        return self.TYPES.get(name, RuntimeError)(message)
+
+
+def _refuse(frames: list[tuple[str, int, str, str]], final: str) -> None:
+    raise Refusal(frames, final)
+
+
 def _prepare_frame() -> tuple[str, int, str, str]:
     """The traceback frame where argument resolution starts (prepare_server_args)."""
     line = 712 if NEW else 6515
@@ -286,7 +309,7 @@ def model_config(path: str, entry: str) -> dict:
             "    raise HFValidationError(\n"
             f"{hf}\n\nDuring handling of the above exception, another exception occurred:\n\n"
         )
-        _traceback_exit(
+        _refuse(
             _entry_frames(entry)
             + [
                 _prepare_frame(),
@@ -305,7 +328,7 @@ def model_config(path: str, entry: str) -> dict:
         )
     cfg_file = p / "config.json"
     if not cfg_file.exists():
-        _traceback_exit(
+        _refuse(
             _entry_frames(entry)
             + [
                 (
@@ -364,8 +387,27 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
         args["page_size"] = 1
     if "cuda_graph_max_bs" in args and args.get("cuda_graph_max_bs") is None:
         args["cuda_graph_max_bs"] = 32 if mem_total < 60_000 else 256
-    if args.get("context_length") is None:
-        args["context_length"] = int(cfg.get("max_position_embeddings", 262144))
+    derived = int(cfg.get("max_position_embeddings")
+                  or (cfg.get("text_config") or {}).get("max_position_embeddings") or 262144)
+    asked = args.get("context_length")
+    allow = os.environ.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "").lower() in ("1", "true")
+    if asked is not None and int(asked) > derived and not allow:
+        # ModelConfig._derive_context_length: only the model's files can tell
+        _refuse(
+            _entry_frames(entry)
+            + [
+                _prepare_frame(),
+                (f"{PKG}/sglang/srt/configs/model_config.py", 1314, "_derive_context_length",
+                 "raise ValueError("),
+            ],
+            f"ValueError: Warning: User-specified context_length ({asked}) is greater than the "
+            f"derived context_length ({derived}). This may lead to incorrect model outputs or CUDA "
+            "errors. Note that the derived context_length may differ from max_position_embeddings "
+            "in the model's config. To allow overriding this maximum, set the env var "
+            "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
+        )
+    if asked is None:
+        args["context_length"] = derived
 
     # speculative decoding
     algo = args.get("speculative_algorithm")
@@ -384,7 +426,7 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
                 )
             if steps is None:
                 if topk is not None or draft is not None:
-                    _traceback_exit(
+                    _refuse(
                         _entry_frames(entry)
                         + [
                             (
@@ -437,7 +479,7 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
     # encoder disaggregation
     if args.get("language_only") and not args.get("encoder_urls"):
         if not NEW:
-            _traceback_exit(
+            _refuse(
                 _entry_frames(entry)
                 + [
                     _prepare_frame(),
@@ -1530,9 +1572,12 @@ def main(argv: list[str], entry: str) -> None:
     if not args.get("model_path"):
         parser.error("the following arguments are required: --model-path/--model")
     gpu = sim_gpu.config()
-    cfg = model_config(args["model_path"], entry)
     early: list[str] = []
-    changes = resolve(args, cfg, gpu, entry, early)
+    try:
+        cfg = model_config(args["model_path"], entry)
+        changes = resolve(args, cfg, gpu, entry, early)
+    except Refusal as refusal:
+        _traceback_exit(refusal.frames, refusal.final)
     for line in early:
         log(line)
     log(args_repr(args))
