@@ -259,8 +259,10 @@ def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
                            _apply_options(args, dry_run), progress)
     args._port_in_use = any(d.rule == "SGD705" for d in result.diagnostics)
     plan = result.plan
-    _emit(getattr(args, "json", False), result.as_dict, progress,
-          lambda: report.plan_text(plan) if dry_run and plan is not None else report.apply_text(result))
+    connection = _connection(args, target.name, inventory.hosts[target.name])
+    _emit(getattr(args, "json", False), lambda: connection.document(result.as_dict()), progress,
+          lambda: connection.text + (report.plan_text(plan) if dry_run and plan is not None
+                                     else report.apply_text(result)))
     if dry_run:
         return EXIT_OK if result.exit_code == 0 and result.plan and not result.plan.refused else EXIT_FAILED
     return int(result.exit_code)
@@ -413,20 +415,49 @@ def _per_host(args: argparse.Namespace, gather: Callable[[UnitTarget], Any], tex
 
     targets = _unit_targets(args)
     results: list[tuple[str, Any, str | None]] = []
+    connections = {name: _connection(args, name, entry) for name, entry, *_ in targets}
     for target in targets:
         try:
             results.append((target[0], gather(target), None))
         except OperateError as exc:
             if len(targets) == 1:
+                _out("" if args.json else connections[target[0]].text)
                 raise UsageError(str(exc)) from None
             results.append((target[0], None, str(exc)))
     if args.json:
-        docs = [r.as_dict() if r is not None else {"host": name, "error": error} for name, r, error in results]
+        docs = [connections[name].document(r.as_dict() if r is not None else {"host": name, "error": error})
+                for name, r, error in results]
         _out(json.dumps(docs[0] if len(docs) == 1 else {"hosts": docs}, indent=2) + "\n")
     else:
-        _out("".join(text(r) if r is not None else f"{name}: unreachable: {error}\n" for name, r, error in results))
+        _out("".join(connections[name].text + (text(r) if r is not None else f"{name}: unreachable: {error}\n")
+                     for name, r, error in results))
     codes = [exit_code(r) if r is not None else EXIT_USAGE for _, r, _ in results]
     return max(codes)
+
+
+class _Connection:
+    """`--verbose`: a host's connection settings and their sources, as text and in JSON."""
+
+    def __init__(self, text: str = "", settings: Any = None) -> None:
+        self.text = text
+        self.settings = settings
+
+    def document(self, document: dict[str, Any]) -> dict[str, Any]:
+        return document if self.settings is None else {**document, "connection": self.settings}
+
+
+def _connection(args: argparse.Namespace, name: str, entry: Any) -> _Connection:
+    from sgdeploy import report, sshconfig
+
+    if not getattr(args, "verbose", False):
+        return _Connection()
+    try:
+        chain = sshconfig.for_host(name, entry)
+    except sshconfig.SshConfigError as exc:
+        return _Connection(f"{name}: connection: {exc}\n", {"error": str(exc)})
+    return _Connection(report.connection_text(name, chain), {"route": [hop.alias for hop in chain],
+                                                             **chain[-1].as_dict(),
+                                                             "through": [hop.as_dict() for hop in chain[:-1]]})
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -551,6 +582,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--inventory", metavar="FILE")
     plan.add_argument("--json", action="store_true")
     plan.add_argument("--adopt", action="store_true", help="plan to take over a server outside the unit on its port")
+    plan.add_argument("--verbose", "-v", action="store_true",
+                      help="also show each connection setting and where it came from")
     plan.set_defaults(func=cmd_plan)
 
     apply = sub.add_parser("apply", help="deploy a profile: validate, stop, install, start, wait ready")
@@ -592,6 +625,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="unit state, running deployment, drift, GPUs, health")
     _unit_arguments(status)
+    status.add_argument("--verbose", "-v", action="store_true",
+                        help="also show each connection setting and where it came from")
     status.set_defaults(func=cmd_status)
 
     probe = sub.add_parser("probe", help="measure the running deployment's throughput on its host")

@@ -110,7 +110,8 @@ class RemoteHost:
         try:
             for i, hop in enumerate(chain):
                 via = chain[i - 1] if i else None
-                clients.append(self._open(hop, self._socket(hop, via, clients[-1] if clients else None), via))
+                sock = self._socket(hop, via, clients[-1] if clients else None)
+                clients.append(self._open(hop, sock, via, None if hop is chain[-1] else chain[-1]))
         except BaseException:
             for client in reversed(clients):
                 client.close()
@@ -146,12 +147,14 @@ class RemoteHost:
     def _timeout(self, hop: SshTarget) -> float:
         return hop.connect_timeout or self.connect_timeout
 
-    def _open(self, hop: SshTarget, sock: Any, via: SshTarget | None) -> paramiko.SSHClient:
+    def _open(self, hop: SshTarget, sock: Any, via: SshTarget | None, bastion_of: SshTarget | None
+              ) -> paramiko.SSHClient:
         """Log in to one hop, its host key checked against its own name in its known_hosts files."""
         client = paramiko.SSHClient()
         known = _load_known_hosts(client, hop)
         client.set_missing_host_key_policy(_host_key_policy(hop))
-        where = f"{hop.hostname}:{hop.port}" + (f" (through {via.alias})" if via else "")
+        where = (f"{hop.hostname}:{hop.port}" + (f" (through {via.alias})" if via else "")
+                 + (f" (ProxyJump host {hop.alias}, on the way to {bastion_of.alias})" if bastion_of else ""))
         keys = [f for f in hop.identity_files if os.path.isfile(f)]
         timeout = self._timeout(hop)
         try:

@@ -250,3 +250,20 @@ def rollout_text(fleet: Any) -> str:
     else:
         lines.append(f"all {len(rows)} hosts done")
     return "\n".join(lines) + "\n"
+
+
+def connection_text(name: str, chain: Sequence[Any]) -> str:
+    """`--verbose`: how a host is reached, each setting with where it came from (sshconfig.SshTarget)."""
+    final = chain[-1]
+    files = ", ".join(final.config_files) or "none"
+    lines = [f"{name}: connection (SSH configuration read: {files})"]
+    for hop in chain:
+        role = "target" if hop is final else "through"
+        lines.append(f"  {role} {hop.alias}: {hop.user}@{hop.hostname}:{hop.port}")
+        for setting, value in hop.shown().items():
+            if value in (None, [], ""):
+                continue
+            shown = ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+            lines.append(f"    {setting + ':':<26} {shown}  ({hop.sources.get(setting, 'default')})")
+    lines += [f"  note: {note}" for note in dict.fromkeys(note for hop in chain for note in hop.notes)]
+    return "\n".join(lines) + "\n"
