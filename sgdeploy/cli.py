@@ -44,9 +44,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from sgdeploy.tomlfile import RULE_UNREADABLE
     from sgdeploy.validate import InventoryContext, validate_paths
 
-    paths = args.profiles or sorted(glob.glob("profiles/*.toml"))
-    if not paths:
-        raise UsageError("no profiles given and none found in profiles/*.toml")
+    every = sorted(glob.glob("profiles/*.toml"))
+    if args.changed:
+        from sgdeploy.changes import profiles_to_check
+
+        paths = profiles_to_check(args.profiles, inventory_path(args.inventory), every)
+    else:
+        paths = args.profiles or every
+        if not paths:
+            raise UsageError("no profiles given and none found in profiles/*.toml")
     missing = [p for p in paths if not Path(p).is_file()]
     if missing:
         raise UsageError(f"no such profile: {', '.join(missing)}")
@@ -560,6 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--inventory", metavar="FILE")
     validate.add_argument("--format", choices=["text", "json", "github"], default="text")
     validate.add_argument("--sglang", metavar="VERSION", help="validate against this SGLang version")
+    validate.add_argument("--changed", action="store_true",
+                          help="the files given are those a change touched: validate the profiles among them, "
+                          "and every profile when the inventory is one (deleted files are skipped)")
     validate.set_defaults(func=cmd_validate)
 
     diff = sub.add_parser("diff", help="what a change does to each server: flags, env, findings, unit diff")
