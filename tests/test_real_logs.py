@@ -29,8 +29,24 @@ def test_index_lists_every_log_once_with_its_source() -> None:
     assert len(set(names)) == len(names)
     for e in INDEX:
         assert e["source"].startswith("https://github.com/"), e["file"]
-        assert e["kind"] is None or e["kind"] in FAILURE_KINDS, e["file"]
+        assert isinstance(e["wrappers"], list) and isinstance(e["multi_node"], bool), e["file"]
+        assert e["note"] and isinstance(e["debatable"], bool), e["file"]
+        if e["ready"] and e["kind"] is None:
+            assert e["root_line"] is None, e["file"]
+            continue
+        assert e["kind"] in FAILURE_KINDS, e["file"]
         assert lines(e["file"])[e["root_line"] - 1].strip().startswith(e["root_text"][:60])
+
+
+def test_corpus_covers_every_kind_successes_nodes_versions_and_wrappers() -> None:
+    assert len(INDEX) >= 40
+    assert {e["kind"] for e in INDEX if e["kind"]} == set(FAILURE_KINDS)
+    assert sum(e["ready"] for e in INDEX) >= 2
+    assert any(e["multi_node"] for e in INDEX) and not all(e["multi_node"] for e in INDEX)
+    versions = {e["sglang_version"][:3] for e in INDEX if e["sglang_version"]}
+    assert {"0.4", "0.5"} <= versions
+    assert any("0.1 era" in e["note"] or "0.3 era" in e["note"] for e in INDEX)  # unversioned old ones
+    assert any(e["wrappers"] for e in INDEX) and any(not e["wrappers"] for e in INDEX)
 
 
 @pytest.mark.parametrize("entry", INDEX, ids=[e["file"] for e in INDEX])

@@ -40,7 +40,8 @@ FAILURE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         "graph_capture_failed",
         re.compile(
             r"(?:^|: )(?:Capture [\w ]{0,40}?graph failed|Piecewise CUDA Graph failed)|"
-            r"operation not permitted when stream is capturing|cudaErrorStreamCapture"
+            r"operation not permitted when stream is capturing|cudaErrorStreamCapture|"
+            r"during (?:CUDA|cuda) graph capture|cudaStreamCaptureStatusActive"
         ),
     ),
     (
@@ -73,7 +74,8 @@ FAILURE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
             r"GatedRepoError|does not appear to have a file named|Incorrect path_or_model_id|"
             r"Can't load (?:the )?(?:config|tokenizer)|does not recognize this architecture|"
             r"Unrecognized model in|couldn't connect to 'https://huggingface\.co|"
-            r"Model architectures? \[.*\] (?:is|are) not supported"
+            r"Model architectures? \[.*\] (?:is|are) not supported|"
+            r"Unsupported architectures?: \w+"  # 0.2/0.3 wording
         ),
     ),
     (
@@ -122,7 +124,8 @@ FOLLOW_ON: Final = re.compile(
     r"scheduler (?:is dead|died during initialization)|terminated with (?:exit code )?-?\d+|"
     r"Application startup failed|Received sigquit from a child proces|"
     r"Child process unexpectedly failed|exited with (?:exit )?code|^Killed$|"
-    r"Initialization failed|server launch failed"
+    r"Initialization failed|server launch failed|^Exit code: -?\d+|"
+    r"could finish the model loading, but there are other ranks"
 )
 _REFUSALS: Final = frozenset({"ValueError", "AssertionError", "ArgumentError", "ArgumentTypeError"})
 _FOLLOW_ON_TYPES: Final = frozenset({"EOFError", "BrokenPipeError", "ConnectionResetError"})
@@ -155,16 +158,23 @@ _ARGPARSE = re.compile(
     r"^(?P<prog>sglang(?: serve)?|[\w.-]+\.py|python[\d.]* -m [\w.]+): error: (?P<msg>.+)$"
 )
 _FAILURE_HINT = re.compile(
-    "|".join(re.escape(t) for t in (*_SIGNATURE_TRIGGERS, ": error: ")) + "|" + FOLLOW_ON.pattern
+    "|".join(re.escape(t) for t in (*_SIGNATURE_TRIGGERS, ": error: ", "usage: "))
+    + "|"
+    + FOLLOW_ON.pattern
 )
+# argparse's usage banner: printed before its `error:` line, which a paste may have lost.
+_USAGE = re.compile(r"^usage: (?:sglang(?: serve)?|[\w.-]+\.py|python[\d.]* -m [\w.]+) ")
 
 # Native libraries' own error lines, printed before the Python exception they cause.
 _NATIVE = re.compile(
     r"NCCL WARN|non-zero status: \d+|socket(?:Poll|Start)Connect|gloo/transport/tcp/pair\.cc|"
     r"\bibv_\w+ failed|NVSHMEM API called before|invalid device ordinal|"
-    r"\[Gloo\].*(?:Connection closed|Connection reset|failed)"
+    r"\[Gloo\].*(?:Connection closed|Connection reset|failed)|"
+    r"^\[E\d{3,4} [\d:.]+ ProcessGroup\w*\.cpp:\d+\]"  # c10d's own error records, not its W/I ones
 )
-_NATIVE_TRIGGERS: Final = ("NCCL WARN", "non-zero status", "socket", "gloo", "ibv_", "NVSHMEM", "ordinal", "Gloo")
+_NATIVE_TRIGGERS: Final = (
+    "NCCL WARN", "non-zero status", "socket", "gloo", "ibv_", "NVSHMEM", "ordinal", "Gloo", "ProcessGroup"
+)
 # Native lines that look alarming and are not: NCCL's INFO chatter, c10d's IPv6 fallback.
 _BENIGN = re.compile(
     r"NCCL INFO|IPv6|errno: 97|Address family not supported|NET/Plugin|"
@@ -189,6 +199,7 @@ class Incident:
     strength: int = 2  # 2: an error; 1: a native library's line alone; 0: a consequence
     evidence: list[tuple[int, str]] = field(default_factory=list)
     absorbed: bool = False  # a native line another incident took as its root
+    native: bool = False  # a native library's line, not yet explained by a Python error
 
 
 def kind_of(etype: str, msg: str, modules: list[str], capturing: bool) -> tuple[str, int]:
@@ -208,7 +219,7 @@ def kind_of(etype: str, msg: str, modules: list[str], capturing: bool) -> tuple[
         return by_text, 2
     if _WARMUP.search(where):
         return "crash", 2  # the server was up; its warm-up request failed
-    if by_module == "bad_argument" and short not in _REFUSALS:
+    if by_module == "bad_argument" and short and short not in _REFUSALS:
         by_module = None  # a TypeError in argument handling is SGLang's bug, not a refusal
     if by_module is not None and by_module != "kv_cache_oom":
         return by_module, 2
@@ -275,6 +286,9 @@ class IncidentBook:
                 message = f"{am.group('prog')}: error: {am.group('msg')}"[:MESSAGE_MAX]
                 self._add(Incident(n, "bad_argument", message, [(n, line)], t))
                 return True
+        if text.startswith("usage: ") and _USAGE.match(text):
+            self._add(Incident(n, "bad_argument", line, [(n, line)], t, strength=1))
+            return True
         if FOLLOW_ON.search(text):
             self._add(Incident(n, "crash", line, [(n, line)], t, strength=0))
             return True
@@ -287,6 +301,24 @@ class IncidentBook:
                 return True
         return False
 
+    def unterminated(self, tb: Traceback, capturing: bool) -> None:
+        """A traceback cut before its exception line: still an error, named by where it was.
+
+        The main process's own traceback after a scheduler was reported dead is the launcher
+        giving up, a consequence like the report itself."""
+        if isinstance(tb.continues, Incident):
+            return  # the rest of a chain whose root is known
+        kind, strength = kind_of("", "", tb.modules, capturing)
+        after_death = any(i.strength == 0 and i.line < tb.header for i in self.incidents)
+        if tb.rank is None and after_death:
+            strength = 0
+        entry = (tb.header, tb.text[:MESSAGE_MAX])
+        context = [entry, *(f for f in tb.frames if f[0] != tb.header)]
+        incident = Incident(tb.header, kind, entry[1], context, tb.t, strength)
+        if strength == 2:
+            self._adopt_native(incident)
+        self._add(incident)
+
     # -- verdict ----------------------------------------------------------------------------
 
     def failure(self, after: int) -> Failure | None:
@@ -295,7 +327,7 @@ class IncidentBook:
         if not found:
             return None
         best = max(i.strength for i in found)
-        candidates = [i for i in found if i.strength == best]
+        candidates = sorted((i for i in found if i.strength == best), key=lambda i: i.line)
         if best == 2 and all(i.t for i in candidates):
             candidates.sort(key=lambda i: (i.t or "", i.line))  # the first rank to fail, by time
         pick = candidates[0]
@@ -325,12 +357,13 @@ class IncidentBook:
         line = text.strip()[:MESSAGE_MAX]
         kind = "bad_argument" if "invalid device ordinal" in text else "nccl_error"
         self._native.append((n, line, kind))
-        lone = next((i for i in reversed(self.incidents) if i.strength == 1), None)
+        lone = next((i for i in reversed(self.incidents) if i.native), None)
         if lone is not None and n - lone.line <= _PRECURSOR_WINDOW:
             if len(lone.evidence) < _MAX_EVIDENCE:
                 lone.evidence.append((n, line))
         else:
-            self._add(Incident(n, kind, line, [(n, line)], t, strength=1, evidence=[(n, line)]))
+            evidence = [(n, line)]
+            self._add(Incident(n, kind, line, [(n, line)], t, 1, evidence, native=True))
         return True
 
     def _adopt_native(self, incident: Incident) -> None:
@@ -345,7 +378,7 @@ class IncidentBook:
         incident.evidence.append((incident.line, incident.message))
         incident.line, incident.message, incident.kind = first_line, first_text, first_kind
         for other in self.incidents:
-            if other.strength == 1 and other.line >= first_line:
+            if other.native and other.line >= first_line:
                 other.absorbed = True
 
     def _sharpen(self, incident: Incident, kind: str) -> None:

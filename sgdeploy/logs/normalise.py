@@ -1,15 +1,19 @@
 """Normalise: one raw line -> ParsedLine, with the stack of prefixes around SGLang's record off.
 
-A line as an operator pastes it may carry, outermost first: ANSI colour, a journal or kubectl
-timestamp, a Python logging record of a launcher, a docker compose service (`svc-1  | `), a Ray
-actor (`(SGLangEngine pid=6680) `), torchrun's `[rank0]: `, then SGLang's own `[date time TPn]`
-and uvicorn's level word. The outer wrappers come in any order and are stripped until none is
-left; the one that names a process (compose service, Ray actor, torchrun rank) is the line's
-`stream`, so interleaved tracebacks of several processes can be told apart.
+A line as an operator pastes it may carry, outermost first: ANSI colour, a docker json-file
+record (`{"log": "...", "stream": ...}`), a journal, kubectl or log-viewer timestamp, a Python
+logging record of a launcher (`2025-03-07 23:50:27,531 - x - INFO - ` or
+`2024-08-27 12:54:55 | ERROR | stderr | `), a docker compose service (`svc-1  | `), kubectl's
+`--prefix` (`[pod/name/container] `), a Ray actor (`(SGLangEngine pid=6680) `), torchrun's
+`[rank0]: `, then SGLang's own `[date time TPn]` (`[MM-DD time]` in the multimodal server, `[gpu=0]`
+in 0.2) and uvicorn's level word. The outer wrappers come in any order and are stripped until none
+is left; the one that names a process (compose service, pod, Ray actor, torchrun rank) is the
+line's `stream`, so interleaved tracebacks of several processes can be told apart.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Literal, NamedTuple
 
@@ -27,13 +31,23 @@ _PYLOG = re.compile(
     r"^(?P<d>\d{4}-\d\d-\d\d)[ T](?P<tm>\d\d:\d\d:\d\d)(?:[,.]\d+)?(?:[+-]\d\d:?\d\d)?"
     r" - [\w.<>-]+ - (?:INFO|WARNING|ERROR|DEBUG|CRITICAL) - "
 )
+# The same record written by a launcher that uses `date | LEVEL | logger | message`.
+_PIPELOG = re.compile(
+    r"^(?P<d>\d{4}-\d\d-\d\d) (?P<tm>\d\d:\d\d:\d\d)(?:[,.]\d+)? \| "
+    r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \| [\w.<>-]+ \| ?"
+)
+# A log viewer's export (Kibana and the like): `May 16, 2026 @ 20:46:57.892    `.
+_VIEWER = re.compile(r"^[A-Z][a-z]{2} \d{1,2}, \d{4} @ \d\d:\d\d:\d\d(?:\.\d+)?\s+")
 _COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9][\w.-]*)\s+\| ")
+_KUBECTL = re.compile(r"^\[(?P<pod>pod/[\w.-]+/[\w.-]+)\] ")
 _RAY = re.compile(r"^\((?P<actor>[\w.:-]+) pid=(?P<pid>\d+)(?:, ip=[\w.:-]+)?\)\s")
 _TORCHRUN = re.compile(r"^\[(?P<rank>(?:rank|default)\d+)\]:\s?")
 _SGLANG = re.compile(
     r"^\[(?:(?P<d>\d{4}-\d\d-\d\d) )?(?P<tm>\d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))?"
     r"(?P<ranks>(?: [A-Z][A-Z_]*\d+)*)(?: [a-z][\w-]*)?\] ?"
 )
+# The multimodal server's `[12-16 14:27:08]` (no year) and 0.2's `[gpu=0]`.
+_SGLANG_SHORT = re.compile(r"^\[(?:\d\d-\d\d \d\d:\d\d:\d\d|gpu=(?P<gpu>\d+))\] ?")
 _SGLANG_ANYWHERE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 _RANK = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
 _UVICORN = re.compile(r"^(?P<lvl>INFO|WARNING|ERROR|DEBUG|CRITICAL|TRACE):\s+")
@@ -76,7 +90,12 @@ def _unwrap_once(line: str) -> tuple[str, str | None, str | None] | None:
     c = line[:1]
     if c == "[":
         m = _TORCHRUN.match(line)
-        return (line[m.end() :], None, m.group("rank")) if m else None
+        if m is not None:
+            return line[m.end() :], None, m.group("rank")
+        km = _KUBECTL.match(line) if line.startswith("[pod/") else None
+        return (line[km.end() :], None, km.group("pod")) if km else None
+    if c == "{" and line.startswith('{"log":'):
+        return _docker_json(line)
     if c == "(":
         m = _RAY.match(line)
         return (line[m.end() :], None, f"{m.group('actor')} pid={m.group('pid')}") if m else None
@@ -89,10 +108,14 @@ def _unwrap_once(line: str) -> tuple[str, str | None, str | None] | None:
         if sm is not None:
             return line[sm.end() :], sm.group("iso") + (sm.group("frac") or ""), None
         pm = _PYLOG.match(line) if " - " in line[:80] else None
+        if pm is None and " | " in line[:40]:
+            pm = _PIPELOG.match(line)
         if pm is not None:
             return line[pm.end() :], f"{pm.group('d')}T{pm.group('tm')}", None
     elif c.isalpha():
         jm = _JOURNAL.match(line) if c.isupper() else None
+        if jm is None and c.isupper() and " @ " in line[:26]:
+            jm = _VIEWER.match(line)
         if jm is not None:
             return line[jm.end() :], None, None
     if c.isalnum() and "|" in line[:64]:
@@ -100,6 +123,20 @@ def _unwrap_once(line: str) -> tuple[str, str | None, str | None] | None:
         if cm is not None:
             return line[cm.end() :], None, cm.group("svc")
     return None
+
+
+def _docker_json(line: str) -> tuple[str, str | None, str | None] | None:
+    """docker's json-file driver: one JSON object per line, the text under "log"."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    text = record.get("log") if isinstance(record, dict) else None
+    if not isinstance(text, str):
+        return None
+    t = record.get("time")
+    stamp = _STAMP.match(f"{t} ") if isinstance(t, str) else None
+    return text.rstrip("\r\n"), (stamp.group("iso") + (stamp.group("frac") or "")) if stamp else None, None
 
 
 def strip_line(raw: str) -> ParsedLine:
@@ -114,6 +151,8 @@ def strip_line(raw: str) -> ParsedLine:
         if un is None:
             break
         line, wt, ws = un
+        if "\x1b" in line:  # colour inside a docker json record
+            line = _ANSI.sub("", line)
         t = t or wt
         stream = stream or ws
     if "\r" in line:  # tqdm redraws: keep what was on screen last
@@ -134,6 +173,13 @@ def strip_line(raw: str) -> ParsedLine:
             info = _ranks(m.group("ranks"))
         line = line[m.end() :]
         source, prefixed = "sglang", True
+    elif line[:1] == "[":
+        short = _SGLANG_SHORT.match(line)
+        if short is not None:
+            if short.group("gpu") is not None:
+                info = _ranks(f" GPU{short.group('gpu')}")
+            line = line[short.end() :]
+            source, prefixed = "sglang", True
     level: str | None = None
     um = _UVICORN.match(line) if line[:1] in "IWEDCT" and ":" in line[4:9] else None
     if um is not None:

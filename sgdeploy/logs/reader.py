@@ -53,7 +53,7 @@ class LogReader:
         self._dump: dict[str, Any] | None = None
         self._dump_line: int | None = None
         self._adjust_lines: dict[str, Adjustment] = {}
-        self._capturing: set[str] = set()
+        self._capturing: set[tuple[str | None, str]] = set()  # (stream, rank) inside a capture
         self._segmenter = Segmenter()
         self._book = IncidentBook()
         self._last_t: str | None = None
@@ -94,6 +94,8 @@ class LogReader:
             return []
         self._finished = True
         events: list[LogEvent] = []
+        for tb in self._segmenter.close():
+            self._book.unterminated(tb, self._is_capturing(tb.stream, tb.rank))
         self._emit_failure(events)
         return events
 
@@ -173,14 +175,14 @@ class LogReader:
         if text.startswith("Capture "):
             bm = _GRAPH_BEGIN.match(text)
             if bm is not None:
-                self._capturing.add(p.rank_label or "")
+                self._capturing.add((p.stream, p.rank_label or ""))
                 which = bm.group("which").strip() or "decode"
                 if p.is_primary:
                     data = {"graph": which}
                     events.append(LogEvent("progress", "graph_capture_begin", self._n, p.t, data))
                 return True
             if _GRAPH_END.match(text):
-                self._capturing.discard(p.rank_label or "")
+                self._capturing.discard((p.stream, p.rank_label or ""))
                 return True
             return False
         if text.startswith("Load weight begin"):
@@ -266,10 +268,15 @@ class LogReader:
     def _traceback(self, p: ParsedLine, events: list[LogEvent]) -> bool:
         """Follow tracebacks; True when the line belonged to one (header, frame, exception)."""
         step = self._segmenter.feed(self._n, p, self._last_t)
+        book = self._book
+        if self._segmenter.cut:
+            for tb in self._segmenter.cut:
+                book.unterminated(tb, self._is_capturing(tb.stream, tb.rank))
+            self._segmenter.cut.clear()
+            self._emit_failure(events)
         role = step.role
         if not role:
             return False
-        book = self._book
         if role == "header" and step.tb is not None:
             book.header(self._n, step.tb)
             return not p.prefixed  # a prefixed header line may still carry other news
@@ -278,12 +285,20 @@ class LogReader:
         elif role == "chain":
             book.chain(self._n, p.stream)
         elif role == "exception" and step.exc is not None:
-            book.exception(step.exc, bool(self._capturing))
+            tb = step.exc.tb
+            book.exception(step.exc, self._is_capturing(tb.stream, tb.rank))
             self._emit_failure(events)
         return True
 
+    def _is_capturing(self, stream: str | None, rank: str | None) -> bool:
+        """Whether that process was inside a graph capture; a line without a rank label counts
+        for any rank of its stream."""
+        if rank is not None:
+            return (stream, rank) in self._capturing
+        return any(s == stream for s, _ in self._capturing)
+
     def _signatures(self, p: ParsedLine, events: list[LogEvent]) -> None:
-        if self._book.line(self._n, p, p.t or self._last_t, bool(self._capturing)):
+        if self._book.line(self._n, p, p.t or self._last_t, self._is_capturing(p.stream, p.rank_label)):
             self._emit_failure(events)
 
     def _failure(self) -> Failure | None:
@@ -291,7 +306,8 @@ class LogReader:
         if failure is not None:
             return failure
         if self._finished and self._ready_line is None:
-            reached = [ph.name for ph in sorted(self._primary.values(), key=lambda ph: ph.line)]
+            chosen = self._chosen_phases().values()  # a log of non-zero ranks reaches phases too
+            reached = [ph.name for ph in sorted(chosen, key=lambda ph: ph.line)]
             last = f"last phase reached: {reached[-1]}" if reached else "no startup phase reached"
             message = f"the log ends before the server was ready ({last})"
             return Failure("incomplete", self._n, message, tuple(self._tail))

@@ -7,6 +7,11 @@ for an error; caret lines (`^^^^`) neither. The first line that looks like `dott
 closes the traceback. Tracebacks are kept per stream (the process a wrapper named), so ranks
 that print at once through docker compose or Ray do not mix; lines of other SGLang records in
 between do not end a traceback.
+
+An exception line with no traceback before it (a paste of the error alone, or the first half of a
+chain cut off) is an exception all the same; a traceback whose exception line never comes (the
+paste or the log was cut, or the next traceback of that stream began) is handed on in `cut`, so
+the incident stage can still name it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class Traceback:
     continues: object | None = None  # set by the incident stage: the incident this chains onto
     expect_source: bool = False
     idle: int = 0
+    text: str = ""  # the opening line, for a traceback cut before its exception line
 
 
 class RawException(NamedTuple):
@@ -69,6 +75,8 @@ class Step(NamedTuple):
 
 
 _NOTHING: Final = Step("")
+_LONE_TYPES: Final = ("Error", "Exception", "Failure", "Timeout")
+_CONTINUATION_LINES = 3  # lines after an exception that still belong to its message
 
 
 def exception_line(text: str) -> tuple[str, str] | None:
@@ -84,19 +92,31 @@ class Segmenter:
 
     def __init__(self) -> None:
         self._open: dict[str | None, Traceback] = {}
+        self._closed_at: dict[str | None, int] = {}
+        self.cut: list[Traceback] = []  # tracebacks that ended without an exception line
+
+    def close(self) -> list[Traceback]:
+        """End of input: every traceback still open was cut."""
+        self.cut.extend(self._open.values())
+        self._open.clear()
+        cut, self.cut = self.cut, []
+        return cut
 
     def feed(self, n: int, p: ParsedLine, last_t: str | None) -> Step:
         text = p.text
         if TB_HEADER in text:
-            tb = Traceback(n, p.t or last_t, p.rank_label, p.stream)
+            tb = Traceback(n, p.t or last_t, p.rank_label, p.stream, text=text.strip())
             tb.frames.append((n, text.strip()))
+            previous = self._open.get(p.stream)
+            if previous is not None:
+                self.cut.append(previous)
             self._open[p.stream] = tb
             return Step("header", tb)
         fm = _FRAME.match(text) if 'File "' in text[:40] else None
         open_tb = self._open.get(p.stream)
         if fm is not None:
             if open_tb is None:  # frames without a header: an implicit traceback
-                open_tb = Traceback(n, p.t or last_t, p.rank_label, p.stream)
+                open_tb = Traceback(n, p.t or last_t, p.rank_label, p.stream, text=text.strip())
                 self._open[p.stream] = open_tb
             tb = open_tb
             module = f"{fm.group('path')}:{fm.group('func') or ''}"
@@ -106,8 +126,28 @@ class Segmenter:
             tb.expect_source, tb.idle = True, 0
             return Step("frame", tb, module=module)
         if open_tb is None:
-            return Step("chain") if text[:1] in "DT" and CHAIN.match(text) else _NOTHING
+            if text[:1] in "DT" and CHAIN.match(text):
+                return Step("chain")
+            return self._lone(n, p, last_t)
         return self._inside(n, p, open_tb)
+
+    def _lone(self, n: int, p: ParsedLine, last_t: str | None) -> Step:
+        """An exception line outside any traceback (`ValueError: ...` pasted alone)."""
+        text = p.text
+        if p.prefixed or not text[:1].isalpha():
+            return _NOTHING
+        colon = text.find(": ", 0, 120)
+        etype = text[:colon] if colon > 0 else ""
+        if not etype.endswith(_LONE_TYPES) or etype == "Error" or " " in etype:
+            return _NOTHING
+        if n - self._closed_at.get(p.stream, -_CONTINUATION_LINES - 1) <= _CONTINUATION_LINES:
+            return _NOTHING  # a continuation of the message above (`ncclSystemError: ...`)
+        found = exception_line(text.strip())
+        if found is None:
+            return _NOTHING
+        tb = Traceback(n, p.t or last_t, p.rank_label, p.stream, text=text.strip())
+        self._closed_at[p.stream] = n
+        return Step("exception", tb, RawException(n, found[0], found[1], text.strip(), tb))
 
     def _inside(self, n: int, p: ParsedLine, tb: Traceback) -> Step:
         text = p.text
@@ -120,6 +160,7 @@ class Segmenter:
         found = exception_line(stripped) if not p.prefixed else None
         if found is not None:
             del self._open[p.stream]
+            self._closed_at[p.stream] = n
             return Step("exception", tb, RawException(n, found[0], found[1], stripped, tb))
         if tb.expect_source and not p.prefixed:  # frames that lost their indentation
             tb.expect_source = False
@@ -127,4 +168,5 @@ class Segmenter:
         tb.idle += 1
         if tb.idle > _TB_MAX_IDLE:
             del self._open[p.stream]
+            self.cut.append(tb)
         return _NOTHING
