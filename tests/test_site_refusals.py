@@ -51,4 +51,4 @@ def test_the_mapping_names_the_entry_rule(entry: tuple[str, Refusal]) -> None:
 @pytest.mark.parametrize("entry", ENTRIES, ids=[_name(e) for e in ENTRIES])
 def test_the_field_is_a_flag(entry: tuple[str, Refusal]) -> None:
     field = entry[1].field
-    assert not field or any(field in load_catalog(v) for v in available_versions())
+    assert callable(field) or not field or any(field in load_catalog(v) for v in available_versions())

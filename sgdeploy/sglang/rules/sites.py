@@ -28,7 +28,7 @@ class Refusal:
     """One SGLang check: `fires` says whether SGLang would raise on this launch."""
 
     site: str  # the check-site key: "<function>: <message with {} placeholders>"
-    field: str  # the [server] key the finding points at ("" for the launch as a whole)
+    field: str | Callable[[LaunchContext], str]  # the [server] key to change ("" for the launch as a whole)
     fires: Condition
     message: Message  # SGLang's own words, with the launch's values filled in
     versions: VersionRange = ALL_VERSIONS
@@ -39,6 +39,10 @@ class Refusal:
 
     def text(self, ctx: LaunchContext) -> str:
         return self.message if isinstance(self.message, str) else self.message(ctx)
+
+    def where(self, ctx: LaunchContext) -> str:
+        name = self.field if isinstance(self.field, str) else self.field(ctx)
+        return server_field(name) if name else "server"
 
 
 def version_words(versions: VersionRange) -> str:
@@ -55,8 +59,7 @@ def version_words(versions: VersionRange) -> str:
 def findings(ctx: LaunchContext, refusals: Sequence[Refusal], said: str = "refuses") -> Iterator[Finding]:
     for refusal in refusals:
         if ctx.version in refusal.versions and refusal.fires(ctx):
-            where = server_field(refusal.field) if refusal.field else "server"
-            yield Finding(where, f"{version_words(refusal.versions)} {said}: '{refusal.text(ctx)}'",
+            yield Finding(refusal.where(ctx), f"{version_words(refusal.versions)} {said}: '{refusal.text(ctx)}'",
                           refusal.hint)
 
 
