@@ -547,6 +547,23 @@ def _read_text(path: str) -> str:
         raise UsageError(f"cannot read {path}: {exc}") from None
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    from sgdeploy import completion
+    from sgdeploy.sglang.catalog import available_versions
+
+    script = completion.bash_script if args.shell == "bash" else completion.zsh_script
+    _out(script(build_parser(), available_versions()))
+    return EXIT_OK
+
+
+def cmd_complete(args: argparse.Namespace) -> int:
+    """Hidden: inventory names for the completion scripts, one a line."""
+    from sgdeploy.completion import names
+
+    _out("".join(f"{name}\n" for name in names(args.kind, args.inventory, args.profile)))
+    return EXIT_OK
+
+
 def _unit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profile", metavar="PROFILE", nargs="?", help="the profile (or give --host and --unit)")
     parser.add_argument("--host", metavar="H")
@@ -669,6 +686,15 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the JSON Schema of a profile")
     schema.add_argument("--sglang", metavar="VERSION", help="spell out [server] for this version")
     schema.set_defaults(func=cmd_schema)
+
+    completion = sub.add_parser("completion", help="print a shell completion script (see the README)")
+    completion.add_argument("shell", choices=["bash", "zsh"])
+    completion.set_defaults(func=cmd_completion)
+    complete = sub.add_parser("__complete")  # no help: hidden; the completion scripts call it
+    complete.add_argument("kind", choices=["hosts", "targets"])
+    complete.add_argument("--inventory")
+    complete.add_argument("--profile")
+    complete.set_defaults(func=cmd_complete)
     return parser
 
 
