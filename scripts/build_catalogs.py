@@ -1251,6 +1251,9 @@ class FlagBuilder:
             decl = self.fields[field_name]
             python_type = source_text(decl.module, strip_annotated(decl.annotation)[0])
         deprecated = is_deprecated(action_last, help_str, option_strings)
+        # What a Deprecated*Action does when given (sglang/srt/arg_groups/argparse_actions.py or
+        # server_args.py): stores `const_value` / True into its dest, or stops with `error_message`.
+        const = value("const_value", value("const")) if action_last.startswith("Deprecated") else None
         self.out.flags.append(
             {
                 "field": field_name,
@@ -1265,6 +1268,9 @@ class FlagBuilder:
                 "nargs": nargs,
                 "required": required,
                 "deprecated": deprecated,
+                "const": const,
+                "new_flag": value("new_flag"),
+                "error_message": value("error_message"),
                 "help_first_sentence": first_sentence(help_str),
                 "boolean_optional": boolean_optional,
                 "takes_value": not zero_arg,

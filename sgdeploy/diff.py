@@ -197,7 +197,7 @@ def _flag_changes(before: Launch | None, after: Launch | None) -> list[Change]:
                                if launch is not None and launch.facts.get("sglang_version")]
 
     def described(change: Change) -> Change:
-        flag = next((f for c in catalogs if (f := c.get(change.name)) is not None), None)
+        flag = next((f for c in catalogs if (f := c.lookup(change.name)) is not None), None)
         if flag is None:
             return Change(change.kind, change.name, change.before, change.after, option=f"--{change.name}")
         # the default SGLang falls back to is the one of the version that runs after the change

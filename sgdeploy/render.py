@@ -18,6 +18,7 @@ import jinja2
 from sgdeploy import __version__
 from sgdeploy.profile import LoadedProfile, Profile
 from sgdeploy.sglang.catalog import Catalog, Flag
+from sgdeploy.sglang.flags import as_sglang_sees_it
 
 
 def _template_dir() -> Path:
@@ -78,10 +79,12 @@ def launch_words(profile: Profile, catalog: Catalog) -> list[list[str]]:
     """
     groups = [[profile.deploy.python, "-m", LAUNCH_MODULE]]
     for key, value in profile.server.items():
-        flag = catalog.get(key)
-        if flag is None:
+        if not catalog.accepts(key) and (catalog.lookup(key) is None or value):
             raise KeyError(f"'{key}' is not a flag of SGLang {catalog.version}")
-        words = flag_args(flag, value)
+        # A deprecated alias renders as the option of the field it feeds, with the value SGLang
+        # would store; an option SGLang ignores, or a switch left off, renders to nothing.
+        seen = as_sglang_sees_it(catalog, key, value)
+        words = flag_args(catalog.flags[seen[0]], seen[1]) if seen else []
         if words:
             groups.append(words)
     return groups

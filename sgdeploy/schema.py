@@ -38,7 +38,8 @@ def profile_schema(sglang_version: str | None = None) -> dict[str, Any]:
         "type": "object",
         "description": "sglang.launch_server flags by ServerArgs field name.",
         "additionalProperties": False,
-        "properties": {name: flag_schema(flag) for name, flag in sorted(catalog.flags.items())},
+        "properties": {name: flag_schema(flag)
+                       for name, flag in sorted([*catalog.flags.items(), *catalog.aliases.items()])},
         "required": ["model_path"],
     }
     return schema

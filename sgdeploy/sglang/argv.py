@@ -109,8 +109,9 @@ class _Parser:
         if equals and head in self.options:
             return head, explicit
         found = self.matches(word)
-        fields = {self.options[o].field if o in self.options else o for o in found}
-        if len(fields) == 1:
+        # argparse matches a prefix per action: an alias and its field's own option are two
+        actions = {id(self.options[o]) if o in self.options else o for o in found}
+        if len(actions) == 1:
             flag = self.options.get(found[0])
             if len(found) > 1 and flag is not None:
                 self.find(self.i, "warning", f"'{word.split('=', 1)[0]}' abbreviates {', '.join(sorted(found))}, "
@@ -185,7 +186,7 @@ class _Parser:
                 return None
             if flag.boolean_optional and option.startswith("--no-") and "--" + option[5:] in flag.options:
                 return False
-            return not flag.store_false
+            return flag.const if flag.const is not None else not flag.store_false
         words = [explicit] if explicit is not None else self.take_values(flag)
         if words is None:
             return None
@@ -202,6 +203,8 @@ class _Parser:
             if flag.choices and str(value) not in {str(c) for c in flag.choices}:
                 self.find(start, "error", f"argument {option}: invalid choice {value!r} for SGLang "
                           f"{self.catalog.version}", "choose from " + ", ".join(map(str, flag.choices)))
+        if flag.const is not None:
+            return flag.const  # a deprecated option that stores one fixed value whatever it is given
         return values if flag.is_list or flag.nargs == "*" else (values[0] if values else None)
 
     # -- the loop -------------------------------------------------------------------------
@@ -236,6 +239,11 @@ class _Parser:
                 self.i += 1
                 continue
             flag = self.options[option]
+            if flag.refusal is not None or flag.ignored:
+                self.deprecated_action(flag, option, start)
+                refused_option = option if flag.refusal is not None else ""
+                self.i += 1
+                continue
             value = self.value_of(flag, option, explicit, start)
             written = tuple(self.words[start:self.i + 1])
             self.i += 1
@@ -244,12 +252,24 @@ class _Parser:
             self.record(FlagUse(start, written, flag.field, option, value), flag)
         return self.result
 
+    def deprecated_action(self, flag: Flag, option: str, start: int) -> None:
+        """A bare DeprecatedAction: SGLang stops with its message, or warns and stores nothing."""
+        if flag.refusal is not None:
+            self.find(start, "error", f"{option}: SGLang {self.catalog.version} stops with '{flag.refusal}'",
+                      "remove it and use what the message names")
+        else:
+            self.find(start, "warning", f"{option} is deprecated in SGLang {self.catalog.version} and has no "
+                      "effect: not imported")
+
     def record(self, use: FlagUse, flag: Flag) -> None:
         earlier = self.result.server.get(use.field, _MISSING)
         if earlier is not _MISSING:
             self.find(use.index, "warning", f"{flag.option} is given more than once; SGLang keeps the last "
                       f"({_shown(earlier)} -> {_shown(use.value)})", "write it once")
-        if flag.deprecated:
+        if flag.is_alias:
+            self.find(use.index, "warning", f"{use.option} is deprecated in SGLang {self.catalog.version}: it sets "
+                      f"{use.field}, imported as {use.field} = {_shown(use.value)}")
+        elif flag.deprecated:
             self.find(use.index, "warning", f"{use.option} is deprecated in SGLang {self.catalog.version}")
         self.result.server[use.field] = use.value
         self.result.uses.append(use)
@@ -261,13 +281,13 @@ _MISSING = object()
 def _unknown_hint(option: str, catalog: Catalog) -> str:
     """What became of a flag this version does not have: removed (and its replacement), or newer."""
     from sgdeploy.sglang.catalog import flag_history
-    from sgdeploy.sglang.flags import REPLACEMENTS
+    from sgdeploy.sglang.flags import replacement_for
 
     field_name = option.lstrip("-").replace("-", "_")
     last, first = flag_history(field_name)
     if last is None or first is None:
         return "SGLang would stop with 'unrecognized arguments'; check the spelling and the version"
-    replacement = REPLACEMENTS.get(field_name)
+    replacement = replacement_for(field_name, catalog)
     if catalog.parsed_version > parse_version(last):
         return f"SGLang had it up to {last}" + (f"; use {replacement.text}" if replacement else "; remove it")
     return f"SGLang has it from {first} on: the server runs a newer SGLang than assumed (check --sglang)"

@@ -47,15 +47,38 @@ class Flag:
     takes_value: bool
     deprecated: bool
     help: str
+    const: Any = None  # what a Deprecated*Action switch stores into its dest when given
+    replaced_by: str | None = None  # SGLang's `new_flag`, e.g. "--cuda-graph-backend-prefill=breakable"
+    refusal: str | None = None  # the parser error SGLang stops with when the option is given
+    ignored: bool = False  # accepted with a warning and stored nowhere (a bare DeprecatedAction)
+
+    @property
+    def key(self) -> str:
+        """The profile key this option answers to: the field, or for an alias its own name."""
+        return _row_key(self.field, self.options, self.deprecated)
+
+    @property
+    def is_alias(self) -> bool:
+        """A deprecated option that feeds another field (`--stream-output` -> incremental_streaming_output)."""
+        return self.key != self.field
+
+    def stored(self, value: Any) -> Any:
+        """What SGLang stores into `field` for a profile value of this option; NOT_GIVEN when a
+        switch is off (the option is then not rendered, SGLang never sees it)."""
+        if self.ignored or self.refusal is not None:
+            return NOT_GIVEN
+        if self.is_switch:
+            if self.store_false:
+                return NOT_GIVEN if value else False
+            if not value:
+                return False if self.boolean_optional else NOT_GIVEN
+            return True if self.const is None else self.const
+        return value if self.const is None else self.const
 
     @property
     def option(self) -> str:
         """The spelling sgdeploy renders: `--<field-in-kebab-case>` when SGLang has it."""
-        kebab = "--" + self.field.replace("_", "-")
-        if kebab in self.options:
-            return kebab
-        long_options = [o for o in self.options if o.startswith("--") and not o.startswith("--no-")]
-        return (long_options or list(self.options))[0]
+        return _main_option(self.field, self.options)
 
     @property
     def negative_option(self) -> str | None:
@@ -108,19 +131,64 @@ class Flag:
             takes_value=bool(raw.get("takes_value", True)) and not switch,
             deprecated=bool(raw.get("deprecated")),
             help=str(raw.get("help_first_sentence") or raw.get("help") or ""),
+            const=raw.get("const"),
+            replaced_by=raw.get("new_flag"),
+            refusal=raw.get("error_message"),
+            ignored=action.endswith("deprecatedaction") and not raw.get("error_message"),
         )
+
+
+def _main_option(field_name: str, options: tuple[str, ...] | list[str]) -> str:
+    kebab = "--" + field_name.replace("_", "-")
+    if kebab in options:
+        return kebab
+    long_options = [o for o in options if o.startswith("--") and not o.startswith("--no-")]
+    return (long_options or list(options))[0]
+
+
+def _row_key(field_name: str, options: tuple[str, ...] | list[str], deprecated: bool) -> str:
+    """A deprecated option spelt for another field answers to its own name (an alias)."""
+    if not deprecated:
+        return field_name
+    own = _main_option(field_name, options).lstrip("-").replace("-", "_")
+    return own
+
+
+class _NotGiven:
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN: Any = _NotGiven()
 
 
 @dataclass(frozen=True)
 class Catalog:
-    """Every flag of one SGLang release."""
+    """Every flag of one SGLang release.
+
+    `flags` holds one registration per ServerArgs field (the one SGLang documents under the
+    field's own name); `aliases` the deprecated options that feed another field, by the profile
+    key they answer to (`stream_output` -> the `--stream-output` action, whose field is
+    `incremental_streaming_output`). `by_option` covers every option string of both.
+    """
 
     version: str
     flags: dict[str, Flag] = field(repr=False)
+    aliases: dict[str, Flag] = field(default_factory=dict, repr=False)
 
     @cached_property
     def by_option(self) -> dict[str, Flag]:
-        return {option: flag for flag in self.flags.values() for option in flag.options}
+        rows = [*self.flags.values(), *self.aliases.values()]
+        return {option: flag for flag in rows for option in flag.options}
+
+    def lookup(self, key: str) -> Flag | None:
+        """The option a profile key stands for in this release: a field's flag or an alias."""
+        return self.flags.get(key) or self.aliases.get(key)
+
+    def accepts(self, key: str) -> bool:
+        """SGLang's parser takes this key's option without an error (refused aliases excluded)."""
+        flag = self.lookup(key)
+        return flag is not None and flag.refusal is None
 
     @cached_property
     def parsed_version(self) -> Version:
@@ -162,6 +230,17 @@ def newest_version() -> str:
     return versions[-1]
 
 
+def nearest_version(version: str) -> str:
+    """The bundled catalog to render a launch for `version` with: its own, else the newest
+    release before it (a dev build or a release newer than sgdeploy), else the oldest."""
+    versions = available_versions()
+    if not versions:
+        raise UnknownVersionError("no SGLang flag catalog is bundled")
+    wanted = parse_version(version)
+    older = [v for v in versions if parse_version(v) <= wanted]
+    return older[-1] if older else versions[0]
+
+
 def _catalog_path(version: str) -> Path | None:
     for folder in _catalog_dirs():
         for suffix in (".json.gz", ".json"):
@@ -182,11 +261,22 @@ def load_catalog(version: str) -> Catalog:
             f"no flag catalog is bundled for SGLang {version}"
             + (f" (bundled: {known[0]} … {known[-1]})" if known else "")
         )
+    raw = _read_catalog(path)
+    flags: dict[str, Flag] = {}
+    aliases: dict[str, Flag] = {}
+    for item in raw["flags"]:
+        flag = Flag.from_json(item)
+        if flag.deprecated and flag.is_alias:  # only a deprecated row can be an alias
+            aliases[flag.key] = flag
+        elif flag.field not in flags or flags[flag.field].deprecated:
+            flags[flag.field] = flag
+    return Catalog(version=normalised, flags=flags, aliases=aliases)
+
+
+def _read_catalog(path: Path) -> Any:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as handle:
-        raw = json.load(handle)
-    flags = {item["field"]: Flag.from_json(item) for item in raw["flags"]}
-    return Catalog(version=normalised, flags=flags)
+        return json.load(handle)
 
 
 def flag_history(field_name: str) -> tuple[str | None, str | None]:
@@ -200,10 +290,14 @@ def flag_history(field_name: str) -> tuple[str | None, str | None]:
 
 @cache
 def _flag_index() -> dict[str, tuple[str, str]]:
-    """field -> (last version with it, first version with it), over every bundled catalog."""
+    """key -> (last version that accepts it, first version with it), over every bundled catalog."""
     index: dict[str, tuple[str, str]] = {}
     for version in available_versions():
-        for name in load_catalog(version).flags:
+        path = _catalog_path(version)
+        rows = _read_catalog(path)["flags"] if path else []  # raw rows: no Flag objects on this path
+        accepted = {_row_key(r["field"], r.get("flags") or (), bool(r.get("deprecated")))
+                    for r in rows if not r.get("error_message")}
+        for name in accepted:
             first = index[name][1] if name in index else version
             index[name] = (version, first)
     return index

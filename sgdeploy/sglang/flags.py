@@ -5,57 +5,136 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
-from sgdeploy.sglang.catalog import Catalog, Flag
+from sgdeploy.sglang.catalog import NOT_GIVEN, Catalog, Flag
+from sgdeploy.sglang.versions import ALL_VERSIONS, VersionRange
 
 
 @dataclass(frozen=True)
 class Replacement:
-    """What to write instead of a flag SGLang removed."""
+    """What to write instead of a flag SGLang removed or deprecated, for the releases in `versions`."""
 
     text: str  # shown to the user, e.g. 'cuda_graph_backend_prefill = "breakable"'
-    field: str | None = None  # the new field, when there is one
+    field: str | None = None  # the field the old value moves to
+    values: Mapping[Any, Any] | None = None  # how old values map onto the new field (None: unchanged)
+    sets: Mapping[str, Any] = dataclass_field(default_factory=dict)  # fixed entries a switch turns into
+    versions: VersionRange = ALL_VERSIONS
+
+    def entries(self, value: Any) -> dict[str, Any]:
+        """The [server] entries that replace `key = value` (empty: delete the key)."""
+        if self.field is not None:
+            moved = self.values.get(value, value) if self.values and not isinstance(value, list) else value
+            return {self.field: moved, **self.sets}
+        return dict(self.sets) if value else {}
 
 
-# Flags removed between 0.5.1x and 0.5.2x, and what replaces them (constraints.md A.1, A.4).
-REPLACEMENTS: dict[str, Replacement] = {
-    "mamba_scheduler_strategy": Replacement(
-        "mamba_radix_cache_strategy (same values: auto, no_buffer, extra_buffer)", "mamba_radix_cache_strategy"
+_PREFILL_CP_STRATEGY = {"in-seq-split": "zigzag", "round-robin-split": "interleave"}  # _handle_legacy_cp_arguments
+_SINCE_V2 = VersionRange(since="0.5.14")  # per-phase CUDA graph backends, enable_prefill_cp / cp_strategy
+
+# What replaces flags SGLang removed or deprecated, per release range, checked against the
+# wheels (tests/test_sglang_facts.py applies each to every catalog of its range). Where a
+# release still accepts the old key as a deprecated alias, the catalog's own mapping is used
+# instead (`alias_replacement`).
+REPLACEMENTS: dict[str, tuple[Replacement, ...]] = {
+    "mamba_scheduler_strategy": (Replacement(
+        "mamba_radix_cache_strategy (the same values)", "mamba_radix_cache_strategy", versions=_SINCE_V2),),
+    "enforce_piecewise_cuda_graph": (
+        Replacement('cuda_graph_backend_prefill = "tc_piecewise" (what the flag set in 0.5.14-0.5.19; an '
+                    "explicit prefill backend skips SGLang's auto-disable checks)",
+                    sets={"cuda_graph_backend_prefill": "tc_piecewise"},
+                    versions=VersionRange(since="0.5.14", until="0.5.22")),
+        Replacement('cuda_graph_backend_prefill = "breakable" (0.5.22 removed tc_piecewise; an explicit prefill '
+                    "backend skips SGLang's auto-disable checks, so leave it out for a model SGLang turns the "
+                    "graph off for, see SGD603)",
+                    sets={"cuda_graph_backend_prefill": "breakable"}, versions=VersionRange(since="0.5.22")),
     ),
-    "enforce_piecewise_cuda_graph": Replacement(
-        'cuda_graph_backend_prefill = "breakable" (an explicit prefill backend skips every auto-disable rule)',
-        "cuda_graph_backend_prefill",
+    "disable_piecewise_cuda_graph": (Replacement(
+        'cuda_graph_backend_prefill = "disabled"', sets={"cuda_graph_backend_prefill": "disabled"},
+        versions=_SINCE_V2),),
+    "enable_piecewise_cuda_graph": (Replacement(
+        "nothing: it had no effect since 0.5.10 (the piecewise graph is on by default); remove the key"),),
+    "piecewise_cuda_graph_max_tokens": (Replacement(
+        "cuda_graph_max_bs_prefill (the same value)", "cuda_graph_max_bs_prefill", versions=_SINCE_V2),),
+    "piecewise_cuda_graph_tokens": (Replacement(
+        "cuda_graph_bs_prefill (the same values)", "cuda_graph_bs_prefill", versions=_SINCE_V2),),
+    "piecewise_cuda_graph_compiler": (
+        Replacement("cuda_graph_tc_compiler (the same values: eager, inductor)", "cuda_graph_tc_compiler",
+                    versions=VersionRange(since="0.5.14", until="0.5.22")),
+        Replacement("nothing: 0.5.22 removed the torch.compile prefill graph and its compiler; remove the key",
+                    versions=VersionRange(since="0.5.22")),
     ),
-    "disable_piecewise_cuda_graph": Replacement(
-        'cuda_graph_backend_prefill = "disabled" (or disable_prefill_cuda_graph = true)',
-        "cuda_graph_backend_prefill",
-    ),
-    "enable_piecewise_cuda_graph": Replacement("nothing: the prefill CUDA graph is on by default; remove the key"),
-    "piecewise_cuda_graph_max_tokens": Replacement("cuda_graph_max_bs_prefill", "cuda_graph_max_bs_prefill"),
-    "piecewise_cuda_graph_tokens": Replacement("cuda_graph_bs_prefill", "cuda_graph_bs_prefill"),
-    "piecewise_cuda_graph_compiler": Replacement(
-        "nothing: the torch.compile prefill graph was removed; remove the key"),
-    "cuda_graph_max_bs": Replacement(
-        "cuda_graph_max_bs_decode (and cuda_graph_max_bs_prefill for the prefill graph)", "cuda_graph_max_bs_decode"
-    ),
-    "cuda_graph_bs": Replacement("cuda_graph_bs_decode (and cuda_graph_bs_prefill)", "cuda_graph_bs_decode"),
-    "enable_prefill_context_parallel": Replacement("enable_prefill_cp with cp_strategy", "enable_prefill_cp"),
-    "enable_nsa_prefill_context_parallel": Replacement("enable_prefill_cp with cp_strategy", "enable_prefill_cp"),
-    "prefill_cp_mode": Replacement("cp_strategy", "cp_strategy"),
-    "nsa_prefill_cp_mode": Replacement("cp_strategy", "cp_strategy"),
-    "enable_expert_distribution_metrics": Replacement("expert_distribution_recorder_mode"),
-    "stream_output": Replacement("nothing: remove the key"),
-    "enable_nan_detection": Replacement("nothing: remove the key"),
-    "torchao_config": Replacement("quantization with a supported method"),
-    # Deprecated in 0.5.2x but still accepted (SGD015 names the replacement).
-    "enable_dp_attention": Replacement("attn_dp_size = <dp_size> (and dp_size = 1)", "attn_dp_size"),
-    "disable_cuda_graph": Replacement(
+    "cuda_graph_max_bs": (Replacement(
+        "cuda_graph_max_bs_decode (the same value; the prefill graph has its own cuda_graph_max_bs_prefill)",
+        "cuda_graph_max_bs_decode", versions=_SINCE_V2),),
+    "cuda_graph_bs": (Replacement(
+        "cuda_graph_bs_decode (the same values; the prefill graph has its own cuda_graph_bs_prefill)",
+        "cuda_graph_bs_decode", versions=_SINCE_V2),),
+    "enable_prefill_context_parallel": (Replacement(
+        'enable_prefill_cp = true and cp_strategy = "zigzag" (SGLang maps prefill_cp_mode in-seq-split to zigzag)',
+        sets={"enable_prefill_cp": True, "cp_strategy": "zigzag"}, versions=_SINCE_V2),),
+    "enable_dsa_prefill_context_parallel": (Replacement(
+        'enable_prefill_cp = true and cp_strategy = "interleave" (SGLang maps the default dsa_prefill_cp_mode '
+        "round-robin-split to interleave)",
+        sets={"enable_prefill_cp": True, "cp_strategy": "interleave"}, versions=_SINCE_V2),),
+    "enable_nsa_prefill_context_parallel": (Replacement(
+        'enable_prefill_cp = true and cp_strategy = "interleave" (SGLang maps the default nsa/dsa_prefill_cp_mode '
+        "round-robin-split to interleave)",
+        sets={"enable_prefill_cp": True, "cp_strategy": "interleave"}, versions=_SINCE_V2),),
+    "prefill_cp_mode": (Replacement(
+        'cp_strategy (in-seq-split becomes "zigzag")', "cp_strategy", _PREFILL_CP_STRATEGY, versions=_SINCE_V2),),
+    "dsa_prefill_cp_mode": (Replacement(
+        'cp_strategy (in-seq-split becomes "zigzag", round-robin-split "interleave")', "cp_strategy",
+        _PREFILL_CP_STRATEGY, versions=_SINCE_V2),),
+    "nsa_prefill_cp_mode": (Replacement(
+        'cp_strategy (in-seq-split becomes "zigzag", round-robin-split "interleave")', "cp_strategy",
+        _PREFILL_CP_STRATEGY, versions=_SINCE_V2),),
+    "enable_expert_distribution_metrics": (Replacement(
+        'expert_balancedness_report_mode = "both" (SGLang\'s message: one of off, server_log, prometheus, both; '
+        "the old flag logged the balancedness and exported it as metrics)",
+        sets={"expert_balancedness_report_mode": "both"}, versions=VersionRange(since="0.5.18")),),
+    "stream_output": (Replacement(
+        "incremental_streaming_output (the same value: --stream-output set it from 0.5.10 on)",
+        "incremental_streaming_output", versions=VersionRange(since="0.5.10")),),
+    "enable_nan_detection": (Replacement(
+        "nothing: 0.5.13 removed NaN detection (and the SGLANG_SPEC_NAN_DETECTION variable its help named); "
+        "remove the key"),),
+    "torchao_config": (Replacement("nothing: 0.5.18 removed the torchao optimisation; remove the key"),),
+    # Deprecated, still accepted (SGD015 names the replacement).
+    "enable_dp_attention": (Replacement(
+        "attn_dp_size = <dp_size> and dp_size = 1 (SGLang: --attn-dp-size <dp-size>)",
+        versions=VersionRange(since="0.5.22")),),
+    "disable_cuda_graph": (Replacement(
         'cuda_graph_backend_decode = "disabled" and cuda_graph_backend_prefill = "disabled"',
-        "cuda_graph_backend_decode"),
-    "enable_flashinfer_allreduce_fusion": Replacement('flashinfer_allreduce_fusion_backend = "auto"',
-                                                      "flashinfer_allreduce_fusion_backend"),
+        sets={"cuda_graph_backend_decode": "disabled", "cuda_graph_backend_prefill": "disabled"},
+        versions=_SINCE_V2),),
+    "enable_flashinfer_allreduce_fusion": (Replacement(
+        'flashinfer_allreduce_fusion_backend = "auto" (what SGLang sets for it)',
+        sets={"flashinfer_allreduce_fusion_backend": "auto"}, versions=_SINCE_V2),),
 }
+
+
+def replacement_for(key: str, catalog: Catalog) -> Replacement | None:
+    """What replaces `key` in this catalog's release: an alias's own mapping, else the table."""
+    flag = catalog.lookup(key)
+    if flag is not None and flag.is_alias:
+        return alias_replacement(flag)
+    return next((r for r in REPLACEMENTS.get(key, ()) if catalog.parsed_version in r.versions), None)
+
+
+def alias_replacement(alias: Flag) -> Replacement:
+    """The entry a deprecated alias stands for, as SGLang stores it."""
+    if alias.takes_value and alias.const is None:
+        return Replacement(f"{alias.field} (the same value; SGLang stores it there)", alias.field)
+    stored = alias.stored(True)
+    return Replacement(f"{alias.field} = {_toml(stored)}", sets={alias.field: stored})
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, str) else str(value)
 
 
 def value_problem(flag: Flag, value: Any) -> str | None:
@@ -135,11 +214,38 @@ def option_to_field(catalog: Catalog, key: str) -> str | None:
     return flag.field if flag else None
 
 
+def stored_problem(catalog: Catalog, alias: Flag, value: Any) -> str | None:
+    """Why the value an alias stores is one its field refuses (the unit renders the field's option)."""
+    target = catalog.flags.get(alias.field)
+    stored = alias.stored(value)
+    if target is None or stored is NOT_GIVEN:
+        return None
+    return value_problem(target, stored) or choice_problem(target, stored)
+
+
+def as_sglang_sees_it(catalog: Catalog, key: str, value: Any) -> tuple[str, Any] | None:
+    """(field, value) that SGLang stores for one `[server]` entry, following its own aliases;
+    None when SGLang never stores it (a switch left off, an option it accepts and ignores)."""
+    flag = catalog.lookup(key)
+    if flag is None or flag.ignored or (flag.refusal is not None and value):
+        return None
+    if not flag.is_alias:
+        return (key, value) if flag.refusal is None else None
+    stored = flag.stored(value)
+    return None if stored is NOT_GIVEN else (flag.field, stored)
+
+
 def valid_server_values(raw: Mapping[str, Any], catalog: Catalog) -> dict[str, Any]:
-    """The `[server]` entries that are flags of this version and have acceptable values."""
+    """The `[server]` values SGLang would start from, by field: flags of this version with
+    acceptable values, aliases translated into the field they feed."""
     clean = {}
     for key, value in raw.items():
-        flag = catalog.get(key)
-        if flag and not value_problem(flag, value) and not choice_problem(flag, value):
-            clean[key] = value
+        flag = catalog.lookup(key)
+        if flag is None or value_problem(flag, value) or choice_problem(flag, value):
+            continue
+        if flag.is_alias and stored_problem(catalog, flag, value):
+            continue
+        seen = as_sglang_sees_it(catalog, key, value)
+        if seen is not None:
+            clean[seen[0]] = seen[1]
     return clean

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import lru_cache
 
-from sgdeploy.sglang.catalog import flag_history, load_catalog, next_version
-from sgdeploy.sglang.flags import REPLACEMENTS, choice_problem, option_to_field, value_problem
+from sgdeploy.sglang.catalog import NOT_GIVEN, flag_history, load_catalog, next_version
+from sgdeploy.sglang.flags import choice_problem, option_to_field, replacement_for, stored_problem, value_problem
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import DEDICATED_VALUE_RULES, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
@@ -18,7 +18,7 @@ from sgdeploy.tomlfile import did_you_mean
       "use the ServerArgs field name (snake_case) of an existing flag")
 def unknown_flag(ctx: LaunchContext) -> Iterator[Finding]:
     for key in ctx.raw_server:
-        if key in ctx.catalog or flag_history(key) != (None, None):
+        if ctx.catalog.lookup(key) is not None or flag_history(key) != (None, None):
             continue
         field_name = option_to_field(ctx.catalog, key)
         if field_name:
@@ -36,16 +36,21 @@ def _suggest(key: str, version: str) -> str | None:
     return did_you_mean(key, list(load_catalog(version).flags))
 
 
-@rule("SGD011", "removed-flag", ERROR, "A flag that the target SGLang version no longer has.",
+@rule("SGD011", "removed-flag", ERROR, "A flag that the target SGLang version no longer accepts.",
       "replace it with what the newer SGLang uses, or validate against the version the host runs")
 def removed_flag(ctx: LaunchContext) -> Iterator[Finding]:
-    for key in ctx.raw_server:
-        if key in ctx.catalog:
+    for key, value in ctx.raw_server.items():
+        flag = ctx.catalog.lookup(key)
+        if flag is not None and flag.refusal is not None and value:
+            replacement = replacement_for(key, ctx.catalog)
+            yield Finding(server_field(key), f"SGLang {ctx.catalog.version} refuses {flag.option} "
+                          f"('{flag.refusal}')", f"use {replacement.text}" if replacement else f"remove '{key}'")
+        if flag is not None:
             continue
         last_seen, _ = flag_history(key)
         if last_seen is None or parse_version(last_seen) >= ctx.version:
             continue
-        replacement = REPLACEMENTS.get(key)
+        replacement = replacement_for(key, ctx.catalog)
         removed_in = next_version(last_seen) or "a later release"
         yield Finding(
             server_field(key),
@@ -59,7 +64,7 @@ def removed_flag(ctx: LaunchContext) -> Iterator[Finding]:
       "upgrade SGLang on the host, or remove the flag")
 def flag_too_new(ctx: LaunchContext) -> Iterator[Finding]:
     for key in ctx.raw_server:
-        if key in ctx.catalog:
+        if ctx.catalog.lookup(key) is not None:
             continue
         last_seen, first_seen = flag_history(key)
         if first_seen and parse_version(first_seen) > ctx.version and (
@@ -73,7 +78,7 @@ def flag_too_new(ctx: LaunchContext) -> Iterator[Finding]:
       "give the flag a value of the type SGLang parses")
 def invalid_flag_value(ctx: LaunchContext) -> Iterator[Finding]:
     for key, value in ctx.raw_server.items():
-        flag = ctx.catalog.get(key)
+        flag = ctx.catalog.lookup(key)
         problem = value_problem(flag, value) if flag else None
         if problem:
             yield Finding(server_field(key), problem)
@@ -83,10 +88,11 @@ def invalid_flag_value(ctx: LaunchContext) -> Iterator[Finding]:
       "use one of the listed values")
 def invalid_choice(ctx: LaunchContext) -> Iterator[Finding]:
     for key, value in ctx.raw_server.items():
-        flag = ctx.catalog.get(key)
+        flag = ctx.catalog.lookup(key)
         if not flag or key in DEDICATED_VALUE_RULES or value_problem(flag, value):
             continue
-        problem = choice_problem(flag, value)
+        # An alias renders as its field's option, so the value it stores must suit that field.
+        problem = choice_problem(flag, value) or (stored_problem(ctx.catalog, flag, value) if flag.is_alias else None)
         if problem:
             yield Finding(server_field(key), problem)
 
@@ -94,12 +100,26 @@ def invalid_choice(ctx: LaunchContext) -> Iterator[Finding]:
 @rule("SGD015", "deprecated-flag", WARNING, "A flag SGLang still accepts but has deprecated.",
       "move to the flag the deprecation message names")
 def deprecated_flag(ctx: LaunchContext) -> Iterator[Finding]:
-    for key in ctx.server:
-        flag = ctx.catalog.get(key)
-        if flag and flag.deprecated:
-            replacement = REPLACEMENTS.get(key)
-            yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang {ctx.catalog.version}"
-                          + (f"; use {replacement.text}" if replacement else ""))
+    for key, value in ctx.raw_server.items():
+        flag = ctx.catalog.lookup(key)
+        if not flag or not flag.deprecated or flag.refusal is not None or value_problem(flag, value):
+            continue
+        replacement = replacement_for(key, ctx.catalog)
+        fix = f"use {replacement.text}" if replacement else None
+        version = ctx.catalog.version
+        if flag.ignored:
+            yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang {version} and has no effect "
+                          "(SGLang warns and stores nothing); the unit leaves it out", f"remove '{key}'")
+        elif flag.stored(value) is NOT_GIVEN:
+            yield Finding(server_field(key), f"{key} = false renders to nothing: SGLang {version} never sees "
+                          f"the deprecated {flag.option}", f"remove '{key}'")
+        elif flag.is_alias:
+            yield Finding(server_field(key), f"{flag.option} is a deprecated alias in SGLang {version}: it sets "
+                          f"{flag.field}, and the unit passes {ctx.catalog.flags[flag.field].option} instead",
+                          fix)
+        else:
+            said = f" (SGLang says: {flag.replaced_by})" if flag.replaced_by else ""
+            yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang {version}{said}", fix)
 
 
 @rule("SGD016", "model-path-required", ERROR, "No model_path: SGLang refuses to start without one.",
