@@ -139,6 +139,23 @@ def _docker_json(line: str) -> tuple[str, str | None, str | None] | None:
     return text.rstrip("\r\n"), (stamp.group("iso") + (stamp.group("frac") or "")) if stamp else None, None
 
 
+# SGLang's own lines of a server at work: batch records and uvicorn's access lines. A long log is
+# mostly these; they are recognised in one match, without the full parse.
+_QUIET_RECORD = re.compile(
+    r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?(?: [A-Z][A-Z_]*\d+)*\] "
+    r"(?=(?:Decode batch|Prefill batch)[.,]|INFO: +[\d.:\[\]a-f]+ - \")"
+)
+
+
+def quiet_record(raw: str) -> tuple[str, str] | None:
+    """(timestamp, message) of a batch or access line with SGLang's bare prefix; None otherwise."""
+    m = _QUIET_RECORD.match(raw)
+    if m is None:
+        return None
+    d, tm, ms = m.groups()
+    return (f"{d}T{tm}.{ms}" if ms else f"{d}T{tm}"), raw[m.end() :].rstrip("\r\n")
+
+
 def strip_line(raw: str) -> ParsedLine:
     """Parse one raw line: outer wrappers, then SGLang's prefix, then uvicorn's level word."""
     line = raw.rstrip("\r\n")
@@ -146,7 +163,8 @@ def strip_line(raw: str) -> ParsedLine:
         line = _ANSI.sub("", line)
     t: str | None = None
     stream: str | None = None
-    for _ in range(_MAX_WRAPPERS):
+    bare = line[:1] == "[" and line[1:2].isdigit()  # SGLang's own prefix first: nothing to unwrap
+    for _ in range(0 if bare else _MAX_WRAPPERS):
         un = _unwrap_once(line)
         if un is None:
             break
@@ -167,10 +185,11 @@ def strip_line(raw: str) -> ParsedLine:
     prefixed = False
     m = _SGLANG.match(line) if line[:1] == "[" else None
     if m is not None:
-        if m.group("d"):
-            t = f"{m.group('d')}T{m.group('tm')}" + (f".{m.group('ms')}" if m.group("ms") else "")
-        if m.group("ranks"):
-            info = _ranks(m.group("ranks"))
+        d, tm, ms, ranks = m.group("d", "tm", "ms", "ranks")
+        if d:
+            t = f"{d}T{tm}.{ms}" if ms else f"{d}T{tm}"
+        if ranks:
+            info = _ranks(ranks)
         line = line[m.end() :]
         source, prefixed = "sglang", True
     elif line[:1] == "[":

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sgdeploy.logs.incidents import IncidentBook
-from sgdeploy.logs.normalise import ParsedLine, strip_line
+from sgdeploy.logs.normalise import ParsedLine, quiet_record, strip_line
 from sgdeploy.logs.phases import (
     _DIST_BEGIN,
     _GRAPH_BEGIN,
@@ -71,14 +71,24 @@ class LogReader:
         events: list[LogEvent] = []
         if self._finished:
             return events
+        if self._segmenter.idle and line[:2] == "[2":
+            quiet = quiet_record(line)
+            if quiet is not None:  # a long run of request lines: nothing to read in them
+                self._last_t = quiet[0]
+                self._first_t = self._first_t or quiet[0]
+                self._tail.append((self._n, quiet[1]))
+                return events
         p = strip_line(line)
-        if p.text:
-            self._tail.append((self._n, p.text))
+        text = p.text
+        if text:
+            self._tail.append((self._n, text))
         if p.t is not None:
             self._last_t = p.t
             if self._first_t is None:
                 self._first_t = p.t
-        if self._traceback(p, events) or p.text.startswith(QUIET_STARTS):
+        if self._segmenter.idle and text.startswith(QUIET_STARTS):  # a long run of request lines
+            return events
+        if self._traceback(p, events) or text.startswith(QUIET_STARTS):
             return events
         # A graph "end" line is both a phase and the end of a capture window.
         if self._progress(p, events) | self._phases(p, events):

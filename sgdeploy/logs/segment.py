@@ -95,6 +95,11 @@ class Segmenter:
         self._closed_at: dict[str | None, int] = {}
         self.cut: list[Traceback] = []  # tracebacks that ended without an exception line
 
+    @property
+    def idle(self) -> bool:
+        """No traceback is open: a line that is not an error needs no look here."""
+        return not self._open
+
     def close(self) -> list[Traceback]:
         """End of input: every traceback still open was cut."""
         self.cut.extend(self._open.values())
