@@ -44,6 +44,7 @@ from sgdeploy.plan import Deployment, Plan, Takeover, deployment_meta, gpus_for,
 from sgdeploy.preflight import preflight
 from sgdeploy.profile import LoadedProfile, ProbeSettings
 from sgdeploy.remote import CommandResult, ConnectError, ConnectionLost, HeldCommand, RemoteError, RemoteHost
+from sgdeploy.secret_args import api_key_for, bearer_headers, host_secret_diagnostics, redact, without_secrets
 
 Reporter = Callable[..., None]
 
@@ -368,6 +369,7 @@ class HostSession:
                     exited = ""
                     continue
                 message = _journal_message(line)
+                message = None if message is None else redact(message)  # SGLang logs its api_key
                 if message is None:
                     continue
                 for event in reader.feed(message):
@@ -455,12 +457,14 @@ class HostSession:
 
     def journal_tail(self, unit: str, lines: int = 15) -> list[str]:
         out = self.remote.run(f"journalctl -u {shlex.quote(unit + '.service')} -o cat -n {lines} --no-pager").stdout
-        return out.splitlines()
+        return redact(out).splitlines()
 
     def server_info(self, deployment: Deployment) -> dict[str, Any] | None:
+        """SGLang's resolved arguments, less the secret ones (SGLang returns its api_key here)."""
+        headers = bearer_headers(self.remote, deployment.profile_text, deployment.unit, deployment.sglang_version)
         for path in ("/server_info", "/get_server_info"):
             try:
-                response = self.remote.http_get(deployment.port, path)
+                response = self.remote.http_get(deployment.port, path, headers=headers)
             except (ConnectionRefusedError, RemoteError):
                 return None
             if response.status == 200:
@@ -468,7 +472,7 @@ class HostSession:
                     info = json.loads(response.body)
                 except ValueError:
                     return None
-                return info if isinstance(info, dict) else None
+                return without_secrets(info) if isinstance(info, dict) else None
         return None
 
     # -- records -------------------------------------------------------------------------
@@ -584,7 +588,8 @@ class Transaction:
 
         settings = ProbeSettings.model_validate(deployment.probe_settings or {})
         self.report("step", step="probe", endpoint=settings.endpoint, concurrency=settings.concurrency)
-        measured = probe_remote(self.session.remote, deployment.port, settings)
+        measured = probe_remote(self.session.remote, deployment.port, settings,
+                                api_key_for(self.session.remote, deployment))
         verdict = compare(measured, baseline, self.options.min_ratio or 0.0)
         startup.probe = {**measured.as_dict(), "verdict": verdict.as_dict(),
                          "summary": measured.summary()}
@@ -789,6 +794,7 @@ def _apply(
                                         port if isinstance(port, int) else 30000)
     diagnostics, _, version = preflight(loaded, name, facts, declared)
     version = options.sglang or version
+    diagnostics += host_secret_diagnostics(session.remote, loaded, name, version)
     takeover: tuple[Takeover, ...] = ()
     if options.adopt and version is not None:
         from sgdeploy.adopt import takeovers
@@ -963,7 +969,7 @@ def _probe(session: HostSession, name: str, unit: str, min_ratio: float | None) 
         return int(Exit.REFUSED), {"host": name, "unit": unit,
                                    "message": f"the record of {facts.last_good} is incomplete"}
     settings = ProbeSettings.model_validate(deployment.probe_settings or {})
-    measured = probe_remote(session.remote, deployment.port, settings)
+    measured = probe_remote(session.remote, deployment.port, settings, api_key_for(session.remote, deployment))
     verdict = compare(measured, _recorded_probe(files), min_ratio or 0.0)
     failed = not measured.ok or (min_ratio is not None and not verdict.ok)
     return int(Exit.ROLLED_BACK if failed else Exit.READY), {

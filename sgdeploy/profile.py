@@ -115,8 +115,41 @@ class DeploySettings(BaseModel):
         return value
 
 
+SecretKey = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,100}$")]
+
+
+class SecretSettings(BaseModel):
+    """`[secrets]`: SGLang arguments whose values live in a file on the host (sgdeploy.secret_args).
+
+    It says where the values are and which arguments they are; there is no place for a value.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file: AbsolutePath = Field(description="Root-only file on the host with the values (YAML for --config).")
+    keys: list[SecretKey] = Field(min_length=1, description="ServerArgs field names the file provides.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _names_only(cls, data: Any) -> Any:
+        # Never echo what was written: a key that is not file/keys is most likely a value.
+        if isinstance(data, dict):
+            extra = sorted(str(k) for k in data if k not in ("file", "keys"))
+            if extra:
+                raise ValueError(f"[secrets] takes only 'file' and 'keys', not {', '.join(map(repr, extra))}: "
+                                 "a secret's value goes into the file on the host, never into the profile")
+        return data
+
+    @field_validator("keys")
+    @classmethod
+    def _unique(cls, keys: list[str]) -> list[str]:
+        if len(set(keys)) != len(keys):
+            raise ValueError("each key once")
+        return keys
+
+
 class Profile(BaseModel):
-    """A launch profile: `[deploy]`, `[env]` and `[server]`."""
+    """A launch profile: `[deploy]`, `[env]`, `[server]`, `[secrets]` and `[probe]`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -131,6 +164,10 @@ class Profile(BaseModel):
     probe: ProbeSettings | None = Field(
         default=None, description="The throughput probe's workload (`apply --probe`, `sgdeploy probe`)."
     )
+    secrets: SecretSettings | None = Field(
+        default=None, description="Secret SGLang arguments, by reference to a file on the host."
+    )
+
 
     def env_strings(self) -> dict[str, str]:
         """Environment values as the process sees them (TOML true -> "1", false -> "0")."""

@@ -343,12 +343,15 @@ class RemoteHost:
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise _dropped(self.name, exc) from exc
 
-    def http_get(self, port: int, path: str, timeout: float = 10.0) -> HttpResponse:
+    def http_get(self, port: int, path: str, timeout: float = 10.0,
+                 headers: dict[str, str] | None = None) -> HttpResponse:
         """GET http://127.0.0.1:<port><path> as seen from the host, through the SSH transport."""
         channel = self._tunnel(port, timeout)
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         try:
             channel.settimeout(timeout)
-            channel.sendall(f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+            channel.sendall(f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n{extra}Connection: close\r\n\r\n"
+                            .encode())
             raw = bytearray()
             while True:
                 chunk = channel.recv(65536)

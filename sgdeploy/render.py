@@ -17,6 +17,7 @@ import jinja2
 
 from sgdeploy import __version__
 from sgdeploy.profile import LoadedProfile, Profile
+from sgdeploy.secret_args import EnvReference, unit_parts
 from sgdeploy.sglang.catalog import Catalog, Flag
 from sgdeploy.sglang.flags import as_sglang_sees_it
 
@@ -120,8 +121,13 @@ def _escape_common(value: str) -> str:
 
 
 def exec_arg(value: str) -> str:
-    """One ExecStart= argument: double-quoted, `\\` `"` escaped, `%` -> `%%`, `$` -> `$$`."""
-    return '"' + _escape_common(value).replace("$", "$$") + '"'
+    """One ExecStart= argument: double-quoted, `\\` `"` escaped, `%` -> `%%`, `$` -> `$$`.
+
+    An `EnvReference` is the one word systemd must expand: `"${NAME}"` (a secret of an SGLang
+    release without --config, from EnvironmentFile=; see sgdeploy.secret_args)."""
+    if isinstance(value, EnvReference):
+        return '"${' + value + '}"'
+    return  '"' + _escape_common(value).replace("$", "$$") + '"'
 
 
 def exec_path(value: str) -> str:
@@ -176,7 +182,8 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
     profile = loaded.model
     if profile is None:
         raise ValueError(f"{loaded.path} is not a valid profile")
-    groups = launch_words(profile, catalog)
+    secrets = unit_parts(profile, catalog, launch_words(profile, catalog))
+    groups = secrets.groups
     argv = [word for group in groups for word in group]
     environment = unit_environment(profile)
     text = _template_env().get_template(TEMPLATE_NAME).render(
@@ -190,6 +197,10 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
         working_directory=profile.deploy.working_directory,
         environment=environment,
         env_file=profile.deploy.env_file,
+        secrets_note=secrets.note,
+        secret_env_files=secrets.env_files,
+        runtime_directory=secrets.runtime_directory,
+        exec_start_pre=secrets.exec_start_pre,
         exec_groups=groups,
         timeout_start_s=profile.deploy.ready_timeout_s,
         timeout_stop_s=STOP_TIMEOUT_S,

@@ -130,6 +130,8 @@ def check_launch(
         architecture=architecture or profile.deploy.model_architecture,
         gpus=tuple(profile.deploy.gpus) if profile.deploy.gpus else None,
         node_count=node_count,
+        secret_file=profile.secrets.file if profile.secrets else None,
+        secret_keys=tuple(profile.secrets.keys) if profile.secrets else (),
     )
     found = []
     for rule in RULES:

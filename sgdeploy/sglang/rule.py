@@ -39,6 +39,8 @@ class LaunchContext:
     gpus: tuple[int | str, ...] | None = None
     raw_server: Mapping[str, Any] = field(default_factory=dict)
     node_count: int | None = None  # hosts in the profile's target (a multi-node launch spans them)
+    secret_file: str | None = None  # [secrets] file on the host (no value: sgdeploy.secret_args)
+    secret_keys: tuple[str, ...] = ()  # [secrets] keys: ServerArgs fields the file provides
 
     @property
     def version(self) -> Version:

@@ -33,6 +33,7 @@ PACKAGES = [
     "dbus",
     "iproute2",
     "python3",
+    "python3-yaml",  # SGLang reads --config with PyYAML, which every SGLang environment has
     "procps",
     "curl",
 ]

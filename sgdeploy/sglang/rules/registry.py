@@ -41,5 +41,6 @@ STRUCTURAL_RULES = {
     "SGD706": ("no-gpus", "nvidia-smi is missing or lists no GPU."),
     "SGD707": ("inventory-mismatch", "The host's GPUs or SGLang differ from what the inventory says."),
     "SGD708": ("nothing-to-adopt", "apply --adopt found no SGLang server outside the unit on the profile's port."),
+    "SGD709": ("secrets-file", "The [secrets] file on the host is missing, readable by others, or lacks a key."),
 }
 HOST_RULES = tuple(rule_id for rule_id in STRUCTURAL_RULES if rule_id.startswith("SGD7"))

@@ -1,4 +1,5 @@
-"""SGD02x: values that cannot pass through a unit, and secrets that must not be written into one."""
+"""SGD02x: values that cannot pass through a unit, and secrets that must not be written into one
+(sgdeploy.secret_args says how they reach SGLang instead)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from sgdeploy.secret_args import ENV_LOOKALIKE, YAML_SUFFIXES, file_key, mechanism
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import server_field
-from sgdeploy.sglang.rules.registry import ERROR, rule
+from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
+from sgdeploy.tomlfile import did_you_mean
 
 _SECRET_FLAGS = {"api_key", "admin_api_key", "hf_token", "ssl_keyfile_password"}
 _SECRET_ENV = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)($|_)", re.I)
@@ -46,17 +49,68 @@ def _has_control(value: Any) -> bool:
 
 
 @rule("SGD021", "secret-in-profile", ERROR, "An API key or token written into the profile would land in the unit.",
-      "put it in the host's env file (deploy.env_file) and remove it from the profile")
+      "keep the value on the host: deploy.env_file for an environment variable, [secrets] for an SGLang argument")
 def secret_in_profile(ctx: LaunchContext) -> Iterator[Finding]:
     for key in ctx.raw_server:
         if key in _SECRET_FLAGS:
             yield Finding(server_field(key), f"'{key}' is a secret; profiles and units are not secret",
-                          f"remove it and set it on the host: deploy.env_file with {key.upper()}=... "
-                          "(SGLang reads the env var) — never in the unit or the repository")
+                          _secret_hint(ctx, key))
     for key, value in ctx.env.items():
-        if _SECRET_ENV.search(key) or _SECRET_VALUE.search(value):
+        if value and (_SECRET_ENV.search(key) or _SECRET_VALUE.search(value)):  # an empty value writes nothing
             yield Finding(f"env.{key}", f"{key} looks like a secret; it would be written into the unit")
     for key, value in ctx.raw_server.items():
         if key not in _SECRET_FLAGS and isinstance(value, str) and _SECRET_VALUE.search(value):
             yield Finding(server_field(key), f"the value of '{key}' looks like a credential; it would be written "
                           "into the unit")
+
+
+def _secret_hint(ctx: LaunchContext, key: str) -> str:
+    """Where an SGLang argument's secret value goes: SGLang reads it from its command line only."""
+    flag = ctx.catalog.get(key)
+    listed = f'remove it; list "{key}" in [secrets] keys'
+    if flag is None:
+        return f"remove it: SGLang {ctx.catalog.version} has no {key} flag"
+    if mechanism(ctx.catalog) == "config":
+        return (f"{listed} and write `{file_key(flag)}: VALUE` in that root-only YAML file on the host "
+                f"(SGLang reads it through --config; it reads no {key.upper()} environment variable)")
+    return (f"{listed} and write `{key}=VALUE` in that root-only file on the host (SGLang "
+            f"{ctx.catalog.version} has no --config: systemd expands it into the command line, where the "
+            "process list shows it)")
+
+
+@rule("SGD022", "secret-keys", ERROR,
+      "[secrets] names an argument SGLang cannot take from the file, or a file SGLang refuses.",
+      "list value-taking SGLang flags of this release in secrets.keys, none of them also in [server]")
+def secret_keys(ctx: LaunchContext) -> Iterator[Finding]:
+    for index, key in enumerate(ctx.secret_keys):
+        flag = ctx.catalog.get(key)
+        if flag is None:
+            near = did_you_mean(key, list(ctx.catalog.flags))
+            # the entry may be a value written by mistake: name it only when it is close to a flag
+            yield Finding("secrets.keys", (f"'{key}' is not a flag of SGLang {ctx.catalog.version}; did you mean "
+                                           f"'{near}'?") if near else
+                          f"entry {index + 1} of secrets.keys is not a flag of SGLang {ctx.catalog.version}",
+                          f"use '{near}'" if near else "list ServerArgs field names, e.g. \"api_key\"")
+        elif key == "config" or flag.is_switch or flag.is_list:
+            yield Finding("secrets.keys", f"'{key}' takes no single value, so it cannot come from a secrets file",
+                          f"remove '{key}' from secrets.keys")
+        elif key in ctx.raw_server:
+            yield Finding("secrets.keys", f"'{key}' is in secrets.keys and in [server]; the command line would "
+                          "win over the file", f"remove {key} from [server]")
+    if (ctx.secret_file and mechanism(ctx.catalog) == "config"
+            and not ctx.secret_file.lower().endswith(YAML_SUFFIXES)):
+        yield Finding("secrets.file", f"SGLang {ctx.catalog.version} reads --config only from a .yaml or .yml "
+                      "file (it refuses any other name)", "name the secrets file *.yaml")
+
+
+@rule("SGD023", "env-not-read", WARNING,
+      "An environment variable named like an SGLang secret argument, which SGLang does not read.",
+      "list the argument in [secrets] keys; SGLang takes its key from the command line or --config only")
+def env_not_read(ctx: LaunchContext) -> Iterator[Finding]:
+    for key in ctx.env:
+        match = ENV_LOOKALIKE.match(key)
+        if match:
+            name = match.group(1).lower()
+            yield Finding(f"env.{key}", f"SGLang reads no {key} environment variable: the server would start "
+                          f"without {name} ({'no API key is enforced' if 'api_key' in name else 'it is ignored'})",
+                          f'list "{name}" in [secrets] keys, with its value in the secrets file on the host')

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import hmac
 import importlib.metadata
 import json
 import mmap
@@ -226,6 +227,52 @@ def build_parser(catalog: dict) -> argparse.ArgumentParser:
         if kw.get("action") is argparse.BooleanOptionalAction:
             seen.update("--no-" + o[2:] for o in opts)
     return parser
+
+
+def merge_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """SGLang's `--config FILE` (0.5.3 and later, ConfigArgumentMerger): one file, *.yaml or *.yml,
+    a mapping whose keys become `--KEY VALUE` words ahead of the command line (which wins)."""
+    if "--config" not in argv or V < (0, 5, 3):
+        return argv
+    at = [i for i, word in enumerate(argv) if word == "--config"]
+    if len(at) > 1:
+        raise ValueError("Multiple config files specified! Only one allowed.")
+    if at[0] == len(argv) - 1:
+        raise ValueError("No config file specified after --config flag!")
+    path = Path(argv[at[0] + 1])
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise ValueError(f"Config file must be YAML format, got: {path.suffix}")
+    if not path.exists():
+        raise ValueError(f"Config file not found: {path}")
+    import yaml  # PyYAML, as SGLang itself imports it
+
+    with open(path) as handle:
+        data = yaml.safe_load(handle) or {}
+    if not isinstance(data, dict):
+        raise ValueError("Config file must contain a dictionary at root level")
+    store_true = {a.dest for a in parser._actions if isinstance(a, argparse._StoreTrueAction)}
+    words: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, bool):
+            if key.replace("-", "_") not in store_true:
+                words += [f"--{key}", str(value).lower()]
+            elif value:
+                words.append(f"--{key}")
+        elif isinstance(value, list):
+            words += [f"--{key}", *map(str, value)] if value else []
+        elif isinstance(value, dict):
+            words += [f"--{key}", json.dumps(value)]
+        else:
+            words += [f"--{key}", str(value)]
+    return words + argv[: at[0]] + argv[at[0] + 2 :]
+
+
+_CONFIG_FRAME = (
+    f"{PKG}/sglang/srt/utils/server_args_config_parser.py",
+    82,
+    "merge_config_with_args",
+    "config_data = self._parse_yaml_config(config_file_path)",
+)
 
 
 # ---------------------------------------------------------------------- resolution
@@ -516,14 +563,11 @@ def args_repr(args: dict) -> str:
     # ServerArgs' dataclass starts with these fields (a catalog may list fields sorted)
     first = [k for k in ("model_path", "tokenizer_path") if k in args]
     keys = first + [k for k in args if k not in first]
+    # Like SGLang, api_key and admin_api_key are printed with the rest (0.5.23 redacts only the
+    # watermark keys; 0.5.1x prints the dataclass as it is).
     if NEW:
-        return "server_args=" + repr(
-            {
-                k: ("<redacted>" if k in ("api_key", "admin_api_key") and args[k] else args[k])
-                for k in keys
-            }
-        )
-    return "server_args=ServerArgs(" + ", ".join(f"{k}={args[k]!r}" for k in keys) + ")"
+        return "server_args=" + repr({k: args[k] for k in keys})
+    return "server_args=ServerArgs(" + ", ".join + ", ".join(f"{k}={args[k]!r}" for k in keys) + ")"
 
 
 # ------------------------------------------------------------------- GPU placement
@@ -1116,9 +1160,13 @@ class Handler(BaseHTTPRequestHandler):
         if not key:
             return True
         exempt = ("/health", "/metrics") + (("/ready",) if NEW else ())
-        if path.startswith(exempt):
+        if path.startswith(exempt) or self.command == "OPTIONS":
             return True
-        return self.headers.get("Authorization", "") == f"Bearer {key}"
+        header = self.headers.get("Authorization", "")
+        if V < (0, 5, 8):  # add_api_key_middleware: the exact header
+            return header == f"Bearer {key}"
+        scheme, _, token = header.partition(" ")  # utils/auth.py: any case of "bearer"
+        return scheme.lower() == "bearer" and hmac.compare_digest(token, key)
 
     def _body(self) -> dict:
         n = int(self.headers.get("content-length") or 0)
@@ -1174,9 +1222,7 @@ class Handler(BaseHTTPRequestHandler):
                 },
             )
         if path in ("/server_info", "/get_server_info"):
-            info = dict(a)
-            if info.get("api_key"):
-                info["api_key"] = "<redacted>"
+            info = dict(a)  # api_key included, as SGLang's /server_info has it
             info.update(
                 {
                     "version": VERSION,
@@ -1567,9 +1613,12 @@ def main(argv: list[str], entry: str) -> None:
         parser.print_usage(sys.stderr)
         emit_raw(f"sglang serve: error: unrecognized arguments: {' '.join(bad)}\n")
         sys.exit(2)
+    try:
+        argv = merge_config(argv, parser)
+    except ValueError as exc:
+        _traceback_exit(_entry_frames(entry) + [_prepare_frame(), _CONFIG_FRAME], f"ValueError: {exc}")
     ns = parser.parse_args(argv)
     args = vars(ns)
-    if not args.get("model_path"):
         parser.error("the following arguments are required: --model-path/--model")
     gpu = sim_gpu.config()
     early: list[str] = []

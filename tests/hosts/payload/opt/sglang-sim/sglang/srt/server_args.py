@@ -70,7 +70,7 @@ ServerArgs = dataclasses.make_dataclass(
 
 def prepare_server_args(argv: list[str]) -> Any:
     parser = _sim.build_parser(_sim.load_catalog())
-    namespace = parser.parse_args(argv)
+    namespace = parser.parse_args(_sim.merge_config(argv, parser))
     if not namespace.model_path:
         parser.error("the following arguments are required: --model-path/--model")
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", force=True)
