@@ -1619,6 +1619,7 @@ def main(argv: list[str], entry: str) -> None:
         _traceback_exit(_entry_frames(entry) + [_prepare_frame(), _CONFIG_FRAME], f"ValueError: {exc}")
     ns = parser.parse_args(argv)
     args = vars(ns)
+    if not args.get("model_path"):
         parser.error("the following arguments are required: --model-path/--model")
     gpu = sim_gpu.config()
     early: list[str] = []
