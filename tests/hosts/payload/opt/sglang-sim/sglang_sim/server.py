@@ -567,7 +567,7 @@ def args_repr(args: dict) -> str:
     # watermark keys; 0.5.1x prints the dataclass as it is).
     if NEW:
         return "server_args=" + repr({k: args[k] for k in keys})
-    return "server_args=ServerArgs(" + ", ".join + ", ".join(f"{k}={args[k]!r}" for k in keys) + ")"
+    return "server_args=ServerArgs(" + ", ".join(f"{k}={args[k]!r}" for k in keys) + ")"
 
 
 # ------------------------------------------------------------------- GPU placement
