@@ -168,7 +168,6 @@ class Profile(BaseModel):
         default=None, description="Secret SGLang arguments, by reference to a file on the host."
     )
 
-
     def env_strings(self) -> dict[str, str]:
         """Environment values as the process sees them (TOML true -> "1", false -> "0")."""
         return {key: env_string(value) for key, value in self.env.items()}

@@ -127,7 +127,7 @@ def exec_arg(value: str) -> str:
     release without --config, from EnvironmentFile=; see sgdeploy.secret_args)."""
     if isinstance(value, EnvReference):
         return '"${' + value + '}"'
-    return  '"' + _escape_common(value).replace("$", "$$") + '"'
+    return '"' + _escape_common(value).replace("$", "$$") + '"'
 
 
 def exec_path(value: str) -> str:
