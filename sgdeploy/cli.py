@@ -665,7 +665,7 @@ def build_parser() -> argparse.ArgumentParser:
     logcheck.add_argument("logfile", metavar="LOGFILE", help="a log file, or - for stdin")
     logcheck.add_argument("--profile", metavar="P", help="the profile the server was launched from")
     logcheck.add_argument("--inventory", metavar="FILE")
-    logcheck.add_argument("--json", action="store_true", help="SPEC section 4's JSON document")
+    logcheck.add_argument("--json", action="store_true", help="one JSON document (see docs/reference.md)")
     logcheck.set_defaults(func=cmd_logcheck)
 
     imp = sub.add_parser("import", help="write a profile that reproduces a running SGLang server")
