@@ -61,7 +61,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         raise UsageError(f"no such inventory: {inv_path}")
     if args.sglang:
         _check_version(args.sglang)
-    results = validate_paths(paths, InventoryContext.load(inv_path), args.sglang)
+    if args.model_config and not Path(args.model_config).exists():
+        raise UsageError(f"no such model config: {args.model_config}")
+    results = validate_paths(paths, InventoryContext.load(inv_path), args.sglang, args.model_config)
     formatter = {"text": report.validation_text, "json": report.validation_json,
                  "github": report.validation_github}[args.format]
     _out(formatter(results))
@@ -583,6 +585,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--inventory", metavar="FILE")
     validate.add_argument("--format", choices=["text", "json", "github"], default="text")
     validate.add_argument("--sglang", metavar="VERSION", help="validate against this SGLang version")
+    validate.add_argument("--model-config", metavar="DIR",
+                          help="the model's folder (or config.json) for the checks that read it; "
+                          "wins over deploy.model_config")
     validate.add_argument("--changed", action="store_true",
                           help="the files given are those a change touched: validate the profiles among them, "
                           "and every profile when the inventory is one (deleted files are skipped)")

@@ -150,6 +150,7 @@ class HostFacts:
     model_config_present: bool | None = None
     model_architectures: tuple[str, ...] = ()
     model_architecture: str | None = None
+    model_config_json: str | None = None  # the model's config.json (up to 256 KiB), for rules that read it
     port: int | None = None
     listening_ports: frozenset[int] | None = None
     port_listening: bool | None = None
@@ -422,7 +423,11 @@ _MODEL_PROBE = """\
 import json, sys
 try:
     with open(sys.argv[1], encoding="utf-8") as f:
-        print("architectures=" + json.dumps(json.load(f).get("architectures")))
+        config = json.load(f)
+    print("architectures=" + json.dumps(config.get("architectures")))
+    text = json.dumps(config, separators=(",", ":"))
+    if len(text) <= 262144:
+        print("config_json=" + text)
 except Exception as e:
     print("config_error=" + json.dumps("%s: %s" % (type(e).__name__, e)))
 """
@@ -761,6 +766,8 @@ def _facts_model(b: _Builder) -> None:
         names = tuple(a for a in archs if isinstance(a, str))
         b.values["model_architectures"] = names
         b.values["model_architecture"] = names[0] if names else None
+    if "config_json" in kv:
+        b.values["model_config_json"] = kv["config_json"]
 
 
 def _facts_listen(b: _Builder) -> None:

@@ -12,7 +12,18 @@ from sgdeploy.facts import HostFacts
 from sgdeploy.inventory import HostTarget
 from sgdeploy.profile import LoadedProfile
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
+from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, parse_model_config
 from sgdeploy.validate import check_launch
+
+
+def host_model_config(facts: HostFacts, name: str, model_path: object) -> ModelConfig | None:
+    """The model's config.json as the host sent it (None when it did not, or it does not parse)."""
+    if facts.model_config_json is None:
+        return None
+    try:
+        return parse_model_config(facts.model_config_json, f"{name}:{model_path}/config.json")
+    except ModelConfigError:
+        return None
 
 
 def host_target(name: str, facts: HostFacts, declared: HostTarget | None) -> HostTarget:
@@ -77,7 +88,8 @@ def preflight(
                 "upgrade sgdeploy, or build a catalog (scripts/build_catalogs.py) into SGDEPLOY_CATALOG_PATH")
             version = None
     if version is not None:
-        found.extend(check_launch(loaded, target, version, architecture=facts.model_architecture))
+        found.extend(check_launch(loaded, target, version, architecture=facts.model_architecture,
+                                  model_config=host_model_config(facts, name, profile.server.get("model_path"))))
     return found, target, version
 
 

@@ -104,6 +104,12 @@ class DeploySettings(BaseModel):
     model_architecture: str | None = Field(
         default=None, description="HF architecture (config.json architectures[0]), for rules that need it."
     )
+    # TOML key `model_config` (a name pydantic reserves for itself, hence the alias).
+    model_config_file: str | None = Field(
+        default=None, min_length=1, alias="model_config",
+        description="A local copy of the model's config.json (or its folder), relative to the profile, for "
+        "rules that read it offline (context length, heads, DSA, Mamba state, quantization).",
+    )
 
     @field_validator("unit")
     @classmethod

@@ -16,6 +16,7 @@ from sgdeploy.inventory import HostTarget, Inventory, load_inventory
 from sgdeploy.profile import LoadedProfile, load_profile
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog, newest_version
 from sgdeploy.sglang.flags import valid_server_values
+from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, load_model_config
 from sgdeploy.sglang.rule import LaunchContext
 from sgdeploy.sglang.rules import RULES
 from sgdeploy.tomlfile import TomlDocument, did_you_mean
@@ -63,13 +64,15 @@ class InventoryContext:
 
 
 def validate_paths(
-    paths: Sequence[str], inventory: InventoryContext, sglang: str | None = None
+    paths: Sequence[str], inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None
 ) -> list[ValidationResult]:
-    return [validate_file(path, inventory, sglang) for path in paths]
+    return [validate_file(path, inventory, sglang, model_config) for path in paths]
 
 
-def validate_file(path: str, inventory: InventoryContext, sglang: str | None = None) -> ValidationResult:
-    return validate_loaded(load_profile(path), inventory, sglang)
+def validate_file(
+    path: str, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None
+) -> ValidationResult:
+    return validate_loaded(load_profile(path), inventory, sglang, model_config)
 
 
 @dataclass(frozen=True)
@@ -81,10 +84,13 @@ class TargetVerdict:
     diagnostics: list[Diagnostic]
 
 
-def validate_loaded(loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None) -> ValidationResult:
-    """Validate a profile already read, against every host of its target."""
+def validate_loaded(
+    loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None
+) -> ValidationResult:
+    """Validate a profile already read, against every host of its target. `model_config` (a model
+    folder or config.json, e.g. from --model-config) wins over the profile's deploy.model_config."""
     result = ValidationResult(path=loaded.path, host=loaded.model.deploy.host if loaded.model else None)
-    found, verdicts = verdicts_by_target(loaded, inventory, sglang)
+    found, verdicts = verdicts_by_target(loaded, inventory, sglang, model_config)
     result.diagnostics.extend(found)
     for verdict in verdicts:
         result.diagnostics.extend(verdict.diagnostics)
@@ -95,17 +101,20 @@ def validate_loaded(loaded: LoadedProfile, inventory: InventoryContext, sglang: 
 
 
 def verdicts_by_target(
-    loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None
+    loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None
 ) -> tuple[list[Diagnostic], list[TargetVerdict]]:
     """The profile's own findings (shape, target), then one verdict per host of its target."""
     if loaded.model is None:
         return list(loaded.diagnostics), []
     targets, found = _targets(loaded, inventory)
+    config, about_config = profile_model_config(loaded, model_config)
+    found.extend(about_config)
     verdicts = []
     for target in targets:
         version, about_version = _version_for(loaded, target, sglang)
         launch = [] if version is None else check_launch(
-            loaded, target, version, node_count=len(targets) if inventory.inventory is not None else None)
+            loaded, target, version, node_count=len(targets) if inventory.inventory is not None else None,
+            model_config=config)
         verdicts.append(TargetVerdict(target, version, [*about_version, *launch]))
     return [*loaded.diagnostics, *found], verdicts
 
@@ -116,6 +125,7 @@ def check_launch(
     version: str,
     architecture: str | None = None,
     node_count: int | None = None,
+    model_config: ModelConfig | None = None,
 ) -> list[Diagnostic]:
     """Run every rule for one (profile, host, SGLang version); `version` must have a catalog."""
     profile = loaded.model
@@ -127,9 +137,11 @@ def check_launch(
         env=profile.env_strings(),
         catalog=catalog,
         host=host,
-        architecture=architecture or profile.deploy.model_architecture,
+        architecture=architecture or profile.deploy.model_architecture
+        or (model_config.architecture if model_config else None),
         gpus=tuple(profile.deploy.gpus) if profile.deploy.gpus else None,
         node_count=node_count,
+        model_config=model_config,
         secret_file=profile.secrets.file if profile.secrets else None,
         secret_keys=tuple(profile.secrets.keys) if profile.secrets else (),
     )
@@ -139,6 +151,26 @@ def check_launch(
             found.append(loaded.diagnostic(rule.id, finding.message, dotted=finding.field,
                                            hint=finding.hint or rule.hint, severity=rule.severity))
     return found
+
+
+def profile_model_config(
+    loaded: LoadedProfile, override: str | None = None
+) -> tuple[ModelConfig | None, list[Diagnostic]]:
+    """The model config a validation reads: `override` (relative to the working directory), else
+    deploy.model_config (relative to the profile's folder); None when neither names one."""
+    profile = loaded.model
+    named = override or (profile.deploy.model_config_file if profile else None)
+    if named is None:
+        return None, []
+    path = Path(named).expanduser()
+    if override is None and not path.is_absolute():
+        path = Path(loaded.path).parent / path
+    try:
+        return load_model_config(path), []
+    except ModelConfigError as exc:
+        where = "--model-config" if override else "deploy.model_config"
+        return None, [loaded.diagnostic("SGD035", f"{where}: {exc}", dotted=None if override else where,
+                                        hint="point it at the model's folder or its config.json")]
 
 
 def select_hosts(target: str, inventory: InventoryContext, wanted: Sequence[str] = ()) -> list[HostTarget]:

@@ -449,7 +449,8 @@ def test_example_profile_is_valid_without_warnings(
     )
     assert code == 0, out
     (result,) = json.loads(out)["profiles"]
-    assert result["ok"] and result["diagnostics"] == []
+    # Info notes (checks skipped for want of the model's config.json) are neither errors nor warnings.
+    assert result["ok"] and [d for d in result["diagnostics"] if d["severity"] != "info"] == []
 
 
 def test_deepseek_example_uses_nextn_right() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from sgdeploy.diagnostics import Severity
 from sgdeploy.inventory import HostTarget
 from sgdeploy.sglang.catalog import Catalog
+from sgdeploy.sglang.model_config import ModelConfig
 from sgdeploy.sglang.versions import ALL_VERSIONS, Version, VersionRange
 
 
@@ -39,6 +40,7 @@ class LaunchContext:
     gpus: tuple[int | str, ...] | None = None
     raw_server: Mapping[str, Any] = field(default_factory=dict)
     node_count: int | None = None  # hosts in the profile's target (a multi-node launch spans them)
+    model_config: ModelConfig | None = None  # the model's config.json, when known (host, file or profile)
     secret_file: str | None = None  # [secrets] file on the host (no value: sgdeploy.secret_args)
     secret_keys: tuple[str, ...] = ()  # [secrets] keys: ServerArgs fields the file provides
 

@@ -13,6 +13,7 @@ A rule for a new SGLang check goes into the module of its topic:
 - `lora`: LoRA adapters, with speculative decoding and the LoRA MoE runners (SGD52x)
 - `serving`: ports, names, scheduling, API surface (SGD5xx)
 - `cuda_graphs`: CUDA graphs and what SGLang turns off by itself (SGD6xx)
+- `model`: checks that read the model's config.json, when one is known (SGD58x)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sgdeploy.sglang.rules import (  # noqa: F401  (importing registers the rule
     hardware,
     lora,
     memory,
+    model,
     parallelism,
     security,
     serving,

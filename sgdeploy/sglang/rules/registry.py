@@ -32,6 +32,8 @@ STRUCTURAL_RULES = {
     "SGD032": ("no-catalog-for-version", "No flag catalog is bundled for the host's SGLang version."),
     "SGD033": ("invalid-inventory", "The inventory file has errors."),
     "SGD034": ("no-inventory", "No inventory file: validated without host facts."),
+    "SGD035": ("model-config-unreadable", "The model config named by --model-config or deploy.model_config "
+               "cannot be read."),
     # Preflight checks against the live host (sgdeploy.preflight), before anything changes.
     "SGD701": ("python-missing", "deploy.python does not exist or does not run on the host."),
     "SGD702": ("sglang-missing", "SGLang is not installed for deploy.python."),
