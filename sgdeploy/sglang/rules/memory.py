@@ -1,4 +1,5 @@
-"""SGD5xx memory and cache: memory fraction, chunked prefill, Mamba radix-cache strategies."""
+"""SGD5xx memory and cache: memory fraction, chunked prefill, Mamba radix-cache strategies, and
+SGLang's own radix/hierarchical/LMCache/SWA cache checks (SGD550)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from collections.abc import Iterator
 
 from sgdeploy.sglang import models
 from sgdeploy.sglang.rule import Finding, LaunchContext
-from sgdeploy.sglang.rules.common import V1X, algorithm
+from sgdeploy.sglang.rules.common import V1X, algorithm, attention_dp
 from sgdeploy.sglang.rules.registry import ERROR, rule
+from sgdeploy.sglang.rules.sites import Condition, Refusal, below, both, number, on, refusal_rule
+from sgdeploy.sglang.versions import VersionRange
 
 
 @rule("SGD501", "mem-fraction-range", ERROR, "mem_fraction_static must be between 0 and 1.",
@@ -59,3 +62,131 @@ def mamba_extra_buffer(ctx: LaunchContext) -> Iterator[Finding]:
                       f"than or equal to speculative_num_draft_tokens {draft}")
     if interval % page:
         yield Finding("server.page_size", f"mamba_track_interval {interval} must be divisible by page_size {page}")
+
+
+# --------------------------------------------------------------------------- SGLang's own cache checks
+# Tables of SGLang's refusals (sgdeploy.sglang.rules.sites): each entry names its check site and
+# the releases it exists in, read from the wheels.
+
+def _decode_offload(ctx: LaunchContext) -> bool:
+    return ctx.on("disaggregation_decode_enable_offload_kvcache")
+
+
+def _lmcache(*conditions: Condition) -> Condition:
+    return lambda ctx: ctx.on("enable_lmcache") and all(c(ctx) for c in conditions)
+
+
+def _buffer_only(ctx: LaunchContext) -> bool:
+    return ctx.get("hicache_host_memory_mode") == "buffer_only"
+
+
+def _outside(name: str, low: float, high: float) -> Condition:
+    """The value is set and outside (low, high]."""
+    def check(ctx: LaunchContext) -> bool:
+        value = number(ctx, name)
+        return value is not None and not low < value <= high
+    return check
+
+
+def _prefill_only(condition: Condition) -> Condition:
+    return lambda ctx: ctx.on("prefill_only_disable_kv_cache") and condition(ctx)
+
+
+_LMCACHE = VersionRange(since="0.5.21")
+_BUFFER_MODE = VersionRange(since="0.5.19")
+_PREFILL_ONLY = VersionRange(since="0.5.12")
+_SITE = "handle_cache_compatibility: "
+
+CACHE_OPTIONS = (
+    Refusal(_SITE + "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot "
+            "be used at the same time. Please use only one of them.", "disable_radix_cache",
+            both(on("enable_hierarchical_cache"), on("disable_radix_cache")),
+            "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot be used "
+            "at the same time.", VersionRange(since="0.5.3")),
+    Refusal(_SITE + "The argument disaggregation-decode-enable-offload-kvcache is only supported for decode side.",
+            "disaggregation_decode_enable_offload_kvcache",
+            lambda ctx: _decode_offload(ctx) and ctx.get("disaggregation_mode", "null") != "decode",
+            "The argument disaggregation-decode-enable-offload-kvcache is only supported for decode side.",
+            VersionRange(since="0.5.3")),
+    Refusal(_SITE + "The argument disaggregation-decode-enable-offload-kvcache is only supported when "
+            "hicache-storage-backend is provided.", "hicache_storage_backend",
+            lambda ctx: _decode_offload(ctx) and ctx.get("disaggregation_mode") == "decode"
+            and ctx.get("hicache_storage_backend") is None,
+            "The argument disaggregation-decode-enable-offload-kvcache is only supported when hicache-storage-backend "
+            "is provided.", VersionRange(since="0.5.10")),
+    Refusal(_SITE + "The arguments disaggregation-decode-enable-offload-kvcache and "
+            "disaggregation-decode-retraction-backup=host_pool are mutually exclusive: both build a decode host pool.",
+            "disaggregation_decode_retraction_backup",
+            lambda ctx: _decode_offload(ctx) and ctx.get("disaggregation_mode") == "decode"
+            and ctx.get("hicache_storage_backend") is not None
+            and ctx.get("disaggregation_decode_retraction_backup") == "host_pool",
+            "The arguments disaggregation-decode-enable-offload-kvcache and "
+            "disaggregation-decode-retraction-backup=host_pool are mutually exclusive: both build a decode host pool.",
+            VersionRange(since="0.5.18")),
+    Refusal(_SITE + "--swa-full-tokens-ratio should be in range (0, 1.0].", "swa_full_tokens_ratio",
+            _outside("swa_full_tokens_ratio", 0, 1.0), "--swa-full-tokens-ratio should be in range (0, 1.0].",
+            VersionRange(since="0.5.7")),
+    Refusal(_SITE + "--swa-prefix-tails should be a non-negative integer.", "swa_prefix_tails",
+            below("swa_prefix_tails", 0), "--swa-prefix-tails should be a non-negative integer.", _LMCACHE),
+    Refusal(_SITE + "--enable-lmcache and --enable-hierarchical-cache are mutually exclusive", "enable_lmcache",
+            _lmcache(on("enable_hierarchical_cache")),
+            "--enable-lmcache and --enable-hierarchical-cache are mutually exclusive", _LMCACHE),
+    Refusal(_SITE + "--enable-lmcache and --enable-unified-cache-external-linker are mutually exclusive",
+            "enable_lmcache", _lmcache(on("enable_unified_cache_external_linker")),
+            "--enable-lmcache and --enable-unified-cache-external-linker are mutually exclusive", _LMCACHE),
+    Refusal(_SITE + "--enable-lmcache requires radix cache to be enabled", "disable_radix_cache",
+            _lmcache(on("disable_radix_cache")), "--enable-lmcache requires radix cache to be enabled", _LMCACHE),
+    Refusal(_SITE + "LMCacheUnifiedRadixCache does not yet support speculative decoding", "speculative_algorithm",
+            _lmcache(lambda ctx: algorithm(ctx) is not None),
+            "LMCacheUnifiedRadixCache does not yet support speculative decoding", _LMCACHE),
+    Refusal(_SITE + "LMCacheUnifiedRadixCache does not yet support DP attention", "enable_lmcache",
+            _lmcache(attention_dp), "LMCacheUnifiedRadixCache does not yet support DP attention", _LMCACHE),
+    Refusal(_SITE + "--enable-lmcache with --dcp-size > 1 is not supported: LMCache has no DCP-aware index "
+            "translation", "dcp_size", _lmcache(lambda ctx: ctx.int("dcp_size", 1) > 1),
+            "--enable-lmcache with --dcp-size > 1 is not supported: LMCache has no DCP-aware index translation",
+            _LMCACHE),
+    Refusal(_SITE + "LMCacheUnifiedRadixCache does not yet support streaming sessions", "enable_streaming_session",
+            _lmcache(on("enable_streaming_session")),
+            "LMCacheUnifiedRadixCache does not yet support streaming sessions", _LMCACHE),
+    Refusal(_SITE + "--hicache-host-memory-mode=buffer_only is a HiCache-only mode", "hicache_host_memory_mode",
+            _lmcache(_buffer_only), "--hicache-host-memory-mode=buffer_only is a HiCache-only mode", _LMCACHE),
+    Refusal(_SITE + "LMCacheUnifiedRadixCache currently supports colocated prefill/decode scheduling only",
+            "disaggregation_mode", _lmcache(lambda ctx: ctx.get("disaggregation_mode", "null") != "null"),
+            "LMCacheUnifiedRadixCache currently supports colocated prefill/decode scheduling only", _LMCACHE),
+    Refusal("handle_hicache_ratio_default: --hicache-host-memory-fraction must be in (0, 1].",
+            "hicache_host_memory_fraction", _outside("hicache_host_memory_fraction", 0, 1.0),
+            "--hicache-host-memory-fraction must be in (0, 1].", _LMCACHE),
+    Refusal("validate_hicache_host_memory_mode: --hicache-host-memory-mode buffer_only requires a storage backend "
+            "(--hicache-storage-backend): host memory is only a staging buffer and all cached data lives in storage.",
+            "hicache_storage_backend",
+            lambda ctx: ctx.on("enable_hierarchical_cache") and _buffer_only(ctx)
+            and ctx.get("hicache_storage_backend") is None,
+            "--hicache-host-memory-mode buffer_only requires a storage backend (--hicache-storage-backend)",
+            _BUFFER_MODE),
+    Refusal("handle_int8_mamba_checkpoint: --enable-int8-mamba-checkpoint is not supported together with "
+            "--enable-lmcache: LMCache is not int8-aware. Disable one of them.", "enable_int8_mamba_checkpoint",
+            both(on("enable_int8_mamba_checkpoint"), on("enable_lmcache")),
+            "--enable-int8-mamba-checkpoint is not supported together with --enable-lmcache: LMCache is not "
+            "int8-aware.", _LMCACHE),
+    Refusal("handle_mamba_backend: --mamba-cache-philox-rounds must be non-negative.", "mamba_cache_philox_rounds",
+            below("mamba_cache_philox_rounds", 0), "--mamba-cache-philox-rounds must be non-negative.",
+            VersionRange(since="0.5.15")),
+    Refusal("handle_mamba_backend: --mamba-max-states-per-path must be -1 (unlimited) or a positive integer, got {}.",
+            "mamba_max_states_per_path",
+            lambda ctx: (value := number(ctx, "mamba_max_states_per_path")) is not None and value != -1 and value <= 0,
+            lambda ctx: "--mamba-max-states-per-path must be -1 (unlimited) or a positive integer, got "
+            f"{ctx.get('mamba_max_states_per_path')}.", VersionRange(since="0.5.17")),
+    Refusal("validate_prefill_only_disable_kv_cache_args: --prefill-only-disable-kv-cache currently requires "
+            "--is-embedding. Other prefill-only workloads may be supported in a future change once their attention "
+            "paths stop reading or writing the paged KV cache.", "is_embedding",
+            _prefill_only(lambda ctx: not ctx.on("is_embedding")),
+            "--prefill-only-disable-kv-cache currently requires --is-embedding.", _PREFILL_ONLY),
+    Refusal("validate_prefill_only_disable_kv_cache_args: --prefill-only-disable-kv-cache requires "
+            "--disable-radix-cache because the radix cache indexes KV pool slots that no longer hold real data.",
+            "disable_radix_cache", _prefill_only(lambda ctx: not ctx.on("disable_radix_cache")),
+            "--prefill-only-disable-kv-cache requires --disable-radix-cache", _PREFILL_ONLY),
+)
+
+refusal_rule("SGD550", "cache-options", "Radix, hierarchical, LMCache, SWA and Mamba cache options SGLang "
+             "refuses: options that exclude each other, ranges, what a mode needs.",
+             "fix the cache options as the message says", CACHE_OPTIONS)

@@ -6,8 +6,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sgdeploy.sglang.rule import Finding, LaunchContext
-from sgdeploy.sglang.rules.common import TBO_NEEDS_A2A, V1X, attention_dp
+from sgdeploy.sglang.rules.common import TBO_NEEDS_A2A, V1X, attention_dp, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
+from sgdeploy.sglang.versions import VersionRange
 
 
 def gpus_per_node(server: Mapping[str, Any]) -> int:
@@ -107,13 +108,91 @@ def node_rank_in_profile(ctx: LaunchContext) -> Iterator[Finding]:
                       "node would claim the same rank")
 
 
+# How SGLang resolves the data-parallel layout before it checks it. 0.5.22 introduced
+# attn_dp_size: the deprecated `--dp-size N --enable-dp-attention` becomes `--attn-dp-size N`
+# and dp_size counts replicas only. Before that, dp_size counted both and SGLang switched
+# enable_dp_attention (and, from 0.5.3, enable_dp_lm_head) off when dp_size was 1.
+DP_LM_HEAD_RESET = VersionRange(since="0.5.3")
+# MoE all-to-all backends that set ep_size to tp_size ("The expert parallel size is adjusted to
+# be the same as the tensor parallel size"); every backend but these two, in every release.
+A2A_KEEPS_EP_SIZE = {None, "none", "ascend_tp"}
+
+
+def attn_dp_size(ctx: LaunchContext) -> int:
+    """The attention-DP width SGLang resolves (1: off)."""
+    if ctx.has_flag("attn_dp_size"):
+        if ctx.on("enable_dp_attention") and ctx.int("attn_dp_size", 1) == 1:
+            return ctx.int("dp_size", 1)
+        return ctx.int("attn_dp_size", 1)
+    return ctx.int("dp_size", 1) if ctx.on("enable_dp_attention") and ctx.int("dp_size", 1) > 1 else 1
+
+
+def dp_ranks(ctx: LaunchContext) -> int:
+    """Data-parallel ranks (replicas x attention-DP groups), as SGLang counts them."""
+    if ctx.has_flag("attn_dp_size"):
+        replicas = 1 if ctx.on("enable_dp_attention") and ctx.int("attn_dp_size", 1) == 1 else ctx.int("dp_size", 1)
+        return replicas * attn_dp_size(ctx)
+    return ctx.int("dp_size", 1)
+
+
+def ep_size(ctx: LaunchContext) -> int:
+    """ep_size after the MoE all-to-all backend has set it."""
+    if ctx.get("moe_a2a_backend", "none") not in A2A_KEEPS_EP_SIZE:
+        return ctx.int("tp_size", 1)
+    return ctx.int("ep_size", 1)
+
+
+def ep_scale_joiner(ctx: LaunchContext) -> bool:
+    """An elastic-EP node joining a running deployment (--ep-join-mode scale), which SGLang exempts."""
+    return bool(ctx.get("ep_join_mode") == "scale")
+
+
+def _dp_lm_head_kept(ctx: LaunchContext) -> bool:
+    """enable_dp_lm_head is set and SGLang does not switch it off by itself."""
+    if not ctx.on("enable_dp_lm_head"):
+        return False
+    return not (ctx.version in DP_LM_HEAD_RESET and dp_ranks(ctx) == 1 and not ep_scale_joiner(ctx))
+
+
 @rule("SGD108", "dp-lm-head-without-dp-attention", ERROR, "enable_dp_lm_head requires DP attention.",
-      "set enable_dp_attention = true or drop enable_dp_lm_head", versions=V1X)
+      "turn attention DP on (attn_dp_size, or enable_dp_attention with dp_size) or drop enable_dp_lm_head")
 def dp_lm_head(ctx: LaunchContext) -> Iterator[Finding]:
-    if ctx.on("enable_dp_lm_head") and not ctx.on("enable_dp_attention"):
-        yield Finding("server.enable_dp_lm_head", "enable_dp_lm_head is set without enable_dp_attention")
+    if not _dp_lm_head_kept(ctx) or attn_dp_size(ctx) > 1 or ep_scale_joiner(ctx):
+        return
+    said = ("--enable-dp-lm-head requires attention DP (--attn-dp-size)." if ctx.has_flag("attn_dp_size")
+            else "Please enable dp attention when setting enable_dp_lm_head.")
+    yield Finding("server.enable_dp_lm_head", f"enable_dp_lm_head is set without attention DP: SGLang "
+                  f"{ctx.catalog.version} refuses it ('{said}')")
 
 
+@rule("SGD111", "dp-lm-head-switched-off", WARNING,
+      "With a single data-parallel rank SGLang silently switches enable_dp_lm_head off.",
+      "remove enable_dp_lm_head, or give attention DP more than one rank", versions=DP_LM_HEAD_RESET)
+def dp_lm_head_switched_off(ctx: LaunchContext) -> Iterator[Finding]:
+    if ctx.on("enable_dp_lm_head") and not _dp_lm_head_kept(ctx):
+        yield Finding("server.enable_dp_lm_head", "enable_dp_lm_head has no effect: with one data-parallel rank "
+                      "SGLang sets it to false before it starts")
+
+
+@rule("SGD112", "eplb-without-expert-parallelism", ERROR,
+      "enable_eplb needs expert parallelism: ep_size > 1 (or an MoE all-to-all backend, which sets it to tp_size).",
+      "set ep_size (e.g. to tp_size) or moe_a2a_backend, or drop enable_eplb")
+def eplb_without_ep(ctx: LaunchContext) -> Iterator[Finding]:
+    if ctx.on("enable_eplb") and ep_size(ctx) <= 1 and not ep_scale_joiner(ctx):
+        yield Finding("server.enable_eplb", f"enable_eplb with ep_size = {ep_size(ctx)}: SGLang fails with a bare "
+                      "AssertionError ('assert ep_size > 1')")
+
+
+@rule("SGD113", "tp-not-divisible-by-attention-dp", ERROR,
+      "With attention DP, tp_size must be a multiple of the attention-DP size.",
+      "make tp_size a multiple of attn_dp_size (dp_size with enable_dp_attention)")
+def tp_not_divisible_by_attn_dp(ctx: LaunchContext) -> Iterator[Finding]:
+    width, tp = attn_dp_size(ctx), ctx.int("tp_size", 1)
+    if width > 1 and tp % width:
+        name = "attn_dp_size" if ctx.has_flag("attn_dp_size") else "dp_size"
+        field_name = name if ctx.given(name) else "dp_size"
+        yield Finding(server_field(field_name), f"tp_size = {tp} is not divisible by the attention-DP size {width}: "
+                      f"SGLang fails with a bare AssertionError ('assert tp_size % {name} == 0')")
 
 
 @rule("SGD505", "two-batch-overlap-needs-a2a", ERROR,
@@ -137,3 +216,112 @@ def moe_dense_tp(ctx: LaunchContext) -> Iterator[Finding]:
     allowed = {1} if ctx.version in V1X else {1, ctx.int("tp_size", 1)}
     if isinstance(value, int) and value not in allowed:
         yield Finding("server.moe_dense_tp_size", f"moe_dense_tp_size = {value} is not supported")
+
+
+CONTEXT_PARALLEL = VersionRange(since="0.5.9")
+CP_MOE_DP_MISMATCH = VersionRange(since="0.5.11")
+PREFILL_CP_STRATEGY = VersionRange(since="0.5.14")
+
+
+def _context_parallel_problems(ctx: LaunchContext) -> Iterator[tuple[str, str]]:
+    """(field, SGLang's message) for each context-parallel layout check the launch fails, in SGLang's order."""
+    tp, cp, moe_dp, ep = ctx.int("tp_size", 1), ctx.int("attn_cp_size", 1), ctx.int("moe_dp_size", 1), ep_size(ctx)
+    if ctx.on("enable_prefill_cp") and ctx.version in PREFILL_CP_STRATEGY and not ctx.get("cp_strategy"):
+        yield "enable_prefill_cp", "--cp-strategy must be set when --enable-prefill-cp is enabled."
+    if cp > 1:
+        dp, dp_name = (attn_dp_size(ctx), "attn_dp_size") if ctx.has_flag("attn_dp_size") else \
+            (ctx.int("dp_size", 1), "dp_size")
+        if tp % cp:
+            yield "attn_cp_size", "tp_size must be divisible by attn_cp_size"
+        elif tp % (dp * cp):
+            yield "attn_cp_size", f"tp_size must be divisible by {dp_name} * attn_cp_size"
+        if ctx.on("enable_aiter_allreduce_fusion"):
+            yield "enable_aiter_allreduce_fusion", "Aiter allreduce fusion is not supported with context parallelism"
+    if moe_dp > 1:
+        if tp % moe_dp:
+            yield "moe_dp_size", "tp_size must be divisible by moe_dp_size"
+        elif ep * moe_dp > tp:
+            yield "moe_dp_size", "ep_size * moe_dp_size must be less than or equal to tp_size"
+        elif ctx.int("pp_size", 1) != 1:
+            yield "pp_size", "PP is not supported with context parallelism"
+        elif ep > 1 and ep * moe_dp != tp:
+            yield "moe_dp_size", "ep_size * moe_dp_size must be equal to tp_size"
+        elif ctx.on("enable_aiter_allreduce_fusion") and cp <= 1:
+            yield "enable_aiter_allreduce_fusion", "Aiter allreduce fusion is not supported with context parallelism"
+    if ctx.version in CP_MOE_DP_MISMATCH and cp != moe_dp and moe_dp != 1:
+        yield "moe_dp_size", "attn_cp_size != moe_dp_size is only supported when moe_dp_size == 1"
+
+
+@rule("SGD114", "context-parallel-layout", ERROR,
+      "attn_cp_size / moe_dp_size must fit tp_size the way SGLang's context-parallel checks require.",
+      "make tp_size a multiple of attn_cp_size (x the attention-DP size) and of moe_dp_size, with "
+      "moe_dp_size equal to attn_cp_size or 1", versions=CONTEXT_PARALLEL)
+def context_parallel_layout(ctx: LaunchContext) -> Iterator[Finding]:
+    # SGLang stops at the first failing assert: report that one, as it would.
+    for name, said in _context_parallel_problems(ctx):
+        yield Finding(server_field(name), f"SGLang refuses this context-parallel layout ('{said}'; tp_size = "
+                      f"{ctx.int('tp_size', 1)}, attn_cp_size = {ctx.int('attn_cp_size', 1)}, moe_dp_size = "
+                      f"{ctx.int('moe_dp_size', 1)}, ep_size = {ep_size(ctx)})")
+        return
+
+
+# The MoE runner backends FlashInfer's all-to-all accepts, by release (`handle_a2a_moe`).
+FLASHINFER_A2A_RUNNERS = (
+    (VersionRange(since="0.5.19"), ("flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm",
+                                    "flashinfer_trtllm_routed", "deep_gemm")),
+    (VersionRange(since="0.5.15", until="0.5.19"), ("flashinfer_cutlass", "flashinfer_cutedsl",
+                                                    "flashinfer_trtllm_routed")),
+    (VersionRange(since="0.5.13", until="0.5.15"), ("flashinfer_cutlass", "flashinfer_cutedsl")),
+    (VersionRange(until="0.5.13"), ("flashinfer_cutlass",)),
+)
+FLASHINFER_A2A_TOPOLOGY = VersionRange(since="0.5.13")
+
+
+@rule("SGD115", "flashinfer-a2a-layout", ERROR,
+      "moe_a2a_backend = \"flashinfer\" needs attention DP over the whole TP group (0.5.13+) and a FlashInfer MoE "
+      "runner backend.", "set moe_runner_backend = \"flashinfer_cutlass\" and attention DP equal to tp_size, "
+      "or another moe_a2a_backend")
+def flashinfer_a2a_layout(ctx: LaunchContext) -> Iterator[Finding]:
+    if ctx.get("moe_a2a_backend") != "flashinfer":
+        return
+    tp = ctx.int("tp_size", 1)
+    # 0.5.23 also takes Muse Spark's prefill sequence parallelism (TP4/EP4, TP8/EP8) without attention DP.
+    muse_sp = (ctx.architecture == "MuseSparkForConditionalGeneration" and ctx.on("enable_layernorm_sp")
+               and attn_dp_size(ctx) == 1 and (tp, ep_size(ctx)) in ((4, 4), (8, 8)))
+    if ctx.version in FLASHINFER_A2A_TOPOLOGY and (attn_dp_size(ctx) == 1 or attn_dp_size(ctx) != tp) \
+            and not muse_sp:
+        said = ("Flashinfer MoE A2A requires --attn-dp-size equal to --tp-size" if ctx.has_flag("attn_dp_size")
+                else "Flashinfer MoE A2A is only supported with dp_size == tp_size and --enable-dp-attention")
+        yield Finding("server.moe_a2a_backend", f"SGLang refuses moe_a2a_backend = 'flashinfer' here ('{said}'; "
+                      f"tp_size = {tp}, attention DP = {attn_dp_size(ctx)})")
+        return
+    runner = ctx.get("moe_runner_backend", "auto")
+    allowed = next((names for versions, names in FLASHINFER_A2A_RUNNERS if ctx.version in versions), ())
+    if runner not in allowed:
+        yield Finding("server.moe_runner_backend", f"moe_a2a_backend = 'flashinfer' with moe_runner_backend = "
+                      f"'{runner}': SGLang {ctx.catalog.version} supports it only with {', '.join(allowed)}")
+
+
+@rule("SGD116", "tp-lm-head-all-to-all-layout", ERROR,
+      "enable_tp_lm_head_all_to_all needs attention DP over the whole TP group, no DP LM head and no attention CP.",
+      "set attn_dp_size = tp_size (attn_cp_size 1, no enable_dp_lm_head), or drop enable_tp_lm_head_all_to_all",
+      versions=VersionRange(since="0.5.18"))
+def tp_lm_head_all_to_all(ctx: LaunchContext) -> Iterator[Finding]:
+    if ctx.server.get("enable_tp_lm_head_all_to_all") is not True:
+        return
+    tp, width, new = ctx.int("tp_size", 1), attn_dp_size(ctx), ctx.has_flag("attn_dp_size")
+    dp_name = "attn_dp_size" if new else "dp_size"
+    if width <= 1:
+        said = ("--enable-tp-lm-head-all-to-all requires attention DP (--attn-dp-size)." if new
+                else "Please enable dp attention when setting enable_tp_lm_head_all_to_all.")
+    elif _dp_lm_head_kept(ctx):
+        said = ("--enable-tp-lm-head-all-to-all uses a TP-sharded LM head and is incompatible with "
+                "--enable-dp-lm-head.")
+    elif tp != width:
+        said = f"--enable-tp-lm-head-all-to-all currently requires tp_size == {dp_name}, got tp_size={tp}, " \
+               f"{dp_name}={width}."
+    elif ctx.int("attn_cp_size", 1) != 1:
+        said = f"--enable-tp-lm-head-all-to-all currently requires attn_cp_size == 1, got {ctx.int('attn_cp_size', 1)}."
+    else:
+        return
+    yield Finding("server.enable_tp_lm_head_all_to_all", f"SGLang refuses it: '{said}'")
