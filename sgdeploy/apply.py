@@ -49,6 +49,9 @@ from sgdeploy.secret_args import api_key_for, bearer_headers, host_secret_diagno
 Reporter = Callable[..., None]
 
 EXITED_MARKER = "@@sgdeploy:exited@@"
+# After the first error, read on this long (or until the unit exits): the other ranks' tracebacks
+# and the native lines behind them belong to the explanation.
+FAILURE_SETTLE_S = 1.5
 FOLLOWER_MARKER = "@@sgdeploy:follower@@"
 LOCKED_MARKER = "@@sgdeploy:locked@@"
 LOCK_BUSY_RC = 75
@@ -347,12 +350,15 @@ class HostSession:
         started = time.monotonic()
         deadline = started + deployment.ready_timeout_s
         exited: str | None = None
+        failed_at: float | None = None
         folder: str | None = None
         lines = self.remote.stream_lines(command)
         try:
             for line in lines:
                 if time.monotonic() > deadline:
                     break
+                if failed_at is not None and time.monotonic() - failed_at > FAILURE_SETTLE_S:
+                    return self._failed(reader, started, "the server logged a failure")
                 if stop is not None and stop.is_set():
                     return StartupResult(expected is None, reader.report(), "stopped: another node failed",
                                          None if expected is None else "peer_failed",
@@ -375,8 +381,8 @@ class HostSession:
                 for event in reader.feed(message):
                     self.report(event.kind, name=event.name, line=event.line, t=event.t,
                                 elapsed=round(time.monotonic() - started, 2), data=dict(event.data))
-                    if event.kind == "failure":
-                        return self._failed(reader, started, "the server logged a failure")
+                    if event.kind == "failure" and failed_at is None:
+                        failed_at = time.monotonic()
                 self.report("log", text=message)
                 report = reader.report()
                 if expected is not None and report.ready and not report.missing(expected):
@@ -652,11 +658,13 @@ def _recorded_probe(files: dict[str, str]) -> dict[str, Any] | None:
 
 def _result_from(startup: StartupResult, **kwargs: Any) -> ApplyResult:
     report = startup.report
-    failure = None
+    failure: dict[str, Any] | None = None
     if not startup.ready:
         f = report.failure if report else None
         failure = {"kind": startup.failure_kind or (f.kind if f else "failed"), "reason": startup.reason,
                    "line": f.line if f else None}
+        if f is not None:  # what the log reader weighed: how sure, and the later errors it set aside
+            failure.update(confidence=f.confidence, consequences=[[n, text] for n, text in f.consequences])
     return ApplyResult(
         phase_times=report.phase_times() if report and startup.ready else {},
         kv_cache_tokens=report.kv_cache_tokens if report else None,
