@@ -125,7 +125,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from sgdeploy.inventory import inventory_path
     from sgdeploy.profile import load_profile
     from sgdeploy.render import render_unit
-    from sgdeploy.sglang.catalog import load_catalog
+    from sgdeploy.sglang.catalog import load_catalog, nearest_version
     from sgdeploy.validate import InventoryContext, select_host, validate_loaded
 
     if not Path(args.profile).is_file():
@@ -141,7 +141,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     except LookupError as exc:
         raise UsageError(str(exc)) from None
     version = args.sglang or (host.sglang_version if host and host.sglang_version else result.sglang_versions[0])
-    unit = render_unit(loaded, load_catalog(version), host.name if host else None)
+    try:
+        unit = render_unit(loaded, load_catalog(nearest_version(version)), host.name if host else None)
+    except KeyError as exc:  # SGLang without a catalog: a flag the closest older catalog lacks
+        _err(f"sgdeploy render: {exc.args[0] if exc.args else exc} (no catalog of SGLang {version} is bundled)\n")
+        return EXIT_FAILED
     _out(unit.text)
     return EXIT_OK
 
@@ -251,7 +255,9 @@ def _apply_options(args: argparse.Namespace, dry_run: bool) -> Any:
                         dry_run=dry_run, gpu_idle_timeout_s=getattr(args, "gpu_idle_timeout", 120.0),
                         settle_s=getattr(args, "settle", 5.0), keep=getattr(args, "keep", 20),
                         probe=getattr(args, "probe", False), min_ratio=getattr(args, "min_ratio", None),
-                        adopt=getattr(args, "adopt", False))
+                        adopt=getattr(args, "adopt", False), sglang_check=not getattr(args, "no_sglang_check", False),
+                        wait_for_gpus_s=getattr(args, "wait_for_gpus", None),
+                        sglang_check_timeout_s=getattr(args, "sglang_check_timeout", 60.0))
 
 
 def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
@@ -487,7 +493,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from sgdeploy.apply import ApplyOptions, rollback_unit
 
     name, entry, unit, _, _ = _unit_target(args)
-    options = ApplyOptions(gpu_idle_timeout_s=args.gpu_idle_timeout, settle_s=args.settle)
+    options = ApplyOptions(gpu_idle_timeout_s=args.gpu_idle_timeout, settle_s=args.settle,
+                           wait_for_gpus_s=args.wait_for_gpus)
     progress = Progress(json_events=args.json)
     result = rollback_unit(name, entry, unit, args.to, options, progress)
     _emit(args.json, result.as_dict, progress, lambda: report.apply_text(result))
@@ -575,6 +582,21 @@ def _unit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # --------------------------------------------------------------------------- parser
+WAIT_FOR_GPUS_S = 600.0  # `--wait-for-gpus` without a number
+
+
+def _pre_stop_arguments(parser: argparse.ArgumentParser) -> None:
+    """What apply and plan decide before anything stops: SGLang's own check, GPUs others hold."""
+    parser.add_argument("--no-sglang-check", action="store_true",
+                        help="skip SGLang's own check of the launch on the host (saves its seconds; a launch "
+                        "SGLang refuses is then found only after the old server stopped)")
+    parser.add_argument("--wait-for-gpus", type=float, nargs="?", const=WAIT_FOR_GPUS_S, metavar="SECONDS",
+                        help="processes outside the unit on its GPUs: wait for them to leave (up to SECONDS, "
+                        f"{WAIT_FOR_GPUS_S:.0f} without a number) before stopping anything, instead of refusing")
+    parser.add_argument("--sglang-check-timeout", type=float, default=60.0, metavar="S",
+                        help="SGLang's own check is killed after this long (default 60)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sgdeploy", description="Deploy SGLang to GPU hosts safely.")
     parser.add_argument("--version", action="version", version=f"sgdeploy {__version__}")
@@ -613,6 +635,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--inventory", metavar="FILE")
     plan.add_argument("--json", action="store_true")
     plan.add_argument("--adopt", action="store_true", help="plan to take over a server outside the unit on its port")
+    _pre_stop_arguments(plan)
     plan.add_argument("--verbose", "-v", action="store_true",
                       help="also show each connection setting and where it came from")
     plan.set_defaults(func=cmd_plan)
@@ -637,6 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--keep", type=int, default=20, metavar="N",
                        help="deployment records to keep on the host (never the last good one; default 20)")
     apply.add_argument("--json", action="store_true", help="one JSON document with the result and events")
+    _pre_stop_arguments(apply)
     apply.add_argument("--adopt", action="store_true",
                        help="stop an SGLang server outside the unit on the profile's port (run by hand or by "
                        "another unit) and take over; without it, a terminal is asked")
@@ -646,6 +670,8 @@ def build_parser() -> argparse.ArgumentParser:
     _unit_arguments(rollback)
     rollback.add_argument("--to", metavar="ID", help="the recorded deployment to restore (see history)")
     rollback.add_argument("--gpu-idle-timeout", type=float, default=120.0, metavar="S")
+    rollback.add_argument("--wait-for-gpus", type=float, nargs="?", const=WAIT_FOR_GPUS_S, metavar="SECONDS",
+                          help="wait (before stopping anything) for processes outside the unit to leave its GPUs")
     rollback.add_argument("--settle", type=float, default=5.0, metavar="S",
                           help="after ready, the server must stay up and healthy this long (default 5)")
     rollback.set_defaults(func=cmd_rollback)

@@ -17,6 +17,7 @@ Prefixing every captured line means no output a host produces can be mistaken fo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -95,6 +96,13 @@ class GpuProcess:
     process_name: str
     used_memory_mib: int | None  # None where the driver cannot attribute memory ([N/A])
     gpu_uuid: str
+    user: str | None = None  # who owns it (/proc/PID); None: cannot tell
+    cgroup: str | None = None  # its systemd cgroup path; None: no such pid here (another namespace)
+
+    @property
+    def unit(self) -> str | None:
+        """The systemd unit (service or scope) whose cgroup holds the process."""
+        return owner_unit(self.cgroup)
 
 
 @dataclass(frozen=True)
@@ -287,6 +295,42 @@ def parse_compute_apps(
     )
 
 
+# Who owns each compute process: `pid<TAB>user<TAB>cgroup` per pid of a compute-apps CSV file
+# (its first column), read from /proc. A pid with no /proc entry here (another PID namespace)
+# prints empty fields. The systemd cgroup is the v2 line (`0::/...`) or v1's `name=systemd`.
+GPU_OWNERS_SH = (
+    "sgd_owners() { while IFS=, read -r sgd_p sgd_rest || [ -n \"$sgd_p\" ]; do "
+    "case $sgd_p in ''|*[!0-9]*) continue ;; esac; "
+    "sgd_u=$(stat -c %U /proc/$sgd_p 2>/dev/null) || sgd_u=; "
+    "sgd_c=$(sed -n 's/^0:://p; s/^[0-9]*:name=systemd://p' /proc/$sgd_p/cgroup 2>/dev/null | head -n 1); "
+    "printf '%s\\t%s\\t%s\\n' \"$sgd_p\" \"$sgd_u\" \"$sgd_c\"; done <\"$1\"; }; sgd_owners"
+)
+
+
+def parse_gpu_owners(text: str) -> dict[int, tuple[str | None, str | None]]:
+    """`GPU_OWNERS_SH` output -> {pid: (user, cgroup)}; empty fields are None."""
+    owners: dict[int, tuple[str | None, str | None]] = {}
+    for line in text.splitlines():
+        pid, _, rest = line.partition("\t")
+        user, _, cgroup = rest.partition("\t")
+        if pid.strip().isdigit():
+            owners[int(pid)] = (user.strip() or None, cgroup.strip() or None)
+    return owners
+
+
+def with_owners(processes: Sequence[GpuProcess],
+                owners: Mapping[int, tuple[str | None, str | None]]) -> tuple[GpuProcess, ...]:
+    """The processes with their user and cgroup filled in from `parse_gpu_owners`."""
+    return tuple(dataclasses.replace(p, user=owners[p.pid][0], cgroup=owners[p.pid][1]) if p.pid in owners else p
+                 for p in processes)
+
+
+def owner_unit(cgroup: str | None) -> str | None:
+    """`/system.slice/sglang.service/x` -> `sglang.service`: the innermost service or scope."""
+    parts = [p for p in (cgroup or "").split("/") if p.endswith((".service", ".scope"))]
+    return parts[-1] if parts else None
+
+
 # --- systemctl show ---------------------------------------------------------------------------
 
 
@@ -470,6 +514,7 @@ sgd_smi() { sgd_t 30 nvidia-smi "$@" --format=csv,noheader,nounits; }
 s_gpus() { sgd_smi --query-gpu=@GPU_FIELDS@; }
 s_gpus_legacy() { sgd_smi --query-gpu=@GPU_FIELDS_LEGACY@; }
 s_gpu_apps() { sgd_smi --query-compute-apps=@APPS_FIELDS@; }
+s_gpu_owners() { @OWNERS@ "$sgd_tmp/gpu_apps.out"; }
 s_python() {
   command -v "$sgd_py" || { echo "interpreter not found: $sgd_py" >&2; exit 127; }
   sgd_t 30 "$sgd_py" -c @PYTHON_PROBE@
@@ -501,7 +546,7 @@ g_gpu() {
   [ "$sgd_gpu" = 1 ] || return 0
   sgd_section gpus s_gpus
   case $? in 0|127) ;; *) sgd_section gpus_legacy s_gpus_legacy ;; esac
-  sgd_section gpu_apps s_gpu_apps
+  sgd_section gpu_apps s_gpu_apps && sgd_section gpu_owners s_gpu_owners
 }
 g_python() {
   sgd_pyok=0
@@ -586,6 +631,7 @@ def _render_script() -> str:
         "@GPU_FIELDS@": ",".join(GPU_QUERY_FIELDS),
         "@GPU_FIELDS_LEGACY@": ",".join(GPU_QUERY_FIELDS_LEGACY),
         "@APPS_FIELDS@": ",".join(APPS_QUERY_FIELDS),
+        "@OWNERS@": GPU_OWNERS_SH,
         "@UNIT_PROPS@": ",".join(UNIT_PROPERTIES),
         "@PYTHON_PROBE@": shlex.quote(_PYTHON_PROBE),
         "@SGLANG_PROBE@": shlex.quote(_SGLANG_PROBE),
@@ -729,7 +775,9 @@ def _facts_gpus(b: _Builder) -> None:
         b.fail("gpus", "nvidia-smi not found" if _not_found(main) else _failure(main))
     apps = b.sections.get("gpu_apps")
     if apps is not None and apps.ok:
-        b.values["gpu_processes"] = parse_compute_apps(apps.stdout, APPS_QUERY_FIELDS)
+        owners = b.sections.get("gpu_owners")
+        b.values["gpu_processes"] = with_owners(parse_compute_apps(apps.stdout, APPS_QUERY_FIELDS),
+                                                parse_gpu_owners(owners.stdout) if owners and owners.ok else {})
     elif apps is not None and not _not_found(apps):
         b.fail("gpu_apps", _failure(apps))
 
@@ -867,6 +915,16 @@ class GpuHolder:
     used_memory_mib: int | None
     gpu_index: int | None
     gpu_uuid: str
+    user: str | None = None
+    unit: str | None = None  # the systemd unit it runs in (`sglang.service`, `session-3.scope`)
+
+    def describe(self) -> str:
+        """`GPU 1: pid 480 (python3, user alice, session-3.scope) holds 5000 MiB`."""
+        owner = ", ".join(x for x in (self.process_name or "?", f"user {self.user}" if self.user else "",
+                                      self.unit or "") if x)
+        memory = "?" if self.used_memory_mib is None else self.used_memory_mib
+        gpu = self.gpu_index if self.gpu_index is not None else self.gpu_uuid
+        return f"GPU {gpu}: pid {self.pid} ({owner}) holds {memory} MiB"
 
 
 @dataclass(frozen=True)
@@ -894,12 +952,7 @@ class IdleVerdict:
 
     def describe(self) -> str:
         """One line naming what keeps the GPUs busy (empty when idle)."""
-        parts = [
-            f"GPU {h.gpu_index if h.gpu_index is not None else h.gpu_uuid}: "
-            f"pid {h.pid} ({h.process_name or '?'}) holds "
-            f"{'?' if h.used_memory_mib is None else h.used_memory_mib} MiB"
-            for h in self.holders
-        ]
+        parts = [h.describe() for h in self.holders]
         parts += [
             f"GPU {r.gpu_index}: {r.memory_used_mib} MiB used by no listed process "
             f"(baseline {r.baseline_mib} MiB)"
@@ -944,7 +997,7 @@ def gpus_idle(
     chosen, unknown = _select(gpus, selected)
     by_uuid = {g.uuid: g for g in chosen}
     holders = tuple(
-        GpuHolder(p.pid, p.process_name, p.used_memory_mib, by_uuid[p.gpu_uuid].index, p.gpu_uuid)
+        GpuHolder(p.pid, p.process_name, p.used_memory_mib, by_uuid[p.gpu_uuid].index, p.gpu_uuid, p.user, p.unit)
         for p in processes or ()
         if p.gpu_uuid in by_uuid
     )
@@ -955,6 +1008,33 @@ def gpus_idle(
         if g.uuid not in held and g.memory_used_mib is not None and g.memory_used_mib > baseline_mib
     )
     return IdleVerdict(not (holders or residue or unknown), holders, residue, unknown)
+
+
+def gpu_strangers(
+    gpus: Sequence[GpuInfo],
+    processes: Sequence[GpuProcess],
+    selected: Iterable[int | str] | None,
+    unit: str,
+    own_pids: Iterable[int] = (),
+    unit_active: bool = True,
+) -> tuple[tuple[GpuHolder, ...], tuple[GpuHolder, ...]]:
+    """Processes on the selected GPUs that are not the unit's own: (strangers, undecided).
+
+    A process is the unit's own when its cgroup is the unit's, or its pid is in `own_pids`
+    (the unit's main pid, servers `--adopt` stops). One whose cgroup cannot be read here (a
+    pid of another PID namespace) is a stranger when the unit is not running, else undecided:
+    it may be the unit's own server seen through a container boundary.
+    """
+    service = _service_name(unit)
+    own = set(own_pids)
+    strangers: list[GpuHolder] = []
+    undecided: list[GpuHolder] = []
+    for holder in gpus_idle(gpus, processes, selected).holders:
+        if holder.pid in own or holder.unit == service:
+            continue
+        process = next(p for p in processes if p.pid == holder.pid and p.gpu_uuid == holder.gpu_uuid)
+        (undecided if process.cgroup is None and unit_active else strangers).append(holder)
+    return tuple(strangers), tuple(undecided)
 
 
 # --- GPU model table --------------------------------------------------------------------------

@@ -165,6 +165,8 @@ class Record:
             "rollback_of": self._get("rollback_of"),
             "failure": self._get("failure"),
             "probe": self._get("probe"),
+            "sglang_check": self._get("sglang_check"),
+            "disagreements": self._get("disagreements") or [],
             "last_good": self.last_good,
             "problem": self.problem,
         }

@@ -18,10 +18,11 @@ from typing import Any
 
 from sgdeploy import __version__
 from sgdeploy.diagnostics import Diagnostic
-from sgdeploy.facts import HostFacts, state_dir
+from sgdeploy.facts import GpuHolder, HostFacts, state_dir
 from sgdeploy.logs import expected_phases
 from sgdeploy.sglang.rules import gpus_per_node
 from sgdeploy.sglang.versions import parse_version
+from sgdeploy.sglangcheck.verdict import CheckRequest, HostVerdict
 
 UNIT_DIR = "/etc/systemd/system"
 READY_ENDPOINT_SINCE = (0, 5, 20, 0)  # `/ready` exists from 0.5.20 (http_server.py); older: `/health`
@@ -29,6 +30,8 @@ READY_ENDPOINT_SINCE = (0, 5, 20, 0)  # `/ready` exists from 0.5.20 (http_server
 
 class StepKind(enum.StrEnum):
     LOCK = "lock"
+    SGLANG_CHECK = "sglang_check"
+    WAIT_GPUS_FREE = "wait_gpus_free"
     STOP = "stop"
     WAIT_GPUS_IDLE = "wait_gpus_idle"
     INSTALL = "install"
@@ -61,6 +64,7 @@ class Deployment:
     rollback_of: str | None = None
     probe_settings: dict[str, Any] | None = None  # the profile's [probe], when it has one
     expect: tuple[str, ...] | None = None  # readiness phases, when no profile says (a unit found on the host)
+    check: CheckRequest | None = None  # what SGLang's own check on the host is asked about
 
     @property
     def unit_path(self) -> str:
@@ -147,10 +151,16 @@ class Plan:
     last_good: str | None = None
     facts: HostFacts | None = field(default=None, repr=False)
     takeover: tuple[Takeover, ...] = ()
+    sglang_check: HostVerdict | None = None  # SGLang's own verdict on the host (plan runs it too)
+    strangers: tuple[GpuHolder, ...] = ()  # processes outside the unit on its GPUs (--wait-for-gpus)
 
     @property
     def refused(self) -> bool:
         return bool(self.refusals)
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        return [*self.refusals, *self.notes]
 
 
 def unit_diff(current: str | None, new: str, path: str) -> str:
@@ -169,15 +179,27 @@ def make_plan(
     diagnostics: list[Diagnostic],
     force: bool = False,
     takeover: tuple[Takeover, ...] = (),
+    sglang_check: bool = False,
+    strangers: tuple[GpuHolder, ...] = (),
+    wait_for_gpus_s: float | None = None,
 ) -> Plan:
-    """Decide the steps of a deployment on a host from its facts (`takeover`: what --adopt stops)."""
+    """Decide the steps of a deployment on a host from its facts (`takeover`: what --adopt stops;
+    `sglang_check`: SGLang's own check runs before the stop; `strangers`: processes outside the
+    unit on its GPUs, waited for up to `wait_for_gpus_s` before the stop)."""
     refusals = tuple(d for d in diagnostics if d.is_error)
     notes = tuple(d for d in diagnostics if not d.is_error)
     unit = facts.unit
     active = bool(unit and unit.active)
     same_unit = current_unit_text == deployment.unit_text
     up_to_date = same_unit and active and facts.last_good is not None and not force
-    steps: list[Step] = [Step(StepKind.LOCK, f"one apply at a time on {deployment.unit}")]
+    steps: list[Step] = [Step(StepKind.LOCK, f"one apply at a time on {deployment.unit}; up to date is "
+                              "decided again under it")]
+    if sglang_check:
+        steps.append(Step(StepKind.SGLANG_CHECK, f"SGLang {deployment.sglang_version} on {host} parses and "
+                          "resolves this launch as the unit would run it; a refusal stops here"))
+    if strangers:
+        steps.append(Step(StepKind.WAIT_GPUS_FREE, "; ".join(h.describe() for h in strangers)
+                          + f": wait up to {wait_for_gpus_s or 0:.0f} s for them to leave, or stop nothing"))
     if active and unit is not None:
         steps.append(Step(StepKind.STOP, f"{deployment.unit}.service is {unit.active_state} "
                           f"(pid {unit.main_pid}); the new server needs its GPUs"))
@@ -206,6 +228,7 @@ def make_plan(
         last_good=facts.last_good,
         facts=facts,
         takeover=takeover,
+        strangers=strangers,
     )
 
 

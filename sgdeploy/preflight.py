@@ -8,7 +8,7 @@ adds the checks only a live host can answer (interpreter, model path, port, nvid
 from __future__ import annotations
 
 from sgdeploy.diagnostics import Diagnostic, Severity
-from sgdeploy.facts import HostFacts
+from sgdeploy.facts import GpuHolder, HostFacts, gpu_strangers
 from sgdeploy.inventory import HostTarget
 from sgdeploy.profile import LoadedProfile
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
@@ -43,11 +43,12 @@ def host_target(name: str, facts: HostFacts, declared: HostTarget | None) -> Hos
 
 
 def preflight(
-    loaded: LoadedProfile, name: str, facts: HostFacts, declared: HostTarget | None
+    loaded: LoadedProfile, name: str, facts: HostFacts, declared: HostTarget | None, host_check: bool = False
 ) -> tuple[list[Diagnostic], HostTarget, str | None]:
     """Diagnostics for running `loaded` on the host, the host as seen, and the SGLang version.
 
-    The version is None when the launch cannot be checked (no SGLang, or no catalog for it).
+    The version is None when the launch cannot be checked (no SGLang, or no catalog for it and
+    no `host_check`: SGLang's own check on the host, which then decides alone).
     """
     profile = loaded.model
     assert profile is not None
@@ -83,14 +84,56 @@ def preflight(
         try:
             version = load_catalog(version).version
         except (UnknownVersionError, ValueError):
-            add("SGD703", f"{name} runs SGLang {version}, for which no flag catalog is bundled; "
-                "refusing to validate against another version", "deploy.host",
-                "upgrade sgdeploy, or build a catalog (scripts/build_catalogs.py) into SGDEPLOY_CATALOG_PATH")
+            if host_check:
+                add("SGD703", f"{name} runs SGLang {version}, for which no flag catalog is bundled: its flags "
+                    "and cross-flag rules were not checked offline; SGLang's own check on the host decides",
+                    "deploy.host", "upgrade sgdeploy, or build a catalog (scripts/build_catalogs.py) into "
+                    "SGDEPLOY_CATALOG_PATH", severity=Severity.WARNING)
+                return found, target, version
+            add("SGD703", f"{name} runs SGLang {version}, for which no flag catalog is bundled, and SGLang's "
+                "own check on the host is off; refusing to validate against another version", "deploy.host",
+                "drop --no-sglang-check, upgrade sgdeploy, or build a catalog (scripts/build_catalogs.py) "
+                "into SGDEPLOY_CATALOG_PATH")
             version = None
     if version is not None:
         found.extend(check_launch(loaded, target, version, architecture=facts.model_architecture,
                                   model_config=host_model_config(facts, name, profile.server.get("model_path"))))
     return found, target, version
+
+
+def gpu_holders(
+    loaded: LoadedProfile, name: str, facts: HostFacts, gpus: tuple[int | str, ...],
+    own_pids: tuple[int, ...] = (), waiting_s: float | None = None,
+) -> tuple[list[Diagnostic], tuple[GpuHolder, ...]]:
+    """SGD710: processes outside the unit on the GPUs the launch uses, decided before the stop.
+
+    Returns the diagnostics and the strangers; with `waiting_s` (`--wait-for-gpus`) they are a
+    note and apply waits for them to leave before it stops anything.
+    """
+    profile = loaded.model
+    assert profile is not None
+    unit = facts.unit
+    active = bool(unit and unit.active)
+    own = (*own_pids, *((unit.main_pid,) if unit and unit.main_pid else ()))
+    strangers, undecided = gpu_strangers(facts.gpus, facts.gpu_processes, gpus, profile.deploy.unit, own, active)
+    found: list[Diagnostic] = []
+    if strangers:
+        held = "; ".join(h.describe() for h in strangers)
+        if waiting_s is None:
+            found.append(loaded.diagnostic(
+                "SGD710", f"processes outside {profile.deploy.unit}.service hold the GPUs this launch uses on "
+                f"{name}: {held}; nothing was stopped", dotted="deploy.gpus" if profile.deploy.gpus else "deploy.host",
+                hint="stop them, choose other GPUs (deploy.gpus), or wait for them with --wait-for-gpus SECONDS"))
+        else:
+            found.append(loaded.diagnostic(
+                "SGD710", f"{held}: waiting up to {waiting_s:.0f} s for them to leave before anything stops",
+                dotted="deploy.host", hint="they are not part of the unit", severity=Severity.WARNING))
+    if undecided:
+        found.append(loaded.diagnostic(
+            "SGD710", "cannot tell whose these GPU processes are (no /proc entry: another PID namespace?): "
+            + "; ".join(h.describe() for h in undecided), dotted="deploy.host",
+            hint="if they are not the unit's server, the new server will not fit", severity=Severity.WARNING))
+    return found, strangers
 
 
 def _mismatches(loaded: LoadedProfile, declared: HostTarget, seen: HostTarget) -> list[Diagnostic]:

@@ -81,6 +81,13 @@ def apply_text(result: Any) -> str:
     if result.auto_adjusted:
         lines.append("settings SGLang changed on its own:")
         lines.extend(f"  {a['field']} = {json.dumps(a['value'])}  ({a['reason']})" for a in result.auto_adjusted)
+    check = getattr(result, "sglang_check", None)
+    if check and check["status"] != "refused":
+        lines.append(f"SGLang's own check: {check['summary']}")
+        lines.extend(f"  not foreseen: {text}" for text in check.get("differences", []))
+    for d in getattr(result, "disagreements", None) or []:
+        lines.append(f"recorded in {result.deployment_id} as a disagreement: SGLang says {d['host']}, the offline "
+                     f"rules said {d['offline'] if isinstance(d['offline'], str) else ', '.join(d['offline'])}")
     if result.explain:
         lines.append("the log lines that explain it:")
         lines.extend(f"  | {text}" for text in result.explain)
@@ -95,8 +102,12 @@ def plan_text(plan: Any) -> str:
              f"(SGLang {plan.deployment.sglang_version}, deployment {plan.deployment.id}):"]
     for d in (*plan.refusals, *plan.notes):
         lines.append("  " + finding_line(d))
+    check = plan.sglang_check
     if plan.refused:
-        lines.append("REFUSED: the profile cannot run on this host; nothing would change")
+        if check is not None and check.refused:
+            lines.append(f"REFUSED by SGLang {check.sglang_version or ''} on {plan.host} itself; nothing would change")
+        else:
+            lines.append("REFUSED: the profile cannot run on this host; nothing would change")
         return "\n".join(lines) + "\n"
     if plan.up_to_date:
         lines.append("up to date: the unit on the host is this one and it is active; nothing to do")
@@ -105,6 +116,10 @@ def plan_text(plan: Any) -> str:
     lines.append("unit diff:" if plan.unit_diff else "unit diff: none")
     if plan.unit_diff:
         lines.append(plan.unit_diff.rstrip("\n"))
+    if check is not None:
+        from sgdeploy.sglangcheck.verdict import summary
+
+        lines.append("SGLang's own check: " + summary(check, plan.host, plan.deployment.server))
     return "\n".join(lines) + "\n"
 
 

@@ -236,7 +236,13 @@ def _version_for(
         return newest, [note]
     try:
         return load_catalog(wanted).version, []
-    except (UnknownVersionError, ValueError) as exc:
+    except UnknownVersionError as exc:
+        # Nothing to check the flags against; on the host, SGLang's own check decides (apply, plan).
+        return None, [loaded.diagnostic("SGD032", f"{exc}: its flags and cross-flag rules were not checked; "
+                                        "apply and plan ask that SGLang on the host instead", dotted="deploy.host",
+                                        hint="regenerate catalogs with scripts/build_catalogs.py, or pass "
+                                        "--sglang with a bundled version", severity=Severity.WARNING)]
+    except ValueError as exc:
         return None, [loaded.diagnostic("SGD032", str(exc), dotted="deploy.host",
                                         hint="regenerate catalogs with scripts/build_catalogs.py, or pass "
                                         "--sglang with a bundled version")]

@@ -168,6 +168,28 @@ def test_failure_names_the_root_cause_line(host: HostSet, profiles: dict[str, Pa
     assert any("CUDA out of memory" in line for line in result["explain"]), result["explain"]
 
 
+def test_wrapped_multi_rank_failure_names_its_first_cause(host: HostSet, profiles: dict[str, Path],
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Every line inside a launcher's Python logging record; NCCL cannot connect on the last rank
+    while the TP group forms (its own WARN line, then DistBackendError), rank 0 then fails with
+    gloo's consequence and the parent's sigquit follows: apply's explanation is the reader's."""
+    ensure_good(host, profiles, capsys)
+    host.configure_sim("ct129", failure="nccl_init", fail_when_arg=[BROKEN], log_wrapper="pylog")
+    try:
+        code, result = sgdeploy(host, "apply", str(profiles["broken"]), capsys=capsys)
+    finally:
+        host.configure_sim("ct129", failure="", fail_when_arg=[], log_wrapper="")
+    assert (code, result["status"]) == (1, "rolled_back"), result["message"]
+    failure = result["failure"]
+    assert failure["kind"] == "nccl_error", failure
+    assert "NCCL WARN socketStartConnect" in failure["reason"], failure
+    assert "NCCL WARN" in result["explain"][0] and any("DistBackendError" in e for e in result["explain"])
+    assert not any(" - INFO - " in e for e in result["explain"])  # the wrapper is not part of a line
+    later = [text for _, text in failure["consequences"]]
+    assert any("Connection closed by peer" in t for t in later), later
+    assert health(host) == 200
+
+
 def test_stray_gpu_process_makes_apply_wait_then_restore(host: HostSet, profiles: dict[str, Path],
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     ensure_good(host, profiles, capsys)

@@ -426,3 +426,23 @@ def test_graph_capture_is_tracked_per_process() -> None:
     assert failure_of(lines) == ("crash", 2 + 2)
     lines[0] = lines[0].replace("TP1", "TP0")
     assert failure_of(lines) == ("graph_capture_failed", 4)
+
+
+def test_each_rank_keeps_its_own_root_and_a_message_line_is_not_a_native_cause() -> None:
+    py = "2026-12-01 20:20:45,101 - sglang_launcher - INFO - "
+    lines = [
+        py + "host:372:372 [1] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to x<1> failed",
+        py + "[2026-12-01 20:20:45 TP1] Scheduler hit an exception: " + TB,
+        py + FRAME,
+        py + "torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:317, unhandled system error",
+        py + "Last error:",
+        py + "socketStartConnect: Connect to x<1> failed : Connection refused",
+        py + "[2026-12-01 20:20:45 TP0] Scheduler hit an exception: " + TB,
+        py + FRAME,
+        py + "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer",
+        py + "[2026-12-01 20:20:46] Received sigquit from a child process. It usually means the child failed.",
+    ]
+    failure = read_log(lines).failure
+    assert failure is not None and (failure.kind, failure.line) == ("nccl_error", 1)
+    assert [n for n, _ in failure.consequences] == [9, 10]
+    assert failure.context[0][0] == 1 and "DistBackendError" in failure.context[-1][1]

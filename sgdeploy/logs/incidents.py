@@ -236,6 +236,7 @@ class IncidentBook:
         self._last: dict[str | None, Incident] = {}  # per stream: its latest exception incident
         self._chain_until: dict[str | None, int] = {}
         self._native: deque[tuple[int, str, str]] = deque(maxlen=16)  # (line, text, kind)
+        self._adopted: set[int] = set()  # native lines already named as some incident's root
 
     # -- input ------------------------------------------------------------------------------
 
@@ -321,6 +322,11 @@ class IncidentBook:
 
     # -- verdict ----------------------------------------------------------------------------
 
+    def has_error(self, after: int) -> bool:
+        """An error (not only a native line or a consequence) after line `after`: the server is
+        failing, whatever else it prints; the weaker signs wait for the end of input."""
+        return any(i.strength == 2 and i.line > after and not i.absorbed for i in self.incidents)
+
     def failure(self, after: int) -> Failure | None:
         """The failure the incidents after line `after` (the ready line, or 0) point at."""
         found = [i for i in self.incidents if i.line > after and not i.absorbed]
@@ -367,15 +373,19 @@ class IncidentBook:
         return True
 
     def _adopt_native(self, incident: Incident) -> None:
-        """Name a native line printed just before as the root, when it is more specific."""
+        """Name a native line printed just before as the root, when it is more specific. A line
+        already named by another rank's error stays that one's: this rank keeps its own root."""
         near = [nat for nat in self._native if incident.line - nat[0] <= _PRECURSOR_WINDOW]
         if not near:
             return
         incident.evidence = [(ln, text) for ln, text, _ in near][:_MAX_EVIDENCE]
-        if incident.kind not in ("nccl_error", "crash"):
+        free = [nat for nat in near if nat[0] not in self._adopted]
+        if incident.kind not in ("nccl_error", "crash") or not free:
             return
-        first_line, first_text, first_kind = near[0]
+        first_line, first_text, first_kind = free[0]
+        self._adopted.add(first_line)
         incident.evidence.append((incident.line, incident.message))
+        incident.context.insert(0, (first_line, first_text))
         incident.line, incident.message, incident.kind = first_line, first_text, first_kind
         for other in self.incidents:
             if other.native and other.line >= first_line:

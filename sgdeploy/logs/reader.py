@@ -324,6 +324,8 @@ class LogReader:
         return None
 
     def _emit_failure(self, events: list[LogEvent]) -> None:
+        if not self._finished and not self._book.has_error(self._ready_line or 0):
+            return  # a native line or a consequence alone: the verdict waits for more
         failure = self._failure()
         if failure is None:
             return

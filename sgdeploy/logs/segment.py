@@ -64,7 +64,7 @@ class RawException(NamedTuple):
     tb: Traceback
 
 
-Role = Literal["", "header", "frame", "source", "chain", "exception"]
+Role = Literal["", "header", "frame", "source", "chain", "exception", "message"]
 
 
 class Step(NamedTuple):
@@ -76,7 +76,7 @@ class Step(NamedTuple):
 
 _NOTHING: Final = Step("")
 _LONE_TYPES: Final = ("Error", "Exception", "Failure", "Timeout")
-_CONTINUATION_LINES = 3  # lines after an exception that still belong to its message
+_MESSAGE_LINES = 8  # unprefixed lines right after an exception that may still be its message
 
 
 def exception_line(text: str) -> tuple[str, str] | None:
@@ -92,7 +92,7 @@ class Segmenter:
 
     def __init__(self) -> None:
         self._open: dict[str | None, Traceback] = {}
-        self._closed_at: dict[str | None, int] = {}
+        self._closed_at: dict[str | None, tuple[int, int]] = {}  # stream -> (last line, lines since)
         self.cut: list[Traceback] = []  # tracebacks that ended without an exception line
 
     @property
@@ -133,8 +133,21 @@ class Segmenter:
         if open_tb is None:
             if text[:1] in "DT" and CHAIN.match(text):
                 return Step("chain")
+            if self._continues(n, p):
+                return Step("message")
             return self._lone(n, p, last_t)
         return self._inside(n, p, open_tb)
+
+    def _continues(self, n: int, p: ParsedLine) -> bool:
+        """A further line of the exception message just above (`ncclSystemError: ...`, `Last
+        error:`, torch's CUDA hints): unprefixed, not blank, on the very next line."""
+        last = self._closed_at.get(p.stream)
+        if last is None or last[0] != n - 1 or last[1] >= _MESSAGE_LINES:
+            return False
+        if p.prefixed or p.source != "plain" or not p.text.strip():
+            return False
+        self._closed_at[p.stream] = (n, last[1] + 1)
+        return True
 
     def _lone(self, n: int, p: ParsedLine, last_t: str | None) -> Step:
         """An exception line outside any traceback (`ValueError: ...` pasted alone)."""
@@ -145,13 +158,11 @@ class Segmenter:
         etype = text[:colon] if colon > 0 else ""
         if not etype.endswith(_LONE_TYPES) or etype == "Error" or " " in etype:
             return _NOTHING
-        if n - self._closed_at.get(p.stream, -_CONTINUATION_LINES - 1) <= _CONTINUATION_LINES:
-            return _NOTHING  # a continuation of the message above (`ncclSystemError: ...`)
         found = exception_line(text.strip())
         if found is None:
             return _NOTHING
         tb = Traceback(n, p.t or last_t, p.rank_label, p.stream, text=text.strip())
-        self._closed_at[p.stream] = n
+        self._closed_at[p.stream] = (n, 0)
         return Step("exception", tb, RawException(n, found[0], found[1], text.strip(), tb))
 
     def _inside(self, n: int, p: ParsedLine, tb: Traceback) -> Step:
@@ -165,7 +176,7 @@ class Segmenter:
         found = exception_line(stripped) if not p.prefixed else None
         if found is not None:
             del self._open[p.stream]
-            self._closed_at[p.stream] = n
+            self._closed_at[p.stream] = (n, 0)
             return Step("exception", tb, RawException(n, found[0], found[1], stripped, tb))
         if tb.expect_source and not p.prefixed:  # frames that lost their indentation
             tb.expect_source = False

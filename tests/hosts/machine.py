@@ -55,6 +55,7 @@ FAILURES = (
     "crash_after_ready",
     "port_in_use",
     "bad_argument",
+    "nccl_init",
 )
 
 
@@ -77,6 +78,7 @@ class SimSettings:
     orphan_children: bool = False  # scheduler children survive the main process (stray GPU use)
     resolve_hang_s: float = 0.0  # sglang.srt.server_args: resolution sleeps this long (a hung check)
     broken_import: str = ""  # sglang.srt.server_args: importing it raises ImportError(this)
+    log_wrapper: str = ""  # "pylog": every line inside a launcher's Python logging record
 
     def to_toml(self) -> str:
         return _toml_table("sglang_sim", dataclasses.asdict(self))

@@ -44,5 +44,8 @@ STRUCTURAL_RULES = {
     "SGD707": ("inventory-mismatch", "The host's GPUs or SGLang differ from what the inventory says."),
     "SGD708": ("nothing-to-adopt", "apply --adopt found no SGLang server outside the unit on the profile's port."),
     "SGD709": ("secrets-file", "The [secrets] file on the host is missing, readable by others, or lacks a key."),
+    "SGD710": ("gpus-held", "Processes outside the unit hold the GPUs the launch uses."),
+    "SGD711": ("sglang-refuses", "SGLang on the host refuses the launch (its own parse, resolution and checks)."),
+    "SGD712": ("sglang-check-unavailable", "SGLang's own check could not run on the host."),
 }
 HOST_RULES = tuple(rule_id for rule_id in STRUCTURAL_RULES if rule_id.startswith("SGD7"))

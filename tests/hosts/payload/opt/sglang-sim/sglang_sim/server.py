@@ -55,6 +55,7 @@ DEFAULT_SETTINGS = {
     "orphan_children": False,
     "resolve_hang_s": 0.0,
     "broken_import": "",
+    "log_wrapper": "",
 }
 
 VERSION = importlib.metadata.version("sglang")
@@ -70,16 +71,27 @@ def _now() -> str:
 
 
 _RANK_PREFIX = ""
+_WRAPPER = ""  # settings' log_wrapper: "" or "pylog" (a launcher re-logs every line it reads)
+
+
+def _out(fd: int, text: str) -> None:
+    """Write lines as SGLang does, or each inside a launcher's Python logging record
+    (`2025-03-07 23:50:27,531 - sglang_launcher - INFO - <the line>`)."""
+    if _WRAPPER == "pylog":
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now * 1000) % 1000:03d}"
+        text = "".join(f"{stamp} - sglang_launcher - INFO - {line}" for line in text.splitlines(keepends=True))
+    os.write(fd, text.encode())
 
 
 def log(msg: str) -> None:
     """SGLang's format: [%Y-%m-%d %H:%M:%S{ TPk}] message (no level name)."""
-    os.write(2, f"[{_now()}{_RANK_PREFIX}] {msg}\n".encode())
+    _out(2, f"[{_now()}{_RANK_PREFIX}] {msg}\n")
 
 
 def uv(msg: str, level: str = "INFO") -> None:
     """uvicorn's format: INFO:     message."""
-    os.write(2, f"{(level + ':').ljust(9)} {msg}\n".encode())
+    _out(2, f"{(level + ':').ljust(9)} {msg}\n")
 
 
 def access(client: str, line: str, status: int) -> None:
@@ -90,11 +102,11 @@ def access(client: str, line: str, status: int) -> None:
         503: "Service Unavailable",
         400: "Bad Request",
     }.get(status, "")
-    os.write(1, f'INFO:     {client} - "{line}" {status} {phrase}\n'.encode())
+    _out(1, f'INFO:     {client} - "{line}" {status} {phrase}\n')
 
 
 def emit_raw(text: str) -> None:
-    os.write(2, text.encode())
+    _out(2, text)
 
 
 # ----------------------------------------------------------------------- settings
@@ -638,10 +650,16 @@ class Rank:
         sim_gpu.update(os.getpid(), mib)
 
     def hit_exception(
-        self, frames: list[tuple[str, int, str, str]], final: str, *, serving: bool = False
+        self,
+        frames: list[tuple[str, int, str, str]],
+        final: str,
+        *,
+        serving: bool = False,
+        quit_after_s: float = 0.0,
     ) -> None:
         """Scheduler hit an exception: log it, SIGQUIT the parent, wait to be killed.
-        `serving`: raised in the event loop (after init), not in Scheduler()."""
+        `serving`: raised in the event loop (after init), not in Scheduler().
+        `quit_after_s`: the parent learns of it this much later (other ranks print first)."""
         tb = ["Traceback (most recent call last):\n"]
         base = [
             (
@@ -657,6 +675,7 @@ class Rank:
                 tb.append(f"    {src}\n")
         tb.append(final)
         log("Scheduler hit an exception: " + "".join(tb))
+        time.sleep(quit_after_s)
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.ctx["parent"], signal.SIGQUIT)
         time.sleep(30)
@@ -702,6 +721,39 @@ class Rank:
             "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
             f"Connection closed by peer {peer}\n",
             serving=self.initialized,
+        )
+
+    def nccl_init_failure(self, local: int, gpu: int) -> None:
+        """NCCL cannot connect while the TP group forms: the last rank fails with the cause (NCCL's
+        own WARN line, then DistBackendError), the others a moment later with gloo's consequence."""
+        port = 49823
+        init = [
+            (f"{PKG}/sglang/srt/managers/scheduler.py", 305, "__init__", "self.tp_worker = TpModelWorker("),
+            (f"{PKG}/sglang/srt/managers/tp_worker.py", 237, "__init__", "self._model_runner = ModelRunner("),
+            (f"{PKG}/sglang/srt/model_executor/model_runner.py", 372, "__init__",
+             "min_per_gpu_memory = self.init_torch_distributed()"),
+            (f"{PKG}/sglang/srt/model_executor/model_runner.py", 729, "init_torch_distributed",
+             "initialize_model_parallel("),
+            (f"{PKG}/sglang/srt/distributed/parallel_state.py", 1612, "initialize_model_parallel",
+             "_TP = init_model_parallel_group("),
+        ]
+        if local == int(self.args.get("tp_size") or 1) // int(self.ctx.get("nnodes", 1)) - 1:
+            emit_raw(f"{socket.gethostname()}:{os.getpid()}:{os.getpid()} [{gpu}] misc/socket.cc:484 NCCL WARN "
+                     f"socketStartConnect: Connect to 127.0.0.1<{port}> failed : Connection refused\n")
+            self.hit_exception(
+                [*init, (f"{PKG}/sglang/srt/distributed/device_communicators/pynccl.py", 115, "__init__",
+                         "self.comm: ncclComm_t = self.nccl.ncclCommInitRank(")],
+                "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:"
+                "317, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+                "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device "
+                f"error. \nLast error:\nsocketStartConnect: Connect to 127.0.0.1<{port}> failed : Connection refused\n",
+                quit_after_s=0.6,
+            )
+        time.sleep(0.2)
+        self.hit_exception(
+            [*init, (f"{PKG}/torch/distributed/distributed_c10d.py", 4622, "barrier", "work.wait()")],
+            f"RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+            f"[127.0.0.1]:{port}\n",
         )
 
     def oom(self, tried_mib: float, free: float | None = None) -> str:
@@ -761,6 +813,8 @@ class Rank:
                 "incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with "
                 "`TORCH_USE_CUDA_DSA` to enable device-side assertions.\n",
             )
+        if self.failure == "nccl_init" and tp > 1:
+            self.nccl_init_failure(local, visible[slot])
         self.gpu_index = visible[slot]
         self.slot = slot
         sim_gpu.register(
@@ -1605,6 +1659,8 @@ def main(argv: list[str], entry: str) -> None:
             70,
         )
     settings = load_settings()
+    global _WRAPPER
+    _WRAPPER = str(settings.get("log_wrapper") or "")
     failure = active_failure(settings, argv)
     catalog = load_catalog()
     parser = build_parser(catalog)
