@@ -24,7 +24,9 @@ list of catalogs to ``sgdeploy/sglang/catalogs/index.json``. Output is sorted an
 gzip headers carry no timestamp, so reruns are byte-identical.
 
 Each release's check sites (the ``raise``/``assert``/warning/override places ``ServerArgs``
-reaches, read by ``scripts/check_sites.py``) go to ``catalogs/checks/<version>.json.gz``.
+reaches, read by ``scripts/check_sites.py``) go to ``catalogs/checks/<version>.json.gz``, and
+the facts rules depend on (allow-lists, deprecated options; ``scripts/sglang_facts.py``), with
+the release range of each value, to ``catalogs/facts.json``.
 
 Usage::
 
@@ -56,6 +58,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_sites import extract_check_sites
+from sglang_facts import alias_facts, extract_facts, write_facts
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = REPO_ROOT / ".cache" / "wheels"
@@ -64,6 +67,7 @@ REQUIRED_VERSIONS = ("0.5.11", "0.5.23")
 DEFAULT_RANGE = ("0.5.0", "0.5.23")
 SERVER_ARGS_PATH = "sglang/srt/server_args.py"
 CHECKS_SUBDIR = "checks"
+FACTS_FILE = "facts.json"
 FIELDS_DIR = "sglang/srt/arg_groups/fields/"
 
 # argparse actions (as spelled in ``action="..."``) that consume no value.
@@ -1607,6 +1611,29 @@ def catalog_file_name(version: str) -> str:
     return f"{version}.json.gz"
 
 
+def release_facts(dist: Path, catalog: dict[str, Any]) -> dict[str, Any]:
+    """The facts of one release (scripts/sglang_facts.py), its deprecated options as `option:<key>`."""
+    facts = extract_facts(SourceTree(dist).files)
+    facts.update({f"option:{key}": value for key, value in alias_facts(catalog).items()})
+    return facts
+
+
+def known_facts(path: Path) -> dict[str, dict[str, Any]]:
+    """facts.json expanded back to release -> fact -> value (so a partial rebuild keeps the rest)."""
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    order = data["versions"]
+    out: dict[str, dict[str, Any]] = {}
+    for name, spans in data["facts"].items():
+        for span in spans:
+            start = order.index(span["since"])
+            stop = order.index(span["until"]) if span["until"] else len(order)
+            for version in order[start:stop]:
+                out.setdefault(version, {})[name] = span["value"]
+    return out
+
+
 def write_index(out_dir: Path) -> None:
     versions = sorted(
         (p.name[: -len(".json.gz")] for p in out_dir.glob("*.json.gz")), key=version_key
@@ -1663,6 +1690,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     failed: list[str] = []
+    facts = known_facts(args.out / FACTS_FILE)
     for version in versions:
         try:
             dist = download_dist(args.cache, version, args.offline)
@@ -1672,6 +1700,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 catalog = build_catalog(version, dist)
             n_sites = write_check_sites(args.out, version, dist, catalog)
+            facts[version] = release_facts(dist, catalog)
         except Exception as exc:
             print(f"{version}: FAILED: {exc}")
             failed.append(version)
@@ -1683,6 +1712,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{n_sites} check sites ({dist.name})"
         )
     write_index(args.out)
+    order = json.loads((args.out / "index.json").read_text())["versions"]
+    write_facts(args.out / FACTS_FILE, facts, order)
     required_failed = [v for v in failed if v in REQUIRED_VERSIONS]
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

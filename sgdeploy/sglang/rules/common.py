@@ -14,6 +14,16 @@ PIECEWISE_DEFAULT_ON = VersionRange(since="0.5.10", until="0.5.14")  # --enforce
 LANGUAGE_ONLY_REFUSED = VersionRange(until="0.5.13")  # 'requires at least one encoder urls'
 TBO_NEEDS_A2A = VersionRange(until="0.5.15")  # "moe_a2a_backend cannot be 'none'"
 TRTLLM_MHA_PREFILL_BLACKWELL_ONLY = VersionRange(until="0.5.19")
+# The prefill CUDA graph on CUDA: tc_piecewise by default in 0.5.14, breakable from 0.5.15
+# (cuda_graph_config.default_prefill_backend); 0.5.16-0.5.21 move a multimodal model on the
+# piecewise allow-list to tc_piecewise (apply_cuda_graph_compatibility); 0.5.22 removed it.
+PREFILL_DEFAULT_TC_PIECEWISE = VersionRange(since="0.5.14", until="0.5.15")
+PREFILL_MULTIMODAL_TO_PIECEWISE = VersionRange(since="0.5.16", until="0.5.22")
+# From 0.5.19 SGLang keeps mixed chunked prefill for the algorithms whose
+# SpeculativeAlgorithm.supports_mixed_chunk() says so (EAGLE, EAGLE3, NEXTN as EAGLE).
+MIXED_CHUNK_BY_ALGORITHM = VersionRange(since="0.5.19")
+# 0.5.21 lets PP run with speculative decoding on PD prefill nodes; before, PP refuses any.
+PP_SPEC_ON_PREFILL = VersionRange(since="0.5.21")
 
 SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 EAGLE_FAMILY = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"}

@@ -5,8 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from sgdeploy.sglang import models
+from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
-from sgdeploy.sglang.rules.common import PIECEWISE_DEFAULT_ON, V2X, algorithm, server_field
+from sgdeploy.sglang.rules.common import (
+    PIECEWISE_DEFAULT_ON,
+    PREFILL_DEFAULT_TC_PIECEWISE,
+    PREFILL_MULTIMODAL_TO_PIECEWISE,
+    V2X,
+    algorithm,
+    server_field,
+)
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
 
 _CONTRADICTIONS = (
@@ -59,15 +67,33 @@ def piecewise_silently_disabled(ctx: LaunchContext) -> Iterator[Finding]:
                       + "; ".join(reasons) + " — prefill throughput drops")
 
 
+def _prefill_graph_kept(ctx: LaunchContext) -> bool:
+    """Whether SGLang keeps a multimodal model's default prefill graph (read per release)."""
+    breakable = fact("breakable_prefill_graph_archs", ctx.version) or []  # 0.5.16+
+    piecewise = fact("piecewise_prefill_graph_archs", ctx.version) or []  # 0.5.14-0.5.21
+    if ctx.version in PREFILL_DEFAULT_TC_PIECEWISE:
+        return ctx.architecture in piecewise
+    if ctx.version in PREFILL_MULTIMODAL_TO_PIECEWISE and ctx.architecture in piecewise:
+        return True  # SGLang moves it to its validated tc_piecewise path instead
+    return ctx.architecture in breakable
+
+
 @rule("SGD603", "prefill-graph-auto-disabled", WARNING,
-      "SGLang 0.5.2x turns the prefill CUDA graph off for multimodal models unless the backend is explicit.",
-      "set cuda_graph_backend_prefill = \"breakable\" to keep it, or \"disabled\" to say so", versions=V2X)
+      "SGLang 0.5.14+ turns the prefill CUDA graph off for a multimodal model outside its allow-list unless "
+      "the prefill backend is explicit.",
+      "set cuda_graph_backend_prefill = \"disabled\" to say so; forcing \"breakable\" overrides a shutoff SGLang "
+      "makes because multimodal prefill replay faults under that graph", versions=V2X)
 def prefill_graph_auto_disabled(ctx: LaunchContext) -> Iterator[Finding]:
     explicit = any(ctx.given(n) for n in ("cuda_graph_backend_prefill", "disable_prefill_cuda_graph",
                                           "disable_cuda_graph", "cuda_graph_config"))
-    if not explicit and models.is_multimodal(ctx.architecture):
-        yield Finding("server", f"{ctx.architecture} counts as multimodal: SGLang will disable the prefill CUDA "
-                      "graph ('Breakable CUDA graph is incompatible with ...')")
+    multimodal = fact("multimodal_archs", ctx.version)
+    is_multimodal = ctx.architecture in multimodal if multimodal else models.is_multimodal(ctx.architecture)
+    if not explicit and ctx.architecture and is_multimodal and not _prefill_graph_kept(ctx):
+        said = ("silently" if ctx.version in PREFILL_DEFAULT_TC_PIECEWISE
+                else "('Breakable CUDA graph is incompatible with multimodal model')")
+        yield Finding("server", f"{ctx.architecture} counts as multimodal and is not on SGLang "
+                      f"{ctx.catalog.version}'s prefill-graph allow-list: SGLang disables the prefill CUDA graph "
+                      f"{said}")
 
 
 @rule("SGD604", "pp-disables-overlap", WARNING, "pp_size > 1 turns the overlap scheduler off.",

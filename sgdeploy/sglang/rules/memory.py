@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from sgdeploy.sglang import models
+from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
-from sgdeploy.sglang.rules.common import V1X, algorithm, attention_dp
+from sgdeploy.sglang.rules.common import V1X, algorithm, attention_dp, server_field
 from sgdeploy.sglang.rules.registry import ERROR, rule
 from sgdeploy.sglang.rules.sites import Condition, Refusal, below, both, number, on, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
@@ -31,16 +32,32 @@ def chunked_prefill_page(ctx: LaunchContext) -> Iterator[Finding]:
                       f"page_size = {page}")
 
 
+def _mamba_cache_support(ctx: LaunchContext) -> tuple[bool, bool] | None:
+    """Up to 0.5.13: (radix cache, extra_buffer) SGLang supports for the architecture, from the
+    `_handle_mamba_radix_cache` call of its model branch; None for an architecture without one."""
+    table = fact("mamba_radix_cache_archs", ctx.version) or {}
+    entry = table.get(ctx.architecture or "")
+    return (bool(entry[0]), bool(entry[1])) if entry else None
+
+
 @rule("SGD509", "mamba-no-buffer-speculative", ERROR,
-      "A hybrid (Mamba) model with speculative decoding and the radix cache needs the extra_buffer strategy.",
-      "set mamba_scheduler_strategy = \"extra_buffer\" (or disable_radix_cache = true)", versions=V1X)
+      "Up to 0.5.13, a hybrid (Mamba) model with speculative decoding and the radix cache needs the "
+      "extra_buffer strategy, which only some architectures support.",
+      "set mamba_scheduler_strategy = \"extra_buffer\" where the architecture supports it, else "
+      "disable_radix_cache = true", versions=V1X)
 def mamba_no_buffer(ctx: LaunchContext) -> Iterator[Finding]:
-    if not models.is_mamba_hybrid(ctx.architecture) or not algorithm(ctx) or ctx.on("disable_radix_cache"):
+    support = _mamba_cache_support(ctx)
+    # Without radix-cache support SGLang turns the radix cache off by itself (KimiLinear, ...).
+    if support is None or not support[0] or not algorithm(ctx) or ctx.on("disable_radix_cache"):
         return
     if ctx.get("mamba_scheduler_strategy", "auto") in ("auto", "no_buffer"):
+        hint = ("set mamba_scheduler_strategy = \"extra_buffer\" (SGLang also says: set SGLANG_ENABLE_SPEC_V2=1), "
+                "or disable_radix_cache = true" if support[1] else
+                f"set disable_radix_cache = true (SGLang {ctx.catalog.version} refuses extra_buffer for "
+                f"{ctx.architecture})")
         yield Finding("server.mamba_scheduler_strategy" if ctx.given("mamba_scheduler_strategy") else "server",
                       f"Speculative decoding for {ctx.architecture} is not compatible with radix cache when "
-                      "using mamba_scheduler_strategy no_buffer (auto resolves to no_buffer)")
+                      "using mamba_scheduler_strategy no_buffer (auto resolves to no_buffer)", hint)
 
 
 @rule("SGD510", "mamba-extra-buffer-constraints", ERROR,
@@ -52,6 +69,13 @@ def mamba_extra_buffer(ctx: LaunchContext) -> Iterator[Finding]:
     strategy_field = ("mamba_scheduler_strategy" if ctx.has_flag("mamba_scheduler_strategy")
                       else "mamba_radix_cache_strategy")
     if ctx.get(strategy_field) not in ("extra_buffer", "extra_buffer_lazy"):
+        return
+    support = _mamba_cache_support(ctx) if ctx.version in V1X else None
+    if support is not None and not support[0]:
+        return  # SGLang turns the radix cache off for it before it looks at the strategy
+    if support is not None and not support[1]:
+        yield Finding(server_field(strategy_field), f"mamba extra_buffer is not supported for {ctx.architecture} "
+                      f"model (SGLang {ctx.catalog.version} asserts it)", f"remove {strategy_field} or use no_buffer")
         return
     if ctx.on("disable_radix_cache") and ctx.version in V1X:
         yield Finding("server.disable_radix_cache", "mamba extra_buffer is not compatible with disable_radix_cache")

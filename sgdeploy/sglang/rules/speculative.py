@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import (
     EAGLE_FAMILY,
+    MIXED_CHUNK_BY_ALGORITHM,
+    PP_SPEC_ON_PREFILL,
     SPECULATIVE_ALGORITHMS,
     V1X,
     V2X,
@@ -82,12 +85,18 @@ def spec_v1_overlap_off(ctx: LaunchContext) -> Iterator[Finding]:
                       "set disable_overlap_schedule = true (spec v1)")
 
 
-@rule("SGD206", "speculative-with-pp", ERROR, "Speculative decoding does not run with pipeline parallelism.",
+@rule("SGD206", "speculative-with-pp", ERROR,
+      "Speculative decoding does not run with pipeline parallelism (from 0.5.21: except on PD prefill nodes).",
       "use pp_size = 1 with speculative decoding")
 def speculative_with_pp(ctx: LaunchContext) -> Iterator[Finding]:
-    if algorithm(ctx) and ctx.int("pp_size", 1) > 1 and ctx.get("disaggregation_mode") != "prefill":
+    if not algorithm(ctx) or ctx.int("pp_size", 1) <= 1:
+        return
+    if ctx.version not in PP_SPEC_ON_PREFILL:
+        yield Finding("server.pp_size", "pp_size > 1 with speculative decoding is refused ('Pipeline parallelism "
+                      "is not compatible with overlap schedule, speculative decoding')")
+    elif ctx.get("disaggregation_mode") != "prefill":
         yield Finding("server.pp_size", "pp_size > 1 with speculative decoding is refused "
-                      "('PP + speculative decoding is only supported on prefill nodes')")
+                      "('PP + speculative decoding (MTP) is only supported on prefill nodes')")
 
 
 @rule("SGD207", "trtllm-mha-topk", ERROR, "The trtllm_mha attention backend supports only topk 1.",
@@ -133,12 +142,22 @@ def topk_page_size(ctx: LaunchContext) -> Iterator[Finding]:
 
 
 @rule("SGD211", "mixed-chunk-off-with-speculative", WARNING,
-      "SGLang turns enable_mixed_chunk off for EAGLE-family speculative decoding.",
+      "SGLang turns enable_mixed_chunk off for EAGLE-family speculative decoding (from 0.5.19 only for the "
+      "algorithms that do not support it, such as STANDALONE).",
       "remove enable_mixed_chunk")
 def mixed_chunk_off(ctx: LaunchContext) -> Iterator[Finding]:
-    if algorithm(ctx) in EAGLE_FAMILY and ctx.raw_server.get("enable_mixed_chunk") is True:
-        yield Finding("server.enable_mixed_chunk", "enable_mixed_chunk will be silently turned off for "
-                      "speculative decoding")
+    name = algorithm(ctx)
+    if name not in EAGLE_FAMILY or ctx.raw_server.get("enable_mixed_chunk") is not True:
+        return
+    if ctx.version in MIXED_CHUNK_BY_ALGORITHM:
+        kept = fact("mixed_chunk_speculative_algorithms", ctx.version) or []
+        if ("EAGLE" if name == "NEXTN" else name) in kept:  # SGLang runs NEXTN as EAGLE
+            return
+        said = f"'Mixed chunked prefill is disabled: {name} speculative decoding does not support it'"
+    else:
+        said = "'Mixed chunked prefill is disabled because of using eagle speculative decoding'"
+    yield Finding("server.enable_mixed_chunk", f"SGLang {ctx.catalog.version} turns enable_mixed_chunk off for "
+                  f"{name} ({said})")
 
 
 @rule("SGD212", "max-running-requests-reset", WARNING,
