@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import enum
+import hashlib
 import json
 import os
 import re
@@ -28,23 +30,47 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from sgdeploy.diagnostics import Diagnostic
 from sgdeploy.facts import (
     APPS_QUERY_FIELDS,
+    GPU_OWNERS_SH,
     GPU_QUERY_FIELDS,
+    GpuHolder,
     HostFacts,
     IdleVerdict,
     facts_command,
+    gpu_strangers,
     gpus_idle,
     parse_compute_apps,
     parse_facts,
+    parse_gpu_owners,
     parse_query_gpu,
     state_dir,
+    with_owners,
 )
 from sgdeploy.inventory import HostEntry, HostTarget
 from sgdeploy.logs import LogReader, LogReport
-from sgdeploy.plan import Deployment, Plan, Takeover, deployment_meta, gpus_for, make_plan, new_deployment_id, who
-from sgdeploy.preflight import preflight
+from sgdeploy.plan import (
+    UNIT_DIR,
+    Deployment,
+    Plan,
+    Takeover,
+    deployment_meta,
+    gpus_for,
+    make_plan,
+    new_deployment_id,
+    who,
+)
+from sgdeploy.preflight import gpu_holders, preflight
 from sgdeploy.profile import LoadedProfile, ProbeSettings
-from sgdeploy.remote import CommandResult, ConnectError, ConnectionLost, HeldCommand, RemoteError, RemoteHost
+from sgdeploy.remote import (
+    CommandResult,
+    CommandTimeout,
+    ConnectError,
+    ConnectionLost,
+    HeldCommand,
+    RemoteError,
+    RemoteHost,
+)
 from sgdeploy.secret_args import api_key_for, bearer_headers, host_secret_diagnostics, redact, without_secrets
+from sgdeploy.sglangcheck.verdict import CheckRequest, HostVerdict
 
 Reporter = Callable[..., None]
 
@@ -64,6 +90,10 @@ _LOCK_HOLDER = (
     'for m in "$d"/*/meta.json; do grep -q \'"outcome": "starting"\' "$m" 2>/dev/null || continue; '
     'sed -i \'s/"outcome": "starting"/"outcome": "interrupted"/\' "$m" && '
     'printf "interrupted:%s\\n" "$(basename "$(dirname "$m")")"; done; '
+    # What "up to date" is decided on, read under the lock: last good, installed unit, unit state.
+    'if [ -n "$3" ]; then lg=$(readlink "$d/last_good" 2>/dev/null || head -n 1 "$d/last_good" 2>/dev/null); '
+    'lg=${lg%/}; us=$(sha256sum "$3" 2>/dev/null); '
+    'printf "state:%s %s %s\\n" "${lg##*/}" "${us%% *}" "$(systemctl show -p ActiveState --value "$4")"; fi; '
     f"echo {LOCKED_MARKER}; cat >/dev/null; : > \"$d/lock\""
 )
 UNIT_FILE_MARKER = "@@sgdeploy:unit-file@@"
@@ -89,6 +119,9 @@ class ApplyOptions:
     min_ratio: float | None = None  # fail (and roll back) below this share of the last good figure
     sglang: str | None = None
     adopt: bool = False  # stop an SGLang server on the profile's port outside its unit, then take over
+    sglang_check: bool = True  # ask the host's own SGLang about the launch before anything stops
+    sglang_check_timeout_s: float = 60.0
+    wait_for_gpus_s: float | None = None  # wait (bounded) for processes outside the unit to leave its GPUs
 
 
 @dataclass
@@ -125,6 +158,8 @@ class ApplyResult:
     plan: Plan | None = None
     timings: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
+    sglang_check: dict[str, Any] | None = None  # SGLang's own verdict on the host, its prediction and what differed
+    disagreements: list[dict[str, Any]] = field(default_factory=list)  # host verdict vs offline rules
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -145,6 +180,8 @@ class ApplyResult:
             "steps": [{"step": s.kind.value, "why": s.why} for s in self.plan.steps] if self.plan else [],
             "timings": self.timings,
             "ssh": self.stats,
+            "sglang_check": self.sglang_check,
+            "disagreements": self.disagreements,
         }
 
 
@@ -157,11 +194,15 @@ def build_deployment(
     loaded: LoadedProfile, host: str, sglang_version: str, rollback_of: str | None = None
 ) -> Deployment:
     from sgdeploy.render import render_unit
-    from sgdeploy.sglang.catalog import load_catalog
+    from sgdeploy.sglang.catalog import load_catalog, nearest_version
 
     profile = loaded.model
     assert profile is not None
-    unit = render_unit(loaded, load_catalog(sglang_version), host)
+    # A release without a bundled catalog (newer, a dev build) renders with the closest older one.
+    unit = render_unit(loaded, load_catalog(nearest_version(sglang_version)), host)
+    check = CheckRequest(python=unit.argv[0], argv=unit.argv[3:], environment=unit.environment,
+                         user=profile.deploy.user, working_directory=profile.deploy.working_directory,
+                         env_file=profile.deploy.env_file)
     return Deployment(
         id=new_deployment_id(loaded.sha256),
         unit=profile.deploy.unit,
@@ -175,6 +216,7 @@ def build_deployment(
         ready_timeout_s=profile.deploy.ready_timeout_s,
         rollback_of=rollback_of,
         probe_settings=profile.probe.model_dump(mode="json") if profile.probe else None,
+        check=check,
     )
 
 
@@ -186,6 +228,7 @@ class UnitLock:
     holder: HeldCommand | None
     refusal: str | None = None
     warnings: list[str] = field(default_factory=list)
+    state: str | None = None  # `last_good unit-sha256 active` as read under the lock (`host_state`)
 
     def release(self) -> None:
         if self.holder is not None:
@@ -212,23 +255,26 @@ class HostSession:
         return parse_facts(facts_out), (None if unit_text == "@@none@@" else unit_text)
 
     # -- lock ----------------------------------------------------------------------------
-    def lock(self, state_dir: str) -> UnitLock:
+    def lock(self, state_dir: str, unit: str | None = None) -> UnitLock:
         """Take the per-unit lock. Under it, records that an earlier apply left at `starting` (it
-        died or lost its connection) are marked `interrupted`, in the same round trip."""
+        died or lost its connection) are marked `interrupted`, and with `unit` what "up to date"
+        depends on is read (`UnitLock.state`), in the same round trip."""
         holder = f"{who()} pid={os.getpid()} since={datetime.now(UTC).isoformat(timespec='seconds')}"
         q = shlex.quote(state_dir)
+        extra = (f" {shlex.quote(f'{UNIT_DIR}/{unit}.service')} {shlex.quote(f'{unit}.service')}" if unit else "")
         command = (f"mkdir -p {q} && exec flock -n -E {LOCK_BUSY_RC} {q}/lock "
-                   f"sh -c {shlex.quote(_LOCK_HOLDER)} sh {q} {shlex.quote(holder)}")
+                   f"sh -c {shlex.quote(_LOCK_HOLDER)} sh {q} {shlex.quote(holder)}{extra}")
         held = self.remote.hold(command, LOCKED_MARKER)
         if held.held:
             lines = held.output.splitlines()
+            state = next((line[6:] for line in lines if line.startswith("state:")), None)
             warnings = [f"a stale lock was left by an apply that is gone ({line[6:]}); taken over"
                         for line in lines if line.startswith("stale:")]
             interrupted = [line[12:] for line in lines if line.startswith("interrupted:")]
             if interrupted:
                 warnings.append(f"earlier applies did not finish (connection lost or killed): "
                                 f"{', '.join(interrupted)}; marked interrupted")
-            return UnitLock(held, warnings=warnings)
+            return UnitLock(held, warnings=warnings, state=state)
         if held.exit_code == LOCK_BUSY_RC:
             current = self.remote.run(f"cat {q}/lock 2>/dev/null").stdout.strip() or "unknown"
             return UnitLock(None, refusal=f"another apply holds the lock on this unit: {current}")
@@ -256,14 +302,43 @@ class HostSession:
         return read_servers(self.remote)
 
     def gpu_state(self) -> tuple[Any, Any]:
+        """The GPUs and their compute processes with each one's user and cgroup (one round trip)."""
         # the two queries run side by side: this is polled while the old server lets go of the GPUs
         command = (f"a=$(mktemp) || exit; nvidia-smi --query-compute-apps={','.join(APPS_QUERY_FIELDS)} "
                    f'--format=csv,noheader,nounits >"$a" & '
                    f"nvidia-smi --query-gpu={','.join(GPU_QUERY_FIELDS)} --format=csv,noheader,nounits; "
-                   'wait; echo @@apps@@; cat "$a"; rm -f "$a"')
+                   f'wait; echo @@apps@@; cat "$a"; echo @@owners@@; {GPU_OWNERS_SH} "$a"; rm -f "$a"')
         out = self.remote.run(command, timeout=60).stdout
-        gpus_text, _, apps_text = out.partition("@@apps@@\n")
-        return parse_query_gpu(gpus_text), parse_compute_apps(apps_text)
+        gpus_text, _, rest = out.partition("@@apps@@\n")
+        apps_text, _, owners_text = rest.partition("@@owners@@\n")
+        return parse_query_gpu(gpus_text), with_owners(parse_compute_apps(apps_text), parse_gpu_owners(owners_text))
+
+    def wait_gpus_free(self, gpus: tuple[int | str, ...], unit: str, own_pids: tuple[int, ...],
+                       timeout_s: float) -> tuple[GpuHolder, ...]:
+        """Wait (before anything stops) until no process outside `unit` is on `gpus`; what is left."""
+        self.report("step", step="wait_gpus_free", gpus=list(gpus), seconds=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info, apps = self.gpu_state()
+            strangers, _ = gpu_strangers(info, apps, gpus, unit, own_pids)
+            if not strangers or time.monotonic() >= deadline:
+                return strangers
+            self.report("waiting", what="gpus", detail="; ".join(h.describe() for h in strangers))
+            time.sleep(min(1.0, max(deadline - time.monotonic(), 0.05)))
+
+    def sglang_check(self, request: CheckRequest, limit_s: float) -> HostVerdict:
+        """SGLang's own verdict on the launch, asked of the host's SGLang (one round trip)."""
+        from sgdeploy.sglangcheck.verdict import check_command, parse_verdict, program_bytes
+
+        self.report("step", step="sglang_check", python=request.python)
+        began = time.monotonic()
+        try:
+            result = self.remote.run(check_command(request, limit_s), timeout=limit_s + 30,
+                                     stdin=program_bytes())
+        except CommandTimeout:
+            return HostVerdict("unavailable", seconds=time.monotonic() - began,
+                               reason=f"no answer within {limit_s + 30:.0f} s")
+        return parse_verdict(result.stdout, result.stderr, result.exit_code, time.monotonic() - began)
 
     def wait_gpus_idle(self, gpus: tuple[int | str, ...], timeout_s: float) -> IdleVerdict:
         self.report("step", step="wait_gpus_idle", gpus=list(gpus))
@@ -301,15 +376,18 @@ class HostSession:
         }
         return self.remote.write_files(files)
 
-    def install_and_start(self, deployment: Deployment) -> tuple[CommandResult, str | None]:
-        """Move the staged unit into place (an atomic rename), daemon-reload and start it."""
+    def install_and_start(self, deployment: Deployment, start: bool = True) -> tuple[CommandResult, str | None]:
+        """Move the staged unit into place (an atomic rename), daemon-reload and start it (or,
+        with `start=False`, leave it stopped: the GPUs are not free for it)."""
         self.report("step", step="install", path=deployment.unit_path)
         unit_q = shlex.quote(f"{deployment.unit}.service")
         command = (f"set -e; mv -f {shlex.quote(deployment.staged_unit_path)} {shlex.quote(deployment.unit_path)}; "
                    f"systemctl daemon-reload; systemctl reset-failed {unit_q} 2>/dev/null || true; "
-                   f"systemctl enable --quiet --no-reload {unit_q} 2>/dev/null || true; systemctl start {unit_q}; "
-                   f"echo @@invocation@@; systemctl show -p InvocationID --value {unit_q}")
-        self.report("step", step="start", unit=deployment.unit)
+                   f"systemctl enable --quiet --no-reload {unit_q} 2>/dev/null || true; "
+                   + (f"systemctl start {unit_q}; " if start else "")
+                   + f"echo @@invocation@@; systemctl show -p InvocationID --value {unit_q}")
+        if start:
+            self.report("step", step="start", unit=deployment.unit)
         result = self.remote.run(command)
         _, _, tail = result.stdout.partition("@@invocation@@\n")
         invocation = tail.strip() or None
@@ -482,14 +560,18 @@ class HostSession:
         return None
 
     # -- records -------------------------------------------------------------------------
-    def record(self, deployment: Deployment, meta: dict[str, Any], last_good: bool, keep: int) -> None:
-        """Write the outcome, move `last_good` on success, and prune old records (one round trip)."""
+    def record(self, deployment: Deployment, meta: dict[str, Any], last_good: bool, keep: int,
+               unstage: bool = False) -> None:
+        """Write the outcome, move `last_good` on success, and prune old records (one round trip);
+        `unstage` also removes the staged unit (a start refused before the stop)."""
         from sgdeploy.operate import prune_command
 
         files = {f"{deployment.record_dir}/meta.json": (json.dumps(meta, indent=2) + "\n").encode()}
         if last_good:
             files[f"{deployment.state_dir}/last_good"] = (deployment.id + "\n").encode()
         prune = prune_command(deployment.state_dir, keep, deployment.id if last_good else None)
+        if unstage:
+            prune += f"\nrm -f {shlex.quote(deployment.staged_unit_path)}"
         result = self.remote.write_files(files, then=prune)
         if not result.ok:
             self.report("warning", text=f"could not record {deployment.id}: {result.stderr.strip()}")
@@ -549,14 +631,25 @@ class Transaction:
         self.report = report
 
     def start(self, deployment: Deployment, stop_first: bool, best_effort_idle: bool = False,
-              takeover: tuple[Takeover, ...] = ()) -> StartupResult:
-        """Stop what runs, wait for the GPUs, install and start `deployment`, wait until healthy."""
+              takeover: tuple[Takeover, ...] = (),
+              gate: Callable[[], StartupResult | None] | None = None) -> StartupResult:
+        """Stop what runs, wait for the GPUs, install and start `deployment`, wait until healthy.
+
+        `gate` runs after staging and before the stop; a result from it ends the start there,
+        nothing stopped (SGLang refused the launch, strangers kept the GPUs). `best_effort_idle`
+        is a restore (rollback): GPUs still busy at the deadline then leave the unit installed
+        but stopped, never started into GPUs that are not free.
+        """
         began = time.monotonic()
         staged = self.session.stage(deployment)
         if not staged.ok:
             return StartupResult(False, reason=f"cannot write {deployment.unit_path} or the record (nothing was "
                                  f"stopped): {staged.stderr.strip() or 'exit ' + str(staged.exit_code)}",
                                  failure_kind="stage_failed", seconds=time.monotonic() - began)
+        refused = gate() if gate is not None else None
+        if refused is not None:
+            refused.seconds = time.monotonic() - began
+            return refused
         if stop_first:
             self.session.stop(deployment.unit)
         if takeover:
@@ -564,10 +657,11 @@ class Transaction:
         verdict = self.session.wait_gpus_idle(deployment.gpus, self.options.gpu_idle_timeout_s)
         if not verdict.idle:
             detail = f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: {verdict.describe()}"
-            if not best_effort_idle:
-                return StartupResult(False, reason=detail, failure_kind="gpus_busy",
-                                     seconds=time.monotonic() - began)
-            self.report("warning", text=f"{detail}; starting the previous deployment anyway")
+            if best_effort_idle:
+                # Started into held GPUs it would crash and restart in a loop: install, do not start.
+                self.session.install_and_start(deployment, start=False)
+                detail += f"; {deployment.unit}.service is installed but left stopped"
+            return StartupResult(False, reason=detail, failure_kind="gpus_busy", seconds=time.monotonic() - began)
         result, invocation = self.session.install_and_start(deployment)
         if not result.ok or not invocation:
             return StartupResult(False, reason="installing or starting the unit failed: "
@@ -603,7 +697,8 @@ class Transaction:
         if self.options.min_ratio is not None and not verdict.ok:
             startup.ready, startup.failure_kind, startup.reason = False, "throughput_regression", verdict.message
 
-    def record(self, deployment: Deployment, startup: StartupResult, outcome: str) -> None:
+    def record(self, deployment: Deployment, startup: StartupResult, outcome: str,
+               extra: dict[str, Any] | None = None, unstage: bool = False) -> None:
         report = startup.report
         meta = deployment_meta(
             deployment, outcome,
@@ -615,8 +710,9 @@ class Transaction:
             auto_adjusted=startup.auto_adjusted,
             failure={"kind": startup.failure_kind, "reason": startup.reason} if not startup.ready else None,
             probe=startup.probe,
+            **{k: v for k, v in (extra or {}).items() if v},
         )
-        self.session.record(deployment, meta, last_good=outcome == "ready", keep=self.options.keep)
+        self.session.record(deployment, meta, last_good=outcome == "ready", keep=self.options.keep, unstage=unstage)
 
 
 def _adjustments(report: LogReport | None, info: dict[str, Any] | None, server: dict[str, Any]) -> list[dict[str, Any]]:
@@ -796,11 +892,61 @@ def _apply(
     profile = loaded.model
     assert profile is not None
     unit = profile.deploy.unit
+    decided = _decide(session, loaded, name, declared, options, report)
+    if isinstance(decided, ApplyResult):
+        return decided
+    plan, current_unit = decided
+    common: dict[str, Any] = {"host": name, "unit": unit, "plan": plan, "diagnostics": list(plan.diagnostics)}
+    if options.dry_run:
+        if not plan.up_to_date and options.sglang_check and plan.deployment.check is not None:
+            plan = _judged(plan, session.sglang_check(plan.deployment.check, options.sglang_check_timeout_s), loaded)
+            common.update(plan=plan, diagnostics=list(plan.diagnostics), sglang_check=_check_doc(plan))
+        return ApplyResult(Exit.READY, "planned", message=f"{len(plan.steps)} steps would run", **common)
+    lock = session.lock(plan.deployment.state_dir, unit)
+    if lock.holder is None:
+        return ApplyResult(Exit.REFUSED, "refused", message=f"{lock.refusal}; nothing was changed", **common)
+    for text in lock.warnings:
+        report("warning", text=text)
+    try:
+        if lock.state is not None and lock.state != host_state(plan.facts, current_unit):
+            # Another apply changed the unit since the facts were read: decide again, under the lock.
+            report("warning", text=f"{unit}.service changed on {name} since its facts were read (another apply?); "
+                   "deciding again under the lock")
+            decided = _decide(session, loaded, name, declared, options, report)
+            if isinstance(decided, ApplyResult):
+                return decided
+            plan, current_unit = decided
+            common.update(plan=plan, diagnostics=list(plan.diagnostics))
+        if plan.up_to_date:
+            return ApplyResult(Exit.READY, "up_to_date", deployment_id=plan.last_good,
+                               message=f"{unit}.service already runs this unit (deployment {plan.last_good}, "
+                               "checked under the lock); nothing to do (--force redeploys)", **common)
+        return _transact(session, plan, current_unit, options, report, began, common, loaded)
+    finally:
+        lock.release()
+
+
+def host_state(facts: HostFacts | None, unit_text: str | None) -> str:
+    """What `UnitLock.state` reads under the lock, from facts read before it: last good, the
+    installed unit's sha256, the unit's ActiveState."""
+    sha = hashlib.sha256(unit_text.encode()).hexdigest() if unit_text is not None else ""
+    active = facts.unit.active_state if facts and facts.unit else ""
+    return f"{facts.last_good or '' if facts else ''} {sha} {active or ''}"
+
+
+def _decide(
+    session: HostSession, loaded: LoadedProfile, name: str, declared: HostTarget | None, options: ApplyOptions,
+    report: Reporter,
+) -> tuple[Plan, str | None] | ApplyResult:
+    """Facts, preflight (GPU holders included) and the plan: what apply will do, or its refusal."""
+    profile = loaded.model
+    assert profile is not None
+    unit = profile.deploy.unit
     port = profile.server.get("port", 30000)
     report("step", step="facts", host=name)
     facts, current_unit = session.facts(unit, profile.deploy.python, str(profile.server.get("model_path", "")),
                                         port if isinstance(port, int) else 30000)
-    diagnostics, _, version = preflight(loaded, name, facts, declared)
+    diagnostics, _, version = preflight(loaded, name, facts, declared, host_check=options.sglang_check)
     version = options.sglang or version
     diagnostics += host_secret_diagnostics(session.remote, loaded, name, version)
     takeover: tuple[Takeover, ...] = ()
@@ -810,34 +956,76 @@ def _apply(
         takeover, found = takeovers(session.running_servers(), unit, port if isinstance(port, int) else 30000,
                                     version)
         diagnostics = [d for d in diagnostics if not (takeover and d.rule == "SGD705")] + found
+    own = tuple(pid for t in takeover for pid in (t.pid, *t.family))
+    held, strangers = gpu_holders(loaded, name, facts, gpus_for(dict(profile.server), profile.deploy.gpus), own,
+                                  options.wait_for_gpus_s)
+    diagnostics += held
     if version is None or any(d.is_error for d in diagnostics):
         return ApplyResult(Exit.REFUSED, "refused", name, unit,
                            f"preflight refused the profile on {name}; nothing was changed",
                            diagnostics=diagnostics, stats=session.remote.stats.as_dict())
-    deployment = build_deployment(loaded, name, version)
+    try:
+        deployment = build_deployment(loaded, name, version)
+    except KeyError as exc:  # a release without a catalog: a flag the closest older one lacks
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"cannot render the unit for SGLang {version} on "
+                           f"{name}: {exc.args[0] if exc.args else exc}, and no catalog of {version} is bundled; "
+                           "nothing was changed", diagnostics=diagnostics, stats=session.remote.stats.as_dict())
     recorded = (session.read_record(deployment.state_dir, facts.last_good)
                 if facts.last_good and current_unit == deployment.unit_text else None)
     # Up to date only if the installed unit is the one the last good deployment recorded: an
     # apply cut off after installing leaves the same unit text without having proved it ready.
     installed_is_last_good = recorded is not None and recorded.get("unit.service") == current_unit
     plan = make_plan(name, deployment, facts, current_unit, diagnostics,
-                     force=options.force or not installed_is_last_good or bool(takeover), takeover=takeover)
-    common: dict[str, Any] = {"host": name, "unit": unit, "plan": plan, "diagnostics": diagnostics}
-    if options.dry_run:
-        return ApplyResult(Exit.READY, "planned", message=f"{len(plan.steps)} steps would run", **common)
-    if plan.up_to_date:
-        return ApplyResult(Exit.READY, "up_to_date", deployment_id=facts.last_good,
-                           message=f"{unit}.service already runs this unit (deployment {facts.last_good}); "
-                           "nothing to do (--force redeploys)", **common)
-    lock = session.lock(deployment.state_dir)
-    if lock.holder is None:
-        return ApplyResult(Exit.REFUSED, "refused", message=f"{lock.refusal}; nothing was changed", **common)
-    for text in lock.warnings:
-        report("warning", text=text)
-    try:
-        return _transact(session, plan, current_unit, options, report, began, common)
-    finally:
-        lock.release()
+                     force=options.force or not installed_is_last_good or bool(takeover), takeover=takeover,
+                     sglang_check=options.sglang_check, strangers=strangers, wait_for_gpus_s=options.wait_for_gpus_s)
+    return plan, current_unit
+
+
+def _judged(plan: Plan, verdict: HostVerdict, loaded: LoadedProfile) -> Plan:
+    """The plan with SGLang's own verdict: a refusal (SGD711) or a note that it could not run
+    (SGD712; an error when no catalog judged the launch either)."""
+    from sgdeploy.diagnostics import Severity
+    from sgdeploy.sglangcheck.verdict import covering_text, site_for
+
+    deployment = plan.deployment
+    found: list[Diagnostic] = []
+    where = f"SGLang {verdict.sglang_version or deployment.sglang_version} on {plan.host}"
+    if verdict.refused:
+        covering = site_for(deployment.sglang_version, verdict.error or "")
+        found.append(loaded.diagnostic("SGD711", f"{where} refuses the launch at {verdict.stage}: "
+                                       f"{verdict.message}; {covering_text(covering)}", dotted="server",
+                                       hint="change the profile as SGLang's message says"))
+    elif verdict.status == "unavailable":
+        uncatalogued = any(d.rule == "SGD703" for d in plan.notes)
+        if verdict.timed_out:  # SGLang hangs resolving this launch: so would the server, after the stop
+            then = "refusing: a launch whose arguments SGLang cannot resolve in time is not started"
+        elif uncatalogued:
+            then = "no catalog checked this version either, so nothing has judged the launch"
+        else:
+            then = "the offline (catalog) verdict stands"
+        found.append(loaded.diagnostic(
+            "SGD712", f"SGLang's own check could not run on {plan.host}: {verdict.reason}; {then}",
+            dotted="deploy.python", hint="check deploy.python and the SGLang install on the host, raise "
+            "--sglang-check-timeout, or skip the check with --no-sglang-check",
+            severity=Severity.ERROR if uncatalogued or verdict.timed_out else Severity.WARNING))
+    refusals = plan.refusals + tuple(d for d in found if d.is_error)
+    notes = plan.notes + tuple(d for d in found if not d.is_error)
+    return dataclasses.replace(plan, sglang_check=verdict, refusals=refusals, notes=notes)
+
+
+def _check_doc(plan: Plan, seen: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """`sglang_check` of a result or record: the verdict, its prediction, what the start showed."""
+    from sgdeploy.sglangcheck.verdict import differences, predicted, summary
+
+    verdict = plan.sglang_check
+    if verdict is None:
+        return None
+    server = plan.deployment.server
+    doc = {**verdict.as_dict(), "summary": summary(verdict, plan.host, server),
+           "predicted": predicted(verdict, server) if verdict.status == "accepted" else []}
+    if seen is not None and verdict.status == "accepted":
+        doc["differences"] = differences(doc["predicted"], seen)
+    return doc
 
 
 def _transact(
@@ -848,18 +1036,55 @@ def _transact(
     report: Reporter,
     began: float,
     common: dict[str, Any],
+    loaded: LoadedProfile,
 ) -> ApplyResult:
     deployment = plan.deployment
     transaction = Transaction(session, plan.host, options, report)
-    previous = previous_deployment(session, plan, current_unit)
-    startup = transaction.start(deployment, stop_first=plan.previous_active, takeover=plan.takeover)
+    request = deployment.check
+    check = (_Background(lambda: session.sglang_check(request, options.sglang_check_timeout_s))
+             if options.sglang_check and request is not None else None)
+    previous = previous_deployment(session, plan, current_unit)  # while SGLang's check runs
+    judged = [plan]
+
+    def gate() -> StartupResult | None:
+        """Before the stop: strangers gone from the GPUs (--wait-for-gpus), SGLang's verdict."""
+        held = None
+        if plan.strangers:
+            own = tuple(pid for t in plan.takeover for pid in (t.pid, *t.family))
+            unit_state = plan.facts.unit if plan.facts else None
+            own += (unit_state.main_pid,) if unit_state and unit_state.main_pid else ()
+            held = _strangers_left(session, deployment, own, options)
+        if check is not None:
+            judged[0] = _judged(plan, check.result(), loaded)
+        verdict = judged[0].sglang_check
+        if judged[0].refused and verdict is not None:
+            why = (f"SGLang {verdict.sglang_version or deployment.sglang_version} on {plan.host} refuses the "
+                   f"launch ({verdict.stage})" if verdict.refused else "SGLang's own check did not answer in time")
+            return StartupResult(False, reason=why, failure_kind="sglang_refused")
+        return held
+
+    startup = transaction.start(deployment, stop_first=plan.previous_active, takeover=plan.takeover, gate=gate)
+    plan = judged[0]
+    common.update(plan=plan, diagnostics=plan.diagnostics)
+    checked = _check_doc(plan, startup.auto_adjusted if startup.ready else None)
+    disagreeing = _disagreements(plan)
+    common.update(sglang_check=checked, disagreements=disagreeing)
     if startup.ready and (options.probe or options.min_ratio is not None):
         transaction.measure(deployment, startup, _probe_baseline(session, plan))
     if startup.failure_kind == "stage_failed":
         return ApplyResult(Exit.REFUSED, "refused", message=f"{startup.reason}; the running server was not touched",
                            stats=session.remote.stats.as_dict(), **common)
+    extra = {"sglang_check": checked, "disagreements": disagreeing}
+    if startup.failure_kind in ("sglang_refused", "gpus_held"):
+        transaction.record(deployment, startup, "refused", extra=extra, unstage=True)
+        return ApplyResult(Exit.REFUSED, "refused", deployment_id=deployment.id,
+                           message=f"{startup.reason}; nothing was stopped", failure={
+                               "kind": startup.failure_kind, "reason": startup.reason, "line": None},
+                           stats=session.remote.stats.as_dict(), **common)
     installed = startup.failure_kind != "gpus_busy"
-    transaction.record(deployment, startup, "ready" if startup.ready else "failed")
+    transaction.record(deployment, startup, "ready" if startup.ready else "failed", extra=extra)
+    for text in (checked or {}).get("differences", []):
+        report("warning", text=f"SGLang's check on the host did not foresee this: {text}")
     if startup.ready:
         return _result_from(startup, exit_code=Exit.READY, status="ready", deployment_id=deployment.id,
                             message=f"{deployment.id} is ready on {plan.host} after {startup.seconds:.1f} s",
@@ -884,9 +1109,60 @@ def _transact(
     if restored.ready:
         failed.exit_code, failed.status = Exit.ROLLED_BACK, "rolled_back"
         failed.message += f"; rolled back to {previous.rollback_of} (now {previous.id}), which is ready"
+    elif restored.failure_kind == "gpus_busy":
+        failed.message += (f"; the rollback to {previous.rollback_of} was not started: {restored.reason}; "
+                           "run `sgdeploy rollback` once they are free")
     else:
-        failed.message += f"; the rollback to {previous.rollback_of} failed too: {restored.reason}"
+        session.stop(previous.unit)  # stopped, not left restarting into the same failure
+        failed.message += f"; the rollback to {previous.rollback_of} failed too: {restored.reason}; the unit is stopped"
     return failed
+
+
+class _Background:
+    """A call run on a thread while the caller goes on (SGLang's check beside the other pre-stop work)."""
+
+    def __init__(self, call: Callable[[], HostVerdict]) -> None:
+        self._call = call
+        self._value: HostVerdict | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="sgdeploy-sglang-check")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._call()
+        except BaseException as exc:  # handed to the caller by result()
+            self._error = exc
+
+    def result(self) -> HostVerdict:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+
+def _strangers_left(session: HostSession, deployment: Deployment, own: tuple[int, ...],
+                    options: ApplyOptions) -> StartupResult | None:
+    """--wait-for-gpus, before the stop: None once no process outside the unit holds its GPUs."""
+    held = session.wait_gpus_free(deployment.gpus, deployment.unit, own, options.wait_for_gpus_s or 0.0)
+    if not held:
+        return None
+    return StartupResult(False, failure_kind="gpus_held", reason=f"processes outside {deployment.unit}.service "
+                         f"still hold its GPUs after {options.wait_for_gpus_s or 0:.0f} s: "
+                         + "; ".join(h.describe() for h in held))
+
+
+def _disagreements(plan: Plan) -> list[dict[str, Any]]:
+    """Where SGLang's own verdict and the offline rules disagree (recorded, shown by history)."""
+    from sgdeploy.sglangcheck.verdict import disagreements, site_for
+
+    verdict = plan.sglang_check
+    if verdict is None:
+        return []
+    checked = not any(d.rule == "SGD703" for d in plan.notes)
+    offline = [d.rule for d in plan.refusals if d.rule not in ("SGD711", "SGD712")]
+    return disagreements(verdict, offline, checked, site_for(plan.deployment.sglang_version, verdict.error or ""))
 
 
 def _timings(startup: StartupResult, began: float) -> dict[str, float]:
@@ -926,6 +1202,15 @@ def _rollback(
     if deployment is None:
         return ApplyResult(Exit.REFUSED, "refused", name, unit,
                            f"the record of {target} on {name} is incomplete or corrupt; choose another with --to")
+    # Never start the previous deployment into GPUs others hold: decided before the stop.
+    own = (facts.unit.main_pid,) if facts.unit and facts.unit.main_pid else ()
+    strangers, _ = gpu_strangers(facts.gpus, facts.gpu_processes, deployment.gpus, unit, own,
+                                 bool(facts.unit and facts.unit.active))
+    if strangers and options.wait_for_gpus_s is None:
+        return ApplyResult(Exit.REFUSED, "refused", name, unit,
+                           f"processes outside {unit}.service hold the GPUs {target} needs: "
+                           + "; ".join(h.describe() for h in strangers)
+                           + "; nothing was stopped (--wait-for-gpus SECONDS waits for them to leave)")
     lock = session.lock(deployment.state_dir)
     if lock.holder is None:
         return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{lock.refusal}; nothing was changed")
@@ -934,10 +1219,20 @@ def _rollback(
     try:
         transaction = Transaction(session, name, options, report)
         active = bool(facts.unit and facts.unit.exists)
-        startup = transaction.start(deployment, stop_first=active, best_effort_idle=True)
-        transaction.record(deployment, startup, "ready" if startup.ready else "failed")
+        startup = transaction.start(deployment, stop_first=active, best_effort_idle=True,
+                                    gate=lambda: _strangers_left(session, deployment, own, options) if strangers
+                                    else None)
+        held = startup.failure_kind == "gpus_held"
+        transaction.record(deployment, startup, "refused" if held else "ready" if startup.ready else "failed",
+                           unstage=held)
     finally:
         lock.release()
+    if startup.failure_kind == "gpus_held":
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{startup.reason}; nothing was stopped",
+                           stats=session.remote.stats.as_dict())
+    if startup.failure_kind == "stage_failed":  # nothing was stopped: the running server is as it was
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{startup.reason}; the running server was not "
+                           "touched", stats=session.remote.stats.as_dict())
     if startup.ready:
         return _result_from(startup, exit_code=Exit.READY, status="ready", host=name, unit=unit,
                             deployment_id=deployment.id,
@@ -945,9 +1240,10 @@ def _rollback(
                             f"{startup.seconds:.1f} s", timings=_timings(startup, began),
                             stats=session.remote.stats.as_dict())
     session.stop(unit)
+    again = "; run it again once they are free" if startup.failure_kind == "gpus_busy" else ""
     return _result_from(startup, exit_code=Exit.NOTHING_HEALTHY, status="failed", host=name, unit=unit,
                         deployment_id=deployment.id,
-                        message=f"the rollback to {target} failed: {startup.reason}; nothing healthy is running",
+                        message=f"the rollback to {target} failed: {startup.reason}; nothing healthy is running{again}",
                         stats=session.remote.stats.as_dict())
 
 

@@ -138,7 +138,7 @@ def history(hs: HostSet, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
 
 # How a recorded attempt may end: an apply that died or lost its connection is marked
 # `interrupted` by the next apply that takes the lock.
-FINAL_OUTCOMES = ("ready", "failed", "interrupted")
+FINAL_OUTCOMES = ("ready", "failed", "interrupted", "refused")  # refused: before the stop (SGLang, GPUs)
 
 
 def history_problems(hs: HostSet, capsys: pytest.CaptureFixture[str], attempts: list[str | None] = (),
@@ -573,3 +573,209 @@ def test_racing_applies(hs: HostSet, profiles: dict[str, Path], request: pytest.
         assert sh(hs, f"cat {STATE}/last_good").strip() == winner["deployment_id"]
     observe(request, f"exit codes per round: {seen}; one apply ran, the other was refused naming the holder; "
                      "history consistent after every round")
+
+
+# --------------------------------------------------------------------------- decided before the stop
+class HealthWatch:
+    """GET /health of the module's server every 50 ms from this machine while a fault runs."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import urllib.request
+
+        while not self._stop.is_set():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=2) as response:
+                    status = response.status
+            except Exception as exc:  # refused, reset, 503: all count as failed checks
+                status = getattr(exc, "code", 0) or str(exc)[:60]
+            self.polls += 1
+            if status != 200:
+                self.failures.append(str(status))
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> HealthWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def describe(self) -> str:
+        return f"{len(self.failures)} of {self.polls} health checks failed"
+
+
+def _variant(profiles: dict[str, Path], name: str, edit: Callable[[str], str]) -> Path:
+    path = profiles["good"].with_name(f"{name}.toml")
+    path.write_text(edit(profiles["good"].read_text()))
+    return path
+
+
+def _record(hs: HostSet, capsys: pytest.CaptureFixture[str], deployment_id: str | None) -> dict[str, Any]:
+    return next(r for r in history(hs, capsys)["deployments"] if r["id"] == deployment_id)
+
+
+def _kill(hs: HostSet, pid: int) -> None:
+    sh(hs, f"kill {pid} 2>/dev/null; true")
+
+
+MISSING_KEY = 'ssl_keyfile = "/etc/sglang/tls/key.pem"\nssl_certfile = "/etc/sglang/tls/cert.pem"\n'
+
+
+def test_sglang_refuses_the_launch(hs: HostSet, profiles: dict[str, Path], request: pytest.FixtureRequest,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """a launch SGLang refuses after parsing, which no offline rule catches: refused before the stop"""
+    ensure_good(hs, profiles)
+    before = unit_state(hs)["MainPID"]
+    tls = _variant(profiles, "tls", lambda t: t.replace("[server]\n", "[server]\n" + MISSING_KEY))
+    with HealthWatch() as watch:
+        result = apply(hs.inventory_path, tls)
+    refusal = next((d for d in result.diagnostics if d.rule == "SGD711"), None)
+    observe(request, f"{describe(result)}; {refusal.message if refusal else 'no SGD711'}; {watch.describe()}")
+    assert result.exit_code == 2 and result.status == "refused", describe(result)
+    assert refusal and "SSL key file not found: '/etc/sglang/tls/key.pem'" in refusal.message
+    assert "no offline rule can decide it" in refusal.message
+    assert unit_state(hs)["MainPID"] == before and not watch.failures and watch.polls > 5
+    record = _record(hs, capsys, result.deployment_id)
+    assert record["outcome"] == "refused" and record["disagreements"][0]["kind"] == "host_refused"
+    assert record["disagreements"][0]["category"] == "host"
+    assert not history_problems(hs, capsys)
+    leftovers = sh(hs, "ls -a /etc/systemd/system | grep sgdeploy || true").strip()
+    assert not leftovers, leftovers
+
+
+def test_sglang_check_hangs(hs: HostSet, profiles: dict[str, Path], request: pytest.FixtureRequest,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    """SGLang's check hangs resolving the launch: killed at its time limit, apply refuses"""
+    ensure_good(hs, profiles)
+    before = unit_state(hs)["MainPID"]
+    hs.configure_sim(HOST, resolve_hang_s=60.0)
+    try:
+        began = time.monotonic()
+        with HealthWatch() as watch:
+            result = apply(hs.inventory_path, profiles["other"], sglang_check_timeout_s=2.0)
+        took = time.monotonic() - began
+    finally:
+        hs.configure_sim(HOST, resolve_hang_s=0.0)
+    observe(request, f"{describe(result)} after {took:.1f} s; {watch.describe()}")
+    assert result.exit_code == 2 and any(d.rule == "SGD712" and d.is_error for d in result.diagnostics)
+    assert "time limit" in json.dumps([d.message for d in result.diagnostics])
+    assert unit_state(hs)["MainPID"] == before and not watch.failures and took < 20
+    assert "run-" not in sh(hs, "systemctl list-units --type=service --state=running --no-legend | grep run- || true")
+
+
+STRANGER_CASES = ["refused", "waits_and_it_leaves", "never_leaves"]
+
+
+@pytest.mark.parametrize("case", STRANGER_CASES)
+def test_stranger_on_the_gpus(case: str, hs: HostSet, profiles: dict[str, Path], request: pytest.FixtureRequest,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """a process outside the unit holds GPU memory: decided before anything stops"""
+    ensure_good(hs, profiles)
+    before = unit_state(hs)["MainPID"]
+    stray = hs.plant_stray(HOST, gpu=1, mib=4000, name="notebook", seconds=3 if case == "waits_and_it_leaves" else 600)
+    steps: list[str] = []
+    wait = {"refused": None, "waits_and_it_leaves": 20.0, "never_leaves": 3.0}[case]
+    try:
+        with HealthWatch() as watch:
+            result = apply(hs.inventory_path, profiles["other"],
+                           lambda kind, **data: steps.append(data["step"]) if kind == "step" else None,
+                           wait_for_gpus_s=wait)
+    finally:
+        _kill(hs, stray)
+    observe(request, f"{describe(result)}; {watch.describe()}")
+    held = f"GPU 1: pid {stray} (notebook, user root, "
+    if case == "waits_and_it_leaves":
+        assert result.exit_code == 0 and result.status == "ready", describe(result)
+        assert steps.index("wait_gpus_free") < steps.index("stop")
+        assert "max-running-requests 12" in sh(hs, f"tr '\\0' ' ' < /proc/{unit_state(hs)['MainPID']}/cmdline")
+    else:
+        assert result.exit_code == 2 and result.status == "refused", describe(result)
+        text = result.message + " " + " ".join(d.message for d in result.diagnostics)
+        assert held in text and "holds 4000 MiB" in text and "nothing was stopped" in text
+        assert "stop" not in steps and unit_state(hs)["MainPID"] == before and not watch.failures
+    assert not history_problems(hs, capsys)
+
+
+def test_rollback_blocked_by_a_stranger(hs: HostSet, profiles: dict[str, Path], request: pytest.FixtureRequest,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """the new server fails and a stranger takes its GPUs: the rollback is not started into them"""
+    ensure_good(hs, profiles)
+    previous = sh(hs, f"cat {STATE}/last_good").strip()
+    hs.configure_sim(HOST, failure="cuda_oom", fail_when_arg=[BROKEN])
+    planted: list[int] = []
+
+    def report(kind: str, **data: Any) -> None:
+        if kind == "step" and data.get("step") == "rollback" and not planted:
+            planted.append(hs.plant_stray(HOST, gpu=1, mib=4000, name="grabber", seconds=600))
+
+    try:
+        result = apply(hs.inventory_path, profiles["broken"], report, gpu_idle_timeout_s=3.0)
+        time.sleep(1.0)  # a unit left restarting would be activating by now
+        state = unit_state(hs)
+        observe(request, f"{describe(result)}; unit {state['ActiveState']}/{state['SubState']}")
+        assert planted and result.exit_code == 3, describe(result)
+        assert f"pid {planted[0]} (grabber, user root, " in result.message and "left stopped" in result.message
+        assert (state["ActiveState"], state["SubState"]) == ("inactive", "dead")
+        assert (hs[HOST].root / STATE.lstrip("/") / previous / "unit.service").read_text() == unit_file(hs)
+        capsys.readouterr()
+        code = cli.main(["rollback", "--host", HOST, "--unit", UNIT, "--inventory", str(hs.inventory_path),
+                         "--json"])
+        out = json.loads(capsys.readouterr().out)
+        observe(request, f"sgdeploy rollback while it holds them: exit {code}: {out['message'][:150]}")
+        assert code == 2 and f"pid {planted[0]}" in out["message"] and "nothing was stopped" in out["message"]
+    finally:
+        for pid in planted:
+            _kill(hs, pid)
+    hs.configure_sim(HOST, failure="", fail_when_arg=[])
+    capsys.readouterr()
+    code = cli.main(["rollback", "--host", HOST, "--unit", UNIT, "--inventory", str(hs.inventory_path), "--json",
+                     "--settle", "1"])
+    out = json.loads(capsys.readouterr().out)
+    observe(request, f"once it is gone, sgdeploy rollback: exit {code} ({out['status']})")
+    assert code == 0 and health(hs) == 200
+    assert not history_problems(hs, capsys)
+
+
+def test_up_to_date_is_decided_under_the_lock(hs: HostSet, profiles: dict[str, Path], request: pytest.FixtureRequest,
+                                              capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """two applies at the same moment: "already runs this unit" is decided under the lock"""
+    from sgdeploy.apply import HostSession
+
+    ensure_good(hs, profiles)
+    lock_path = hs[HOST].root / STATE.lstrip("/") / "lock"
+    # The other apply holds the lock: the one whose unit is installed is refused, not told "up to date".
+    process = _cli_apply(hs.inventory_path, profiles["other"], "--force")
+    try:
+        assert _wait_for(lambda: lock_path.exists() and f"pid={process.pid} " in lock_path.read_text()), "no lock"
+        result = apply(hs.inventory_path, profiles["good"])
+    finally:
+        process.communicate(timeout=120)
+    observe(request, f"while another apply held the lock: {describe(result)}")
+    assert result.exit_code == 2 and "another apply holds the lock" in result.message, describe(result)
+    assert process.returncode == 0
+    # The other apply runs between this one's facts and its lock: decided again under the lock.
+    real_lock = HostSession.lock
+    ran: list[int] = []
+
+    def lock_after_another_apply(self: HostSession, state_dir: str, unit: str | None = None) -> Any:
+        if not ran:
+            ran.append(_cli_apply(hs.inventory_path, profiles["third"], "--force").wait(120))
+        return real_lock(self, state_dir, unit)
+
+    monkeypatch.setattr(HostSession, "lock", lock_after_another_apply)
+    events: list[tuple[str, dict[str, Any]]] = []
+    result = apply(hs.inventory_path, profiles["other"], lambda kind, **data: events.append((kind, data)))
+    warnings = [d["text"] for k, d in events if k == "warning"]
+    observe(request, f"another apply ran between facts and lock: {describe(result)}; warnings {warnings}")
+    assert ran == [0] and result.exit_code == 0 and result.status == "ready", describe(result)
+    assert any("deciding again under the lock" in w for w in warnings)
+    assert "max-running-requests 12" in sh(hs, f"tr '\\0' ' ' < /proc/{unit_state(hs)['MainPID']}/cmdline")
+    assert not history_problems(hs, capsys, [result.deployment_id])

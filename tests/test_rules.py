@@ -34,7 +34,7 @@ DOCS = ROOT / "docs" / "rules.md"
 
 RULE_ID = re.compile(r"^SGD\d{3}$")
 INFO_RULES = {"SGD031", "SGD034", "SGD708"}  # structural notes, not problems
-WARNING_RULES = {"SGD707"}  # the inventory disagrees with the live host
+WARNING_RULES = {"SGD707", "SGD032", "SGD712"}  # the inventory disagrees with the live host; not checked offline
 
 FAILING = sorted(p for p in RULES_DIR.glob("SGD*.toml") if not p.name.endswith(".ok.toml"))
 FIXED = sorted(RULES_DIR.glob("SGD*.ok.toml"))

@@ -54,3 +54,92 @@ def test_verdicts_of_the_simulated_sglang(host_factory) -> None:  # type: ignore
     hs.configure_sim("chk", resolve_hang_s=0.0, broken_import="libcudart.so.13: cannot open shared object file")
     broken, _ = _check(hs, "chk", ["--model-path", "/models/tiny"])
     assert (broken["accepted"], broken["stage"], broken["error_type"]) == (None, "import", "ImportError")
+
+
+# --------------------------------------------------------------------------- wired into plan and apply
+def _profile(tmp_path: Path, name: str, port: int, edit=lambda t: t) -> Path:  # type: ignore[no-untyped-def]
+    from tests.variants import reference
+
+    path = tmp_path / f"{name}.toml"
+    path.write_text(edit(reference(port)))
+    return path
+
+
+def _run(capsys, *argv: str) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    from sgdeploy import cli
+
+    capsys.readouterr()
+    code = cli.main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_plan_and_apply_ask_sglang_on_the_host(host_factory, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from tests.faults import inventory_via
+    from tests.hosts import SimSettings, free_port
+
+    hs = host_factory(HostSpec.like("ct129", sim=SimSettings(startup_s=1.0, release_delay_s=0.3)))
+    port = free_port()
+    inventory = str(hs.inventory_path)
+    # Without enforce_piecewise_cuda_graph SGLang 0.5.11 turns the piecewise graph off for this model.
+    plain = _profile(tmp_path, "plain", port, lambda t: t.replace("enforce_piecewise_cuda_graph = true\n", ""))
+    code, out = _run(capsys, "plan", str(plain), "--inventory", inventory)
+    assert code == 0, out
+    assert ("SGLang's own check: SGLang 0.5.11 on ct129 accepts the launch; it will resolve "
+            "`disable_piecewise_cuda_graph` false -> true, `speculative_algorithm` NEXTN -> EAGLE") in out
+    assert out.index("unit diff:") < out.index("SGLang's own check:")
+    code, out = _run(capsys, "apply", str(plain), "--inventory", inventory, "--json", "--settle", "1")
+    result = json.loads(out)
+    assert code == 0 and result["sglang_check"]["status"] == "accepted", out[-2000:]
+    assert {a["field"] for a in result["sglang_check"]["predicted"]} == {"disable_piecewise_cuda_graph",
+                                                                       "speculative_algorithm"}
+    assert result["sglang_check"]["differences"] == [], result["sglang_check"]
+    # --no-sglang-check: no check at all
+    code, out = _run(capsys, "plan", str(plain), "--inventory", inventory, "--no-sglang-check", "--json")
+    assert code == 0 and json.loads(out)["sglang_check"] is None
+
+    # A broken install: a warning and the catalog's verdict, never a traceback.
+    hs.configure_sim("ct129", broken_import="libcudart.so.13: cannot open shared object file")
+    other = _profile(tmp_path, "other", port, lambda t: t.replace("max_running_requests = 16",
+                                                                  "max_running_requests = 12"))
+    code, out = _run(capsys, "apply", str(other), "--inventory", inventory, "--json", "--settle", "1")
+    result = json.loads(out)
+    warned = [d for d in result["diagnostics"] if d["rule"] == "SGD712"]
+    assert code == 0 and warned and warned[0]["severity"] == "warning" and "libcudart" in warned[0]["message"]
+    hs.configure_sim("ct129", broken_import="")
+
+    # A release without a bundled catalog (a dev build): offline says what it could not check, the
+    # host's SGLang decides, and apply goes on with its verdict.
+    from tests.hosts.machine import find_catalog
+
+    dev = "0.5.24.dev0"  # its flags: 0.5.23's
+    hs.ssh("ct129", "systemctl stop sglang.service")
+    (hs["ct129"].root / f"opt/sglang-sim/catalogs/{dev}.json").write_bytes(find_catalog("0.5.23"))
+    hs.ssh("ct129", f"cd /opt/sglang-sim && mv sglang-0.5.11.dist-info sglang-{dev}.dist-info && "
+                    f"sed -i 's/^Version: .*/Version: {dev}/' sglang-{dev}.dist-info/METADATA")
+    dev_inventory = inventory_via(hs.inventory_path, tmp_path / "dev.toml", "ct129", sglang_version=dev)
+    small = ('[deploy]\nhost = "ct129"\nunit = "sglang"\npython = "/root/ml-env/bin/python3"\n'
+             f'ready_timeout_s = 60\n\n[server]\nmodel_path = "/root/models/Qwen3-8B"\nhost = "0.0.0.0"\n'
+             f"port = {port}\nmax_running_requests = 8\n")
+    third = tmp_path / "small.toml"
+    third.write_text(small)
+    code, out = _run(capsys, "validate", str(third), "--inventory", str(dev_inventory), "--format", "json")
+    (checked,) = json.loads(out)["profiles"]
+    assert code == 0 and any(d["rule"] == "SGD032" and "were not checked" in d["message"]
+                             for d in checked["diagnostics"]), out
+    code, out = _run(capsys, "apply", str(third), "--inventory", str(dev_inventory), "--json", "--settle", "1")
+    result = json.loads(out)
+    assert code == 0 and result["status"] == "ready", out[-2000:]
+    assert result["sglang_check"]["sglang_version"] == dev
+    assert any(d["rule"] == "SGD703" and d["severity"] == "warning" for d in result["diagnostics"])
+    tls = tmp_path / "tls.toml"
+    tls.write_text(small + 'ssl_keyfile = "/nonexistent/key.pem"\nssl_certfile = "/nonexistent/cert.pem"\n')
+    code, out = _run(capsys, "apply", str(tls), "--inventory", str(dev_inventory), "--json")
+    result = json.loads(out)
+    assert code == 2 and any(d["rule"] == "SGD711" for d in result["diagnostics"]), out[-2000:]
+    assert result["disagreements"][0]["offline"].startswith("not checked")
+    code, out = _run(capsys, "apply", str(tls), "--inventory", str(dev_inventory), "--json", "--no-sglang-check")
+    result = json.loads(out)
+    assert code == 2 and any(d["rule"] == "SGD703" and d["severity"] == "error" for d in result["diagnostics"])
+    code, out = _run(capsys, "history", "--host", "ct129", "--unit", "sglang", "--inventory", inventory, "--json")
+    refused = [r for r in json.loads(out)["deployments"] if r["outcome"] == "refused"]
+    assert refused and refused[0]["disagreements"][0]["kind"] == "host_refused"

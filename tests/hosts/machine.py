@@ -443,13 +443,15 @@ def _prepare_host(rootfs: Path, h: Host, client_pub: str, etc_hosts: str = "") -
     if not link.is_symlink():
         link.symlink_to("/etc/systemd/system/sim-gpu.service")
     # config-only model directories a deployer's reference profiles point at
-    for path, arch in (
-        ("root/models/Qwen3.6-27B", "Qwen3_5ForConditionalGeneration"),
-        ("root/models/Qwen3-8B", "Qwen3ForCausalLM"),
+    # (max_position_embeddings as in the real models' config.json: without it SGLang derives 2048)
+    for path, arch, positions in (
+        ("root/models/Qwen3.6-27B", "Qwen3_5ForConditionalGeneration", 262144),
+        ("root/models/Qwen3-8B", "Qwen3ForCausalLM", 40960),
     ):
         (root / path).mkdir(parents=True, exist_ok=True)
         (root / path / "config.json").write_text(
-            json.dumps({"architectures": [arch], "model_type": "sim"}) + "\n"
+            json.dumps({"architectures": [arch], "model_type": "sim",
+                        "max_position_embeddings": positions}) + "\n"
         )
 
 

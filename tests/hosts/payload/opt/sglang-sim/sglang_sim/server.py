@@ -468,6 +468,18 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
     if asked is None:
         args["context_length"] = derived
 
+    # ServerArgs._handle_ssl_validation (0.5.10+): the files must exist on the host, before load
+    for name, what in (("ssl_keyfile", "SSL key file"), ("ssl_certfile", "SSL certificate file"),
+                       ("ssl_ca_certs", "SSL CA certificates file")):
+        path = args.get(name)
+        if V >= (0, 5, 10) and path and not os.path.isfile(path):
+            _refuse(
+                _entry_frames(entry)
+                + [_prepare_frame(), (f"{PKG}/sglang/srt/server_args.py", 960, "_handle_ssl_validation",
+                                      "raise ValueError(")],
+                f"ValueError: {what} not found: '{path}'. Please check the --{name.replace('_', '-')} path.",
+            )
+
     # speculative decoding
     algo = args.get("speculative_algorithm")
     if algo:

@@ -1,0 +1,290 @@
+"""Asking the host's SGLang about a launch, and reading its answer. Pure: no I/O.
+
+    CheckRequest          what the unit would run: interpreter, argv, environment, user, folder
+    check_command(req)    the sh command: `program.py` under `systemd-run` with the unit's
+                          User=, WorkingDirectory=, Environment= and EnvironmentFile=, the hub
+                          libraries offline, bounded by RuntimeMaxSec (its cgroup is killed)
+    parse_verdict(...)    the command's output -> HostVerdict (accepted, refused, unavailable)
+    predicted(...)        what SGLang will change on its own, in the shape apply reports after start
+    differences(...)      predicted vs what the started server showed
+    disagreements(...)    the host's verdict vs the offline rules, for the deployment record
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sgdeploy.logs import settings_changed
+
+PROGRAM_PATH = Path(__file__).with_name("program.py")
+MARKER = "@@sgdeploy:sglang-check@@"
+DEFAULT_LIMIT_S = 60
+# The hub libraries must not download anything while the old server serves.
+OFFLINE_ENV = (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"))
+# Defaults SGLang picks by itself that change how a server performs; shown in plan.
+NOTABLE_DEFAULTS = ("attention_backend", "chunked_prefill_size", "mem_fraction_static", "cuda_graph_max_bs",
+                    "max_running_requests", "speculative_num_steps", "speculative_eagle_topk",
+                    "speculative_num_draft_tokens", "context_length", "page_size", "sampling_backend")
+ACCEPTED, REFUSED, UNAVAILABLE = "accepted", "refused", "unavailable"
+SOURCE = "SGLang's check on the host"
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """What the unit would run, for SGLang to judge: `python -m sglang.launch_server ARGV`."""
+
+    python: str
+    argv: tuple[str, ...]
+    environment: tuple[tuple[str, str], ...] = ()
+    user: str | None = None
+    working_directory: str | None = None
+    env_file: str | None = None
+
+
+@dataclass(frozen=True)
+class HostVerdict:
+    """SGLang's own answer on the host: accepted, refused (its message), or unavailable (why)."""
+
+    status: str
+    sglang_version: str | None = None
+    stage: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+    changed: dict[str, list[Any]] = field(default_factory=dict)  # field -> [argparse value, resolved]
+    warnings: tuple[str, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    reason: str = ""  # why it is unavailable
+    gpu_memory_mib: int | None = None
+    timed_out: bool = False  # killed at its time limit: SGLang hangs resolving this launch
+
+
+    @property
+    def refused(self) -> bool:
+        return self.status == REFUSED
+
+    @property
+    def message(self) -> str:
+        """SGLang's own words for a refusal: `ValueError: ...` (or the argparse error)."""
+        return f"{self.error_type}: {self.error}" if self.error_type and self.error else (self.error or "")
+
+    def resolved(self) -> dict[str, Any]:
+        return {name: values[1] for name, values in self.changed.items() if len(values) == 2}
+
+    def defaults(self) -> dict[str, Any]:
+        """Notable settings the profile left open and SGLang chose (None -> value)."""
+        return {n: v[1] for n, v in self.changed.items() if n in NOTABLE_DEFAULTS and len(v) == 2 and v[0] is None}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "sglang_version": self.sglang_version, "stage": self.stage,
+                "error_type": self.error_type, "error": self.error, "reason": self.reason or None,
+                "changed": self.changed, "warnings": list(self.warnings), "timings": self.timings,
+                "seconds": round(self.seconds, 3), "gpu_memory_mib": self.gpu_memory_mib,
+                "timed_out": self.timed_out}
+
+
+# --------------------------------------------------------------------------- the command
+def _c_quoted(pair: tuple[str, str]) -> str:
+    """One `Environment=` value for `systemd-run -p`, quoted as systemd unquotes it (C escapes;
+    transient properties take no specifiers, so `%` stays as it is)."""
+    text = f"{pair[0]}={pair[1]}"
+    out = []
+    for ch in text:
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def check_command(request: CheckRequest, limit_s: float = DEFAULT_LIMIT_S) -> str:
+    """The sh command running the check; the program itself goes on stdin (`program_bytes`)."""
+    props = [f"RuntimeMaxSec={int(limit_s)}", "TimeoutStopSec=5", "KillMode=control-group"]
+    if request.user:
+        props.append(f"User={request.user}")
+    if request.working_directory:
+        props.append(f"WorkingDirectory={request.working_directory}")
+    props += [f"Environment={_c_quoted(pair)}" for pair in request.environment]
+    if request.env_file:
+        props.append(f"EnvironmentFile={request.env_file}")
+    props += [f"Environment={_c_quoted(pair)}" for pair in OFFLINE_ENV]  # last: the unit cannot undo them
+    payload = base64.b64encode(json.dumps({"argv": list(request.argv)}).encode()).decode()
+    words = ["systemd-run", "--pipe", "--wait", "--collect", "--service-type=exec",
+             *(f"--property={p}" for p in props), "--", request.python, "-", payload]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def program_bytes() -> bytes:
+    return PROGRAM_PATH.read_bytes()
+
+
+# --------------------------------------------------------------------------- the answer
+def parse_verdict(stdout: str, stderr: str, exit_code: int, seconds: float = 0.0) -> HostVerdict:
+    """The check's output -> its verdict. Anything but a parse, resolve or check refusal from
+    SGLang itself (no SGLang, an import error, a timeout, no systemd-run) is `unavailable`."""
+    answer = next((line[len(MARKER):] for line in stdout.splitlines() if line.startswith(MARKER)), None)
+    data: dict[str, Any] | None = None
+    if answer is not None:
+        try:
+            loaded = json.loads(answer)
+            data = loaded if isinstance(loaded, dict) else None
+        except ValueError:
+            data = None
+    if data is None:
+        return HostVerdict(UNAVAILABLE, seconds=seconds, reason=_why_no_answer(stderr, exit_code),
+                           timed_out="result: timeout" in stderr)
+    accepted = data.get("accepted")
+    common: dict[str, Any] = {
+        "sglang_version": _text(data.get("sglang_version")), "stage": _text(data.get("stage")),
+        "error_type": _text(data.get("error_type")), "error": _text(data.get("error")),
+        "changed": {str(k): v for k, v in data.get("changed", {}).items() if isinstance(v, list)}
+        if isinstance(data.get("changed"), dict) else {},
+        "warnings": tuple(str(w) for w in data.get("warnings", []) if isinstance(w, str))
+        if isinstance(data.get("warnings"), list) else (),
+        "timings": {str(k): float(v) for k, v in data.get("timings", {}).items() if isinstance(v, int | float)}
+        if isinstance(data.get("timings"), dict) else {},
+        "seconds": seconds,
+        "gpu_memory_mib": data.get("gpu_memory_mib") if isinstance(data.get("gpu_memory_mib"), int) else None,
+    }
+    if accepted is True:
+        return HostVerdict(ACCEPTED, **common)
+    if accepted is False:
+        return HostVerdict(REFUSED, **common)
+    what = f"{common['error_type']}: {common['error']}" if common["error_type"] else (common["error"] or "no answer")
+    return HostVerdict(UNAVAILABLE, reason=f"SGLang cannot be imported there ({what})", **common)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _why_no_answer(stderr: str, exit_code: int) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if any("result: timeout" in line for line in lines):
+        return "it did not answer within its time limit and was killed"
+    if exit_code == 127 and any("systemd-run" in line for line in lines):
+        return "systemd-run is not available on the host"
+    tail = [line for line in lines if not line.startswith(("Running as unit", "Finished with result",
+                                                           "Main processes terminated", "Service runtime"))]
+    return f"exit {exit_code}" + (f": {tail[-1][:300]}" if tail else "")
+
+
+# --------------------------------------------------------------------------- what it means
+def predicted(verdict: HostVerdict, server: dict[str, Any]) -> list[dict[str, Any]]:
+    """What SGLang will change on its own, as `apply` reports it after a start (field, value, reason)."""
+    return [a.as_dict() for a in settings_changed(server, verdict.resolved(), SOURCE)]
+
+
+def summary(verdict: HostVerdict, host: str, server: dict[str, Any]) -> str:
+    """One line for `plan`: what SGLang on the host says and will change."""
+    version = f"SGLang {verdict.sglang_version or '?'} on {host}"
+    if verdict.status == UNAVAILABLE:
+        return f"{version}: its own check could not run ({verdict.reason})"
+    if verdict.refused:
+        return f"{version} refuses the launch at {verdict.stage}: {verdict.message}"
+    parts = []
+    for name, values in verdict.changed.items():
+        if name in server or (name in _behaviour_fields() and len(values) == 2 and values[0] is not None):
+            parts.append(f"`{name}` {_word(values[0])} -> {_word(values[1])}")
+    chosen = [f"{n} {_word(v)}" for n, v in verdict.defaults().items() if n not in server]
+    text = f"{version} accepts the launch"
+    if parts:
+        text += "; it will resolve " + ", ".join(parts)
+    if chosen:
+        text += "; it chooses " + ", ".join(chosen)
+    return text + f" ({verdict.seconds:.1f} s)"
+
+
+def _behaviour_fields() -> set[str]:
+    from sgdeploy.logs.settings import BEHAVIOUR_FIELDS
+
+    return set(BEHAVIOUR_FIELDS)
+
+
+def _word(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _norm(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return repr(float(value))
+    if isinstance(value, str):
+        return value.strip().lower()
+    return json.dumps(value, sort_keys=True, default=str).lower()
+
+
+def differences(expected: list[dict[str, Any]], seen: list[dict[str, Any]]) -> list[str]:
+    """Where the started server differs from SGLang's prediction, one sentence each."""
+    want = {a["field"]: a.get("value") for a in expected}
+    got = {a["field"]: a.get("value") for a in seen}
+    out = []
+    for name, value in want.items():
+        if name not in got:
+            out.append(f"predicted {name} = {_word(value)}, not seen after the start")
+        elif _norm(got[name]) != _norm(value):
+            out.append(f"predicted {name} = {_word(value)}, the server runs with {_word(got[name])}")
+    out += [f"{name} = {_word(value)} after the start was not predicted"
+            for name, value in got.items() if name not in want]
+    return out
+
+
+def disagreements(verdict: HostVerdict, offline_errors: list[str], offline_checked: bool,
+                  covering: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The host's verdict against the offline rules, as data for the deployment record.
+
+    `covering` is the check site SGLang's message matches and the rules that decide it
+    (`site_for`); a refusal those rules did not flag means one of them is wrong for this version.
+    """
+    if verdict.refused and not offline_errors:
+        rules = list(covering["rules"]) if covering and covering.get("rules") else []
+        return [{"kind": "host_refused", "host": verdict.message, "stage": verdict.stage,
+                 "offline": "accepted" if offline_checked else "not checked (no catalog for this version)",
+                 "site": covering["key"] if covering else None, "rules": rules,
+                 "category": covering["category"] if covering else None}]
+    if verdict.status == ACCEPTED and offline_errors:
+        return [{"kind": "host_accepted", "host": "accepted", "offline": offline_errors, "site": None,
+                 "rules": offline_errors, "stage": None, "category": None}]
+    return []
+
+
+_PLACEHOLDER = re.compile(r"\\\{[^}]*\\\}")
+
+
+def site_for(version: str, message: str) -> dict[str, Any] | None:
+    """The check site of SGLang `version` whose message matches `message`, and what decides it."""
+    from sgdeploy.sglang import checksites
+
+    if not message or version not in checksites.inventoried_versions():
+        return None
+    for site in checksites.refusal_sites(version):
+        template = str(site.get("message") or "")
+        if not template.strip():
+            continue
+        pattern = _PLACEHOLDER.sub(".*?", re.escape(" ".join(template.split())))
+        if re.search(pattern, " ".join(message.split())):
+            decision = checksites.decide(site["key"])
+            return {"key": site["key"], "category": decision.category if decision else "unmapped",
+                    "rules": list(decision.rules) if decision else [],
+                    "reason": decision.reason if decision else ""}
+    return None
+
+
+def covering_text(covering: dict[str, Any] | None) -> str:
+    """What the offline rules say about a refusal SGLang made, for the refusal message."""
+    if covering is None:
+        return "no offline rule covers this refusal (it is not one of the check sites sgdeploy inventories)"
+    if covering["rules"]:
+        return f"offline rule {', '.join(covering['rules'])} should have caught it (check site {covering['key']})"
+    if covering["category"] == "host":
+        return f"no offline rule can decide it: {covering['reason']}"
+    return f"no offline rule decides it yet (check site {covering['key']}: {covering['category']})"
