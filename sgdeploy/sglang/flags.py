@@ -118,9 +118,13 @@ REPLACEMENTS: dict[str, tuple[Replacement, ...]] = {
 def replacement_for(key: str, catalog: Catalog) -> Replacement | None:
     """What replaces `key` in this catalog's release: an alias's own mapping, else the table."""
     flag = catalog.lookup(key)
+    listed = next((r for r in REPLACEMENTS.get(key, ()) if catalog.parsed_version in r.versions), None)
     if flag is not None and flag.is_alias:
-        return alias_replacement(flag)
-    return next((r for r in REPLACEMENTS.get(key, ()) if catalog.parsed_version in r.versions), None)
+        target = catalog.flags.get(flag.field)
+        # An alias of a field that is deprecated itself (nsa_* -> dsa_* in 0.5.14-0.5.19): the
+        # table names where both end up.
+        return listed if listed is not None and target is not None and target.deprecated else alias_replacement(flag)
+    return listed
 
 
 def alias_replacement(alias: Flag) -> Replacement:

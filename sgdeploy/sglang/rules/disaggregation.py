@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from sgdeploy.sglang import models
+from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import LANGUAGE_ONLY_REFUSED, V1X, server_field
 from sgdeploy.sglang.rules.registry import ERROR, rule
+from sgdeploy.sglang.versions import VersionRange
 
 
 @rule("SGD301", "language-only-without-encoders", ERROR,
@@ -35,8 +37,11 @@ def encoder_and_language_only(ctx: LaunchContext) -> Iterator[Finding]:
 def encoder_disagg_architecture(ctx: LaunchContext) -> Iterator[Finding]:
     if not (ctx.on("encoder_only") or ctx.on("language_only")) or not ctx.architecture:
         return
-    allowed = (models.ENCODER_DISAGG_ARCHITECTURES_0_5_1X if ctx.version in V1X
-               else models.ENCODER_DISAGG_ARCHITECTURES_0_5_2X)
+    # SGLang's inline allow-list of each release, read from the wheel (catalogs/facts.json).
+    allowed = fact("encoder_disagg_archs", ctx.version)
+    if allowed is None:
+        allowed = (models.ENCODER_DISAGG_ARCHITECTURES_0_5_1X if ctx.version in V1X
+                   else models.ENCODER_DISAGG_ARCHITECTURES_0_5_2X)
     if ctx.architecture not in allowed:
         which = "encoder_only" if ctx.on("encoder_only") else "language_only"
         yield Finding(server_field(which), f"Model type {ctx.architecture} is not supported for encoder "
@@ -55,3 +60,46 @@ def prefix_mm_cache(ctx: LaunchContext) -> Iterator[Finding]:
 def encoder_only_pd(ctx: LaunchContext) -> Iterator[Finding]:
     if ctx.on("encoder_only") and ctx.get("disaggregation_mode") in {"prefill", "decode"}:
         yield Finding("server.encoder_only", "Cannot set encoder_only and disaggregation_mode prefill/decode together")
+
+
+@rule("SGD306", "blank-encoder-url", ERROR,
+      "An empty entry in encoder_urls: SGLang starts, then sends images to a URL with no host.",
+      "remove the empty entries, or write each encoder's URL (\"http://encoder-host:port\")")
+def blank_encoder_url(ctx: LaunchContext) -> Iterator[Finding]:
+    urls = ctx.get("encoder_urls")
+    if not ctx.on("language_only") or not isinstance(urls, list):
+        return
+    blank = [i + 1 for i, url in enumerate(urls) if not str(url).strip()]
+    if blank:
+        which = ", ".join(str(i) for i in blank)
+        yield Finding("server.encoder_urls", f"encoder_urls has {len(blank)} empty entr"
+                      f"{'y' if len(blank) == 1 else 'ies'} (item {which} of {len(urls)}): SGLang accepts it and "
+                      "then posts each image part to '/scheduler_receive_url' with no host")
+
+
+def _overlap_off_by_sglang(ctx: LaunchContext) -> bool:
+    """SGLang may turn the overlap scheduler off by itself: speculative decoding, diffusion LLMs, PP."""
+    return bool(ctx.get("speculative_algorithm") or ctx.get("dllm_algorithm")) or ctx.int("pp_size", 1) > 1
+
+
+@rule("SGD307", "pdmux-layout", ERROR,
+      "enable_pdmux (PD-Multiplexing) needs pp_size 1, chunked_prefill_size = -1, no PD disaggregation and "
+      "disable_overlap_schedule.", "set chunked_prefill_size = -1 and disable_overlap_schedule = true, "
+      "or drop enable_pdmux", versions=VersionRange(since="0.5.3.post2"))
+def pdmux_layout(ctx: LaunchContext) -> Iterator[Finding]:
+    if not ctx.on("enable_pdmux"):
+        return
+    # check_server_args asserts these in order, on values already resolved: chunked_prefill_size
+    # gets a positive default unless the profile says -1.
+    if ctx.int("pp_size", 1) != 1:
+        name, said = "pp_size", "PD-Multiplexing is only supported with pipeline parallelism disabled (pp_size=1)."
+    elif ctx.server.get("chunked_prefill_size") != -1:
+        name, said = "chunked_prefill_size", "PD-Multiplexing is not compatible with chunked prefill."
+    elif ctx.get("disaggregation_mode", "null") not in (None, "null"):
+        name, said = "disaggregation_mode", "PD-Multiplexing is not compatible with disaggregation mode."
+    elif not ctx.on("disable_overlap_schedule") and not _overlap_off_by_sglang(ctx):
+        name, said = "disable_overlap_schedule", "PD-Multiplexing is not compatible with overlap schedule."
+    else:
+        return
+    yield Finding(server_field(name) if ctx.given(name) else "server.enable_pdmux", f"SGLang refuses enable_pdmux "
+                  f"here: '{said}'")

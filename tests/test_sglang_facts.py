@@ -1,0 +1,186 @@
+"""Rules' claims about SGLang against facts read from the wheels (catalogs/facts.json and the
+catalogs): each version boundary a rule or a replacement names must be where the wheels put it,
+and every advised replacement, applied to its own bad entry, must be accepted by every bundled
+release of its range."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sgdeploy.sglang.catalog import available_versions, load_catalog
+from sgdeploy.sglang.facts import fact, spans
+from sgdeploy.sglang.flags import REPLACEMENTS, choice_problem, replacement_for, value_problem
+from sgdeploy.sglang.rule import LaunchContext
+from sgdeploy.sglang.rules import RULES
+from sgdeploy.sglang.rules.common import (
+    MIXED_CHUNK_BY_ALGORITHM,
+    PP_SPEC_ON_PREFILL,
+    PREFILL_DEFAULT_TC_PIECEWISE,
+    PREFILL_MULTIMODAL_TO_PIECEWISE,
+    V1X,
+    V2X,
+)
+from sgdeploy.sglang.versions import VersionRange, format_version, parse_version
+
+VERSIONS = available_versions()
+
+
+def first_with(name: str) -> str:
+    """The first bundled release where fact `name` exists."""
+    return format_version(spans(name)[0][0])
+
+
+def boundary_of(window: VersionRange) -> tuple[str | None, str | None]:
+    return window.since, window.until
+
+
+def sample(flag: Any) -> Any:
+    if flag.is_switch:
+        return True
+    if flag.choices:
+        return [flag.choices[0]] if flag.is_list else flag.choices[0]
+    value: Any = {"int": 4, "float": 0.5, "json": "{}"}.get(flag.value_kind, "x")
+    return [value] if flag.is_list else value
+
+
+def option_span(key: str) -> tuple[str, str | None]:
+    (since, until, _), *_ = spans(f"option:{key}")
+    return format_version(since), format_version(until) if until else None
+
+
+# --------------------------------------------------------------------------- version lines
+def test_v2x_starts_where_the_per_phase_graph_aliases_appear() -> None:
+    assert V2X.since == option_span("enforce_piecewise_cuda_graph")[0] == "0.5.14"
+    assert V1X.until == V2X.since
+    assert "mamba_scheduler_strategy" in load_catalog("0.5.13").flags
+    assert "mamba_scheduler_strategy" in load_catalog("0.5.14").aliases
+
+
+@pytest.mark.parametrize("key", ["enforce_piecewise_cuda_graph", "disable_piecewise_cuda_graph",
+                                 "mamba_scheduler_strategy", "cuda_graph_max_bs", "cuda_graph_bs",
+                                 "piecewise_cuda_graph_tokens", "piecewise_cuda_graph_max_tokens",
+                                 "piecewise_cuda_graph_compiler", "stream_output"])
+def test_aliases_of_the_v2_migration_last_until_0_5_20(key: str) -> None:
+    assert option_span(key)[1] == "0.5.20"
+
+
+def test_expert_distribution_metrics_is_refused_in_0_5_18_and_0_5_19() -> None:
+    (since, until, value), = spans("option:enable_expert_distribution_metrics")
+    assert (format_version(since), until and format_version(until)) == ("0.5.18", "0.5.20")
+    assert "expert-balancedness-report-mode" in value["refused"]
+
+
+def test_prefill_graph_windows_match_the_allow_lists() -> None:
+    assert first_with("breakable_prefill_graph_archs") == "0.5.16"
+    piecewise = spans("piecewise_prefill_graph_archs")
+    assert format_version(piecewise[0][0]) == PREFILL_DEFAULT_TC_PIECEWISE.since == "0.5.14"
+    assert PREFILL_MULTIMODAL_TO_PIECEWISE.until == "0.5.22"
+    assert "tc_piecewise" not in (load_catalog("0.5.22").flags["cuda_graph_backend_prefill"].choices or ())
+    assert "tc_piecewise" in (load_catalog("0.5.21").flags["cuda_graph_backend_prefill"].choices or ())
+
+
+def test_mixed_chunk_window_matches_supports_mixed_chunk() -> None:
+    assert first_with("mixed_chunk_speculative_algorithms") == MIXED_CHUNK_BY_ALGORITHM.since == "0.5.19"
+    assert {"EAGLE", "EAGLE3"} <= set(fact("mixed_chunk_speculative_algorithms", parse_version("0.5.23")))
+    assert "STANDALONE" not in fact("mixed_chunk_speculative_algorithms", parse_version("0.5.23"))
+
+
+def test_pp_spec_window() -> None:
+    assert PP_SPEC_ON_PREFILL.since == "0.5.21"
+
+
+def test_mamba_table_covers_the_v1x_rule() -> None:
+    table = fact("mamba_radix_cache_archs", parse_version("0.5.11"))
+    assert table["NemotronHForCausalLM"] == [True, False]
+    assert table["KimiLinearForCausalLM"][0] is False
+    assert table["Qwen3NextForCausalLM"] == [True, True]
+
+
+# --------------------------------------------------------------------------- rules against facts
+def ctx(version: str, server: dict[str, Any], architecture: str | None = None) -> LaunchContext:
+    catalog = load_catalog(version)
+    return LaunchContext(server=server, raw_server=server, env={}, catalog=catalog, architecture=architecture)
+
+
+def fired(rule_id: str, context: LaunchContext) -> bool:
+    return any(True for _ in RULES.by_id(rule_id).run(context))
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if parse_version(v) in V2X])
+def test_sgd603_agrees_with_the_allow_lists(version: str) -> None:
+    v = parse_version(version)
+    breakable = fact("breakable_prefill_graph_archs", v) or []
+    piecewise = fact("piecewise_prefill_graph_archs", v) or []
+    for arch in fact("multimodal_archs", v) or []:
+        kept = (arch in piecewise if v in PREFILL_DEFAULT_TC_PIECEWISE
+                else arch in breakable or (v in PREFILL_MULTIMODAL_TO_PIECEWISE and arch in piecewise))
+        assert fired("SGD603", ctx(version, {"model_path": "/m"}, arch)) is not kept, (version, arch)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sgd303_agrees_with_the_allow_list(version: str) -> None:
+    allowed = fact("encoder_disagg_archs", parse_version(version))
+    if allowed is None or "encoder_only" not in load_catalog(version):
+        pytest.skip("no encoder disaggregation in this release")
+    for arch in allowed:
+        assert not fired("SGD303", ctx(version, {"model_path": "/m", "encoder_only": True}, arch)), (version, arch)
+    assert fired("SGD303", ctx(version, {"model_path": "/m", "encoder_only": True}, "LlamaForCausalLM"))
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if parse_version(v) >= (0, 5, 10, 0)])
+def test_sgd211_agrees_with_supports_mixed_chunk(version: str) -> None:
+    kept = fact("mixed_chunk_speculative_algorithms", parse_version(version)) or []
+    for algo in ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"):
+        server = {"model_path": "/m", "speculative_algorithm": algo, "enable_mixed_chunk": True}
+        keeps = ("EAGLE" if algo == "NEXTN" else algo) in kept
+        assert fired("SGD211", ctx(version, server)) is not keeps, (version, algo)
+
+
+# --------------------------------------------------------------------------- advised replacements
+def replaced_cases() -> list[tuple[str, str]]:
+    """(key, version) for every replacement entry and every bundled release in its range where
+    SGLang no longer accepts the key as it is, or deprecates it."""
+    cases = []
+    for key, entries in REPLACEMENTS.items():
+        for entry in entries:
+            for version in VERSIONS:
+                if parse_version(version) in entry.versions:
+                    cases.append((key, version))
+    return cases
+
+
+def bad_value(key: str, version: str) -> Any:
+    """A value the old key took when it was last a field of its own (its choices, its type)."""
+    for candidate in reversed(VERSIONS):
+        flag = load_catalog(candidate).flags.get(key)
+        if flag is not None and flag.refusal is None and not flag.ignored:
+            return sample(flag)
+    return True
+
+
+@pytest.mark.parametrize(("key", "version"), replaced_cases())
+def test_each_replacement_is_accepted_where_it_is_advised(key: str, version: str) -> None:
+    catalog = load_catalog(version)
+    replacement = replacement_for(key, catalog)
+    if replacement is None:
+        pytest.skip(f"{key} has no replacement for {version}")
+    for new_key, new_value in replacement.entries(bad_value(key, version)).items():
+        flag = catalog.flags.get(new_key)
+        assert flag is not None, f"{version}: {key} -> {new_key}, which SGLang {version} does not have"
+        assert not flag.deprecated, f"{version}: {key} -> {new_key}, itself deprecated"
+        assert not value_problem(flag, new_value) and not choice_problem(flag, new_value), (
+            f"{version}: {key} -> {new_key} = {new_value!r} is refused")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_alias_replacement_is_the_mapping_sglang_applies(version: str) -> None:
+    catalog = load_catalog(version)
+    for key, alias in catalog.aliases.items():
+        if catalog.flags[alias.field].deprecated:
+            continue  # an alias of a deprecated field: the table's entry, checked above
+        replacement = replacement_for(key, catalog)
+        assert replacement is not None
+        value = sample(alias)
+        assert replacement.entries(value) == {alias.field: alias.stored(value)}, (version, key)
