@@ -24,6 +24,7 @@ import gzip
 import ipaddress
 import json
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -37,7 +38,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .rootfs import ensure_rootfs
+from .rootfs import PLAIN_UID, PLAIN_USER, SUDO_UID, SUDO_USER, ensure_rootfs
 
 HERE = Path(__file__).resolve().parent
 PAYLOAD = HERE / "payload"
@@ -45,6 +46,9 @@ REPO = HERE.parent.parent
 SHARED_SGLANG = Path(os.environ.get("SGDEPLOY_SHARED_SGLANG", "/work/shared/sglang"))
 REPO_CATALOGS = REPO / "sgdeploy" / "sglang" / "catalogs"
 RUN_ROOT = Path(os.environ.get("SGDEPLOY_TESTHOSTS_RUN", "/dev/shm/sgdeploy-testhosts"))
+
+# Logins besides root on every host: one with passwordless sudo, one without.
+LOGINS = {SUDO_USER: SUDO_UID, PLAIN_USER: PLAIN_UID}
 
 FAILURES = (
     "cuda_oom",
@@ -78,6 +82,7 @@ class SimSettings:
     orphan_children: bool = False  # scheduler children survive the main process (stray GPU use)
     resolve_hang_s: float = 0.0  # sglang.srt.server_args: resolution sleeps this long (a hung check)
     broken_import: str = ""  # sglang.srt.server_args: importing it raises ImportError(this)
+    ready_endpoint: bool = True  # False: /ready answers 404 even on 0.5.2x (a build without it)
     log_wrapper: str = ""  # "pylog": every line inside a launcher's Python logging record
 
     def to_toml(self) -> str:
@@ -146,11 +151,21 @@ def _toml_table(name: str, d: dict[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Below the kernel's ephemeral range (32768-60999), so outgoing connections never take it, and
+# below 55536, since SGLang derives a gRPC port of --port + 10000 and refuses one above 65535.
+FREE_PORTS = range(20000, 32000)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that is free right now (a server port SGLang accepts)."""
+    for port in random.sample(FREE_PORTS, 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free TCP port in {FREE_PORTS.start}-{FREE_PORTS.stop - 1}")
 
 
 def _log(msg: str) -> None:
@@ -428,6 +443,12 @@ def _prepare_host(rootfs: Path, h: Host, client_pub: str, etc_hosts: str = "") -
     for rel, text in files.items():
         _write_atomic(root / rel, text)
     os.chmod(root / "root/.ssh/authorized_keys", 0o600)
+    for user, uid in LOGINS.items():  # sshd reads a user's keys with that user's rights
+        ssh_dir = root / "home" / user / ".ssh"
+        _write_atomic(ssh_dir / "authorized_keys", client_pub + "\n", 0o600)
+        for path in (ssh_dir, ssh_dir / "authorized_keys"):
+            os.chown(path, uid, uid)
+        os.chmod(ssh_dir, 0o700)
     cat = root / f"opt/sglang-sim/catalogs/{spec.sglang_version}.json"
     cat.parent.mkdir(parents=True, exist_ok=True)
     cat.write_bytes(find_catalog(spec.sglang_version))
