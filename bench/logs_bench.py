@@ -115,6 +115,23 @@ def write_log(path: Path, megabytes: int) -> int:
     return lines
 
 
+def _cli_run(path: Path) -> dict[str, Any]:
+    """The whole command an operator runs, from a cold start: wall, CPU and peak memory."""
+    probe = (
+        "import resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        "subprocess.run([sys.executable, '-m', 'sgdeploy', 'logcheck', sys.argv[1], '--json'],"
+        " stdout=subprocess.DEVNULL, check=False)\n"
+        "wall = time.perf_counter() - t\n"
+        "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(wall, u.ru_utime + u.ru_stime, u.ru_maxrss / 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, str(path)], cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout.split()
+    return {"command": "sgdeploy logcheck --json", "wall_s": float(out[0]), "cpu_s": float(out[1]),
+            "peak_mib": float(out[2])}
+
+
 def cmd_speed(args: argparse.Namespace) -> dict[str, Any]:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"# log reader speed, code {code_state()}, Python {platform.python_version()}, "
@@ -139,7 +156,15 @@ def cmd_speed(args: argparse.Namespace) -> dict[str, Any]:
             met = "MET" if best["wall_s"] <= target else "MISSED"
             print(f"| {mb} MB | {lines:,} | {best['wall_s']:.2f} s | {best['cpu_s']:.2f} s | "
                   f"{best['peak_mib']:.0f} MiB | {best['added_mib']:.1f} MiB | {target:.2f} s | {met} |")
+            if mb == args.mb:
+                cli = _cli_run(path)
+                results.append(cli)
+                met = "MET" if cli["wall_s"] <= TARGET_SPEED_S else "MISSED"
+                print(f"| {mb} MB, `sgdeploy logcheck --json` | {lines:,} | {cli['wall_s']:.2f} s | "
+                      f"{cli['cpu_s']:.2f} s | {cli['peak_mib']:.0f} MiB | (whole command) | "
+                      f"{TARGET_SPEED_S:.2f} s | {met} |")
             path.unlink()
+    results = [r for r in results if "mb" in r]
     grows = results[-1]["added_mib"] - results[0]["added_mib"]
     print(f"memory added by reading, {results[0]['mb']} MB vs {results[-1]['mb']} MB: {grows:+.1f} MiB "
           f"({'constant' if abs(grows) < 8 else 'GROWS'})")
