@@ -246,16 +246,17 @@ def _nvls(host: str):  # type: ignore[no-untyped-def]
     return edit
 
 
-def test_nccl_nvls_is_an_error_on_a6000(tmp_path: Path) -> None:
+def test_nccl_nvls_is_a_warning_on_a6000(tmp_path: Path) -> None:
+    # SGLang accepts it and NCCL falls back silently without NVSwitch: nothing to refuse.
     path = write_variant(tmp_path, _nvls("ct129"))
     result = validate(path, REPO_INVENTORY)
-    assert not result.ok
+    assert result.ok
     hit = [d for d in result.diagnostics if d.rule == "SGD401"]
     assert [(d.field, d.line, d.severity) for d in hit] == [
         (
             "server.enable_nccl_nvls",
             key_line(path.read_text(), "server.enable_nccl_nvls"),
-            Severity.ERROR,
+            Severity.WARNING,
         )
     ]
 

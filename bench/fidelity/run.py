@@ -54,6 +54,7 @@ POLICY_RULES = {
     "SGD020": "values a systemd unit cannot carry",
     "SGD021": "a secret in the profile instead of deploy.env_file",
     "SGD101": "more GPUs per node than the host has: SGLang fails when its workers start",
+    "SGD106": "node_rank >= nnodes: the node never joins a valid group and serves no HTTP",
     "SGD105": "nnodes > 1 without dist_init_addr: every node waits on its own loopback",
 }
 STARTUP_CHECKS = ("gpu_count", "attention_heads_divisible", "mem_fraction_static_range")

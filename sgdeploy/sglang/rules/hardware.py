@@ -27,8 +27,9 @@ SM_GATES: tuple[SmGate, ...] = (
     SmGate(("attention_backend", "prefill_attention_backend"), "trtllm_mha", 90, "Hopper (SM90) or newer",
            VersionRange(since="0.5.19")),
     SmGate(("decode_attention_backend",), "trtllm_mha", 90, "Hopper (SM90) or newer"),
-    SmGate(("attention_backend", "decode_attention_backend", "prefill_attention_backend"), "trtllm_mla", 100,
-           "Blackwell (SM100/SM12x)"),
+    # SGLang checks the attention and decode backends only (a prefill backend equal to the decode
+    # one becomes the attention backend, which the decode field already covers).
+    SmGate(("attention_backend", "decode_attention_backend"), "trtllm_mla", 100, "Blackwell (SM100/SM12x)"),
     SmGate(("attention_backend", "decode_attention_backend"), "cutedsl_mla", 100, "Blackwell (SM100)"),
     SmGate(("attention_backend", "decode_attention_backend"), "tokenspeed_mla", 100, "Blackwell (SM100)"),
     SmGate(("kv_cache_dtype",), "nvfp4", 100, "Blackwell SM100 or SM120"),
@@ -49,13 +50,14 @@ def _gpu_words(ctx: LaunchContext) -> str:
     return f"{ctx.host.name} has {ctx.host.gpu or 'GPUs'} (SM{ctx.host.sm})"
 
 
-@rule("SGD401", "nccl-nvls-needs-sm90", ERROR,
-      "NCCL NVLS (enable_nccl_nvls) needs NVSwitch multicast, which only SM90+ systems have.",
+@rule("SGD401", "nccl-nvls-needs-sm90", WARNING,
+      "NCCL NVLS (enable_nccl_nvls) needs NVSwitch multicast, which only SM90+ systems have: elsewhere it does "
+      "nothing.",
       "remove enable_nccl_nvls on this host")
 def nccl_nvls(ctx: LaunchContext) -> Iterator[Finding]:
     if ctx.on("enable_nccl_nvls") and _below(ctx, 90):
-        yield Finding("server.enable_nccl_nvls", f"enable_nccl_nvls needs an SM90+ GPU with NVSwitch; "
-                      f"{_gpu_words(ctx)}")
+        yield Finding("server.enable_nccl_nvls", f"enable_nccl_nvls has no effect: NVLS needs an SM90+ GPU with "
+                      f"NVSwitch and {_gpu_words(ctx)}; SGLang exports NCCL_NVLS_ENABLE=1 and NCCL falls back silently")
 
 
 @rule("SGD402", "allreduce-fusion-needs-sm90", ERROR,

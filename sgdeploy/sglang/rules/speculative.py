@@ -18,6 +18,7 @@ from sgdeploy.sglang.rules.common import (
     server_field,
 )
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
+from sgdeploy.sglang.versions import VersionRange
 
 
 @rule("SGD201", "unknown-speculative-algorithm", ERROR, "speculative_algorithm must be a name SGLang knows.",
@@ -167,3 +168,24 @@ def max_running_reset(ctx: LaunchContext) -> Iterator[Finding]:
     if algorithm(ctx) and not ctx.given("max_running_requests"):
         yield Finding("server.speculative_algorithm", "max_running_requests is unset: SGLang will set it to 48 "
                       "for speculative decoding")
+
+
+@rule("SGD213", "skip-dp-mlp-sync-needs-eagle", ERROR,
+      "speculative_skip_dp_mlp_sync works only with EAGLE (or NEXTN, which SGLang turns into EAGLE).",
+      "drop speculative_skip_dp_mlp_sync, or use speculative_algorithm = \"EAGLE\"",
+      versions=VersionRange(since="0.5.11", until="0.5.23"))
+def skip_dp_mlp_sync(ctx: LaunchContext) -> Iterator[Finding]:
+    if ctx.on("speculative_skip_dp_mlp_sync") and algorithm(ctx) not in {"EAGLE", "NEXTN"}:
+        yield Finding("server.speculative_skip_dp_mlp_sync", "SGLang refuses it: '--speculative-skip-dp-mlp-sync is "
+                      f"only supported with speculative_algorithm == EAGLE, got {algorithm(ctx)}.'")
+
+
+@rule("SGD214", "speculative-moe-runner-trtllm", ERROR,
+      "speculative_moe_runner_backend = \"flashinfer_trtllm\" is refused by SGLang 0.5.7 to 0.5.11.",
+      "leave speculative_moe_runner_backend unset, or use \"triton\" or \"auto\"",
+      versions=VersionRange(since="0.5.7", until="0.5.12"))
+def speculative_moe_runner_trtllm(ctx: LaunchContext) -> Iterator[Finding]:
+    if ctx.server.get("speculative_moe_runner_backend") == "flashinfer_trtllm":
+        yield Finding("server.speculative_moe_runner_backend", "SGLang refuses it: 'Currently speculative MoE "
+                      "runner backend doesn't support flashinfer_trtllm, please use triton or auto backend for "
+                      "speculative moe runner instead.'")
