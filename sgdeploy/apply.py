@@ -242,11 +242,14 @@ class HostSession:
         self.remote = remote
         self.report = report
         self._records: dict[tuple[str, str], dict[str, str] | None] = {}
+        self._health_paths: dict[str, str] = {}  # deployment id -> /health where /ready is missing
 
     # -- facts --------------------------------------------------------------------------
-    def facts(self, unit: str, python: str, model_path: str, port: int) -> tuple[HostFacts, str | None]:
-        """Host facts and the current unit file text, in one round trip."""
-        script = facts_command(unit, python, model_path, port)
+    def facts(self, unit: str, python: str, model_path: str, port: int,
+              user: str | None = None) -> tuple[HostFacts, str | None]:
+        """Host facts and the current unit file text, in one round trip; the interpreter and the
+        model are probed as `user` (the unit's User=, None: root)."""
+        script = facts_command(unit, python, model_path, port, user=user)
         path = f"/etc/systemd/system/{unit}.service"
         command = (f"sh -c {shlex.quote(script)}; printf '%s\\n' {UNIT_FILE_MARKER}; "
                    f"cat {shlex.quote(path)} 2>/dev/null || printf '%s' '@@none@@'")
@@ -502,20 +505,36 @@ class HostSession:
         return StartupResult(False, report, reason, failure.kind if failure else None, explain,
                              time.monotonic() - started)
 
+    def health_path(self, deployment: Deployment) -> str:
+        return self._health_paths.get(deployment.id, deployment.health_path)
+
+    def get_health(self, deployment: Deployment) -> int:
+        """The status of the deployment's health endpoint. A `/ready` answering 404 is a build
+        without that endpoint (SGLang serves it from 0.5.20): `/health` stands in for it from
+        then on, for this deployment."""
+        path = self.health_path(deployment)
+        status = self.remote.http_get(deployment.port, path).status
+        if status == 404 and path == "/ready":
+            self._health_paths[deployment.id] = "/health"
+            self.report("warning", text=f"GET /ready on port {deployment.port} answered 404: this SGLang build "
+                        "has no /ready endpoint; checking /health instead")
+            status = self.remote.http_get(deployment.port, "/health").status
+        return status
+
     def check_health(self, deployment: Deployment, timeout_s: float) -> tuple[bool, str]:
-        self.report("step", step="check_health", path=deployment.health_path)
+        self.report("step", step="check_health", path=self.health_path(deployment))
         deadline = time.monotonic() + timeout_s
         last = "no answer"
         while time.monotonic() < deadline:
             try:
-                response = self.remote.http_get(deployment.port, deployment.health_path)
-                if response.status == 200:
+                status = self.get_health(deployment)
+                if status == 200:
                     return True, "200"
-                last = f"HTTP {response.status}"
+                last = f"HTTP {status}"
             except ConnectionRefusedError as exc:
                 last = str(exc)
             time.sleep(0.5)
-        return False, f"{deployment.health_path} did not return 200 within {timeout_s:.0f} s ({last})"
+        return False, f"{self.health_path(deployment)} did not return 200 within {timeout_s:.0f} s ({last})"
 
     def settle(self, deployment: Deployment, seconds: float) -> tuple[bool, str]:
         """Watch a ready server for `seconds`: same main process, no restart, still healthy."""
@@ -532,11 +551,11 @@ class HostSession:
             if now != first:
                 return False, f"the server died after becoming ready ({' '.join(now.split())})"
         try:
-            status = self.remote.http_get(deployment.port, deployment.health_path).status
+            status = self.get_health(deployment)
         except ConnectionRefusedError:
             status = 0
         if status != 200:
-            return False, f"{deployment.health_path} answered {status or 'nothing'} {seconds:.0f} s after ready"
+            return False, f"{self.health_path(deployment)} answered {status or 'nothing'} {seconds:.0f} s after ready"
         return True, "stable"
 
     def journal_tail(self, unit: str, lines: int = 15) -> list[str]:
@@ -870,14 +889,70 @@ def _on_host(
     except ConnectError as exc:
         return ApplyResult(Exit.REFUSED, "refused", name, unit, str(exc))
     with remote:
+        if remote.privileges.refusal:
+            return ApplyResult(Exit.REFUSED, "refused", name, unit,
+                               f"{remote.privileges.refusal}; nothing was changed", stats=remote.stats.as_dict())
+        session = HostSession(remote, report)
         try:
-            return work(HostSession(remote, report))
+            return confirmed(session, work(session))
         except ConnectionLost as exc:
-            return ApplyResult(Exit.NOTHING_HEALTHY, "connection_lost", name, unit,
-                               f"{exc}; the host may be mid-deployment: re-run {what} (it converges) or "
-                               "`sgdeploy status`", stats=remote.stats.as_dict())
+            return connection_lost(name, entry, unit, what, exc, remote.stats.as_dict())
         finally:
             report("ssh", **remote.stats.as_dict())
+
+
+def healthy_now(session: HostSession, unit: str) -> str | None:
+    """The healthy server `unit` runs on the host right now, in words; None when it runs none.
+
+    Asked before any result says that nothing healthy is running: the unit active and running,
+    and /health (every SGLang version has it) answering 200 on its unit's --port.
+    """
+    unit_q = shlex.quote(f"{unit}.service")
+    out = session.remote.run(f"systemctl show -p ActiveState,SubState,MainPID --no-pager {unit_q}; "
+                             f"printf '%s\\n' {UNIT_FILE_MARKER}; "
+                             f"cat {shlex.quote(f'{UNIT_DIR}/{unit}.service')} 2>/dev/null").stdout
+    head, _, unit_text = out.partition(UNIT_FILE_MARKER + "\n")
+    state = {k: v for k, _, v in (line.partition("=") for line in head.splitlines())}
+    if (state.get("ActiveState"), state.get("SubState")) != ("active", "running"):
+        return None
+    port = _exec_port(unit_text) or 30000
+    try:
+        status = session.remote.http_get(port, "/health").status
+    except (ConnectionRefusedError, RemoteError):
+        return None
+    return (f"{unit}.service is running (main pid {state.get('MainPID')}) and GET /health on port {port} "
+            "answers 200") if status == 200 else None
+
+
+def confirmed(session: HostSession, result: ApplyResult) -> ApplyResult:
+    """`result`, checked against the host when it says that nothing healthy is running (exit 3):
+    a healthy server found makes it exit 1, saying what runs."""
+    if result.exit_code != Exit.NOTHING_HEALTHY:
+        return result
+    try:
+        healthy = healthy_now(session, result.unit)
+    except RemoteError as exc:
+        result.message += f" (the host could not be checked again: {exc})"
+        return result
+    if healthy is not None:
+        result.exit_code = Exit.ROLLED_BACK
+        result.message += f"; checked again before reporting: {healthy}, so a healthy server does run"
+    return result
+
+
+def connection_lost(name: str, entry: HostEntry, unit: str, what: str, exc: ConnectionLost,
+                    stats: dict[str, int]) -> ApplyResult:
+    """The result of a connection lost mid-way, after connecting again to see what runs now:
+    exit 3 only when nothing healthy does (or the host cannot be reached to tell)."""
+    result = ApplyResult(Exit.NOTHING_HEALTHY, "connection_lost", name, unit,
+                         f"{exc}; the host may be mid-deployment: re-run {what} (it converges) or "
+                         "`sgdeploy status`", stats=stats)
+    try:
+        with RemoteHost(name, entry, connect_timeout=5.0).connect() as again:
+            return confirmed(HostSession(again), result)
+    except RemoteError as error:
+        result.message += f" (the host could not be reached again to check what runs: {error})"
+        return result
 
 
 def _apply(
@@ -945,7 +1020,7 @@ def _decide(
     port = profile.server.get("port", 30000)
     report("step", step="facts", host=name)
     facts, current_unit = session.facts(unit, profile.deploy.python, str(profile.server.get("model_path", "")),
-                                        port if isinstance(port, int) else 30000)
+                                        port if isinstance(port, int) else 30000, profile.deploy.user)
     diagnostics, _, version = preflight(loaded, name, facts, declared, host_check=options.sglang_check)
     version = options.sglang or version
     diagnostics += host_secret_diagnostics(session.remote, loaded, name, version)

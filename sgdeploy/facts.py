@@ -162,6 +162,7 @@ class HostFacts:
     port: int | None = None
     listening_ports: frozenset[int] | None = None
     port_listening: bool | None = None
+    port_holders: tuple[PortHolder, ...] = ()  # what listens on `port` (ss -p; empty: none or cannot tell)
     unit: SystemdUnitState | None = None
     deployments: tuple[str, ...] = ()
     last_good: str | None = None
@@ -391,6 +392,34 @@ def listening_ports_ss(text: str) -> frozenset[int]:
     return frozenset(ports)
 
 
+@dataclass(frozen=True)
+class PortHolder:
+    """A process listening on the server's port."""
+
+    pid: int
+    user: str | None
+    command: str  # its command line (/proc/PID/cmdline, NULs as spaces)
+
+    def describe(self) -> str:
+        return f"pid {self.pid} ({self.command or '?'}{', user ' + self.user if self.user else ''})"
+
+
+def parse_port_holders(text: str) -> tuple[PortHolder, ...]:
+    """`pid=N user=U` lines, each followed by `cmd=...` (the port_holders section)."""
+    holders: list[PortHolder] = []
+    pid: int | None = None
+    user: str | None = None
+    for line in text.splitlines():
+        if line.startswith("pid="):
+            head = dict(word.split("=", 1) for word in line.split() if "=" in word)
+            pid = int(head["pid"]) if head.get("pid", "").isdigit() else None
+            user = head.get("user") or None
+        elif line.startswith("cmd=") and pid is not None:
+            holders.append(PortHolder(pid, user, line[4:].strip()))
+            pid = None
+    return tuple(holders)
+
+
 def listening_ports_proc(text: str) -> frozenset[int]:
     """TCP ports in LISTEN state from /proc/net/tcp and /proc/net/tcp6 (concatenated)."""
     ports = set()
@@ -515,20 +544,33 @@ s_gpus() { sgd_smi --query-gpu=@GPU_FIELDS@; }
 s_gpus_legacy() { sgd_smi --query-gpu=@GPU_FIELDS_LEGACY@; }
 s_gpu_apps() { sgd_smi --query-compute-apps=@APPS_FIELDS@; }
 s_gpu_owners() { @OWNERS@ "$sgd_tmp/gpu_apps.out"; }
+# The interpreter and the model are probed as the unit's User= (sgd_user) would see them.
+sgd_as=
+if [ -n "$sgd_user" ] && [ "$(id -un 2>/dev/null)" != "$sgd_user" ]; then
+  if command -v runuser >/dev/null 2>&1; then sgd_as="runuser -u $sgd_user --"
+  else sgd_as="sudo -n -u $sgd_user --"; fi
+fi
 s_python() {
   command -v "$sgd_py" || { echo "interpreter not found: $sgd_py" >&2; exit 127; }
-  sgd_t 30 "$sgd_py" -c @PYTHON_PROBE@
+  sgd_t 30 $sgd_as "$sgd_py" -c @PYTHON_PROBE@
 }
-s_sglang() { sgd_t 60 "$sgd_py" -c @SGLANG_PROBE@; }
+s_sglang() { sgd_t 60 $sgd_as "$sgd_py" -c @SGLANG_PROBE@; }
 s_model() {
   if [ -d "$sgd_model" ]; then echo dir=1; else echo dir=0; fi
   [ -f "$sgd_model/config.json" ] || { echo config=0; exit 0; }
   echo config=1
   [ "$sgd_pyok" = 1 ] || exit 0
-  sgd_t 30 "$sgd_py" -c @MODEL_PROBE@ "$sgd_model/config.json"
+  sgd_t 30 $sgd_as "$sgd_py" -c @MODEL_PROBE@ "$sgd_model/config.json"
 }
 s_listen_ss() { ss -Hltn; }
 s_listen_proc() { cat /proc/net/tcp || exit; [ ! -r /proc/net/tcp6 ] || cat /proc/net/tcp6; }
+s_port_holders() {
+  ss -Hltnp "sport = :$sgd_port" | tr ',' '\n' | sed -n 's/^pid=\([0-9]*\).*/\1/p' | sort -u |
+  while read -r p; do
+    printf 'pid=%s user=%s\n' "$p" "$(stat -c %U "/proc/$p" 2>/dev/null)"
+    printf 'cmd=%s\n' "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-300)"
+  done
+}
 s_unit() { sgd_t 30 systemctl show "$sgd_unit" -p @UNIT_PROPS@ --no-pager; }
 s_state() { [ -e "$sgd_state" ] || exit 0; ls -1Ap "$sgd_state"; }
 s_last_good() {
@@ -558,6 +600,7 @@ g_system() {
   sgd_section request s_request
   sgd_section host s_host
   sgd_section listen_ss s_listen_ss || sgd_section listen_proc s_listen_proc
+  sgd_section port_holders s_port_holders
   sgd_section unit s_unit
   sgd_section state s_state
   sgd_section last_good s_last_good
@@ -579,6 +622,7 @@ exit 0
 # systemd's unit name alphabet; anything else (a "/" above all) is refused, not quoted, since
 # the name also becomes a folder under STATE_ROOT.
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@\\-]{1,255}")
+_USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\$?")  # as deploy.user allows
 
 
 def check_unit_name(unit: str) -> str:
@@ -602,16 +646,20 @@ def state_dir(unit: str) -> str:
 
 
 def facts_command(
-    unit: str, python: str, model_path: str, port: int, gpu_query: bool = True
+    unit: str, python: str, model_path: str, port: int, gpu_query: bool = True, user: str | None = None
 ) -> str:
     """The one POSIX sh command that prints every section `parse_facts` reads.
 
     `unit` is a unit name with or without `.service`. Values reach the shell only through
-    shlex.quote'd variable assignments, so no value can change the script. Raises ValueError
-    for an invalid unit name, a port outside 1-65535, or a NUL byte (no path can hold one).
+    shlex.quote'd variable assignments, so no value can change the script. `user` is the
+    unit's `User=` (None: root): the interpreter and the model's config.json are probed as that
+    user, with the rights the server will have. Raises ValueError for an invalid unit or user
+    name, a port outside 1-65535, or a NUL byte (no path can hold one).
     """
     if not 0 < port < 65536:
         raise ValueError(f"port out of range: {port}")
+    if user is not None and not _USER_NAME.fullmatch(user):
+        raise ValueError(f"not a valid user name: {user!r}")
     if "\0" in python + model_path:
         raise ValueError("python and model_path cannot contain NUL bytes")
     assignments = {
@@ -621,6 +669,7 @@ def facts_command(
         "sgd_model": model_path,
         "sgd_port": str(port),
         "sgd_gpu": "1" if gpu_query else "0",
+        "sgd_user": user or "",
     }
     head = "".join(f"{k}={shlex.quote(v)}\n" for k, v in assignments.items())
     return head + _render_script()
@@ -821,6 +870,8 @@ def _facts_model(b: _Builder) -> None:
 def _facts_listen(b: _Builder) -> None:
     ss = b.sections.get("listen_ss")
     proc = b.sections.get("listen_proc")
+    if (holders := b.sections.get("port_holders")) is not None and holders.ok:
+        b.values["port_holders"] = parse_port_holders(holders.stdout)
     if ss is not None and ss.ok:
         b.values["listening_ports"] = listening_ports_ss(ss.stdout)
     elif proc is not None and proc.ok:

@@ -34,6 +34,9 @@ class HostEntry(BaseModel):
     strict_host_key_checking: bool | None = None
     proxy_jump: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:@\[\],-]+$")
     ssh_config: str | None = None
+    # Run the commands that need root through `sudo -n` when `user` is not root (Ansible's
+    # `become`). None: yes whenever the login is not root; false: never (the login must be root).
+    become: bool | None = None
     gpu: str | None = None
     compute_capability: ComputeCapability | None = None
     gpu_count: int | None = Field(default=None, ge=1, le=1024)

@@ -26,13 +26,15 @@ from sgdeploy.apply import (
     Transaction,
     _result_from,
     build_deployment,
+    confirmed,
+    connection_lost,
     previous_deployment,
 )
 from sgdeploy.fleet import FleetHost, FleetResult
 from sgdeploy.plan import Deployment, Plan, make_plan, new_deployment_id
 from sgdeploy.preflight import preflight
 from sgdeploy.profile import LoadedProfile
-from sgdeploy.remote import ConnectError, RemoteHost
+from sgdeploy.remote import ConnectError, ConnectionLost, RemoteHost
 
 DIST_INIT_PORT = 50000  # torch.distributed rendezvous on rank 0 when the profile names none
 
@@ -98,8 +100,35 @@ def apply_multinode(
                                                        loaded.model.deploy.unit if loaded.model else "", str(exc))
                 fleet.stopped_at = host.name
                 return fleet
+            if remote.privileges.refusal:
+                fleet.results[host.name] = ApplyResult(Exit.REFUSED, "refused", host.name,
+                                                       loaded.model.deploy.unit if loaded.model else "",
+                                                       f"{remote.privileges.refusal}; no node was changed")
+                fleet.stopped_at = host.name
+                return fleet
             nodes.append(Node(host, rank, node_loaded, HostSession(remote, reporter(host.name))))
-        return _apply_nodes(nodes, options, fleet)
+        unit = loaded.model.deploy.unit if loaded.model else ""
+        try:
+            return _confirmed(nodes, _apply_nodes(nodes, options, fleet))
+        except ConnectionLost as exc:
+            # rank 0 alone serves: what it runs now says whether anything healthy does
+            lost = connection_lost(hosts[0].name, hosts[0].entry, unit, "apply", exc, {})
+            for host in hosts:
+                fleet.results[host.name] = replace(lost, host=host.name)
+            fleet.stopped_at = fleet.stopped_at or hosts[0].name
+            return fleet
+
+
+def _confirmed(nodes: list[Node], fleet: FleetResult) -> FleetResult:
+    """Exit 3 only after rank 0 (the node that serves) was checked and runs nothing healthy."""
+    first = fleet.results.get(nodes[0].host.name)
+    if first is None or first.exit_code != Exit.NOTHING_HEALTHY:
+        return fleet
+    checked = confirmed(nodes[0].session, first)
+    for result in fleet.results.values():
+        if result.exit_code == Exit.NOTHING_HEALTHY:
+            result.exit_code = checked.exit_code
+    return fleet
 
 
 def _apply_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResult) -> FleetResult:
@@ -109,7 +138,7 @@ def _apply_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResult) -
         port = profile.server.get("port", 30000)
         facts, node.current_unit = node.session.facts(profile.deploy.unit, profile.deploy.python,
                                                       str(profile.server.get("model_path", "")),
-                                                      port if isinstance(port, int) else 30000)
+                                                      port if isinstance(port, int) else 30000, profile.deploy.user)
         diagnostics, _, version = preflight(node.loaded, node.host.name, facts, node.host.target)
         if version is None or any(d.is_error for d in diagnostics):
             return diagnostics or ["no SGLang version"]

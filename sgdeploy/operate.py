@@ -614,6 +614,9 @@ def _check_health(remote: RemoteHost, port: int, path: str) -> HealthCheck:
 
     try:
         response = remote.http_get(port, path, timeout=10.0)
+        if response.status == 404 and path == "/ready":  # a build without /ready: /health stands in
+            path = "/health"
+            response = remote.http_get(port, path, timeout=10.0)
     except ConnectionRefusedError:
         return HealthCheck(path, port, 0, "nothing listens on the port")
     except CommandTimeout:

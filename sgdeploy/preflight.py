@@ -72,8 +72,14 @@ def preflight(
     if facts.model_config_present is False:
         add("SGD704", f"{profile.server.get('model_path')} has no config.json on {name}", "server.model_path",
             "copy the model to the host or fix model_path")
+    elif (unreadable := facts.error("model")) is not None:
+        reader = f"user {profile.deploy.user}" if profile.deploy.user else "root"
+        add("SGD704", f"{profile.server.get('model_path')}/config.json on {name} cannot be read by {reader}, "
+            f"who runs the server: {unreadable.message}", "server.model_path",
+            "make the model readable by deploy.user (or fix deploy.user), or repair config.json")
     if facts.port_listening and not (facts.unit and facts.unit.active):
-        add("SGD705", f"port {facts.port} is already in use on {name} by a process outside the unit",
+        holders = "; ".join(h.describe() for h in facts.port_holders) or "a process"
+        add("SGD705", f"port {facts.port} is already in use on {name} by {holders} outside the unit",
             "server.port", "stop that process or choose another port; if it is the SGLang server this profile "
             "imports, `apply --adopt` stops it and takes over")
     if declared is not None:

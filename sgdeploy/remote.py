@@ -7,12 +7,19 @@ a host goes through `RemoteHost`: commands, atomic file writes, a streaming comm
 follower), a lock held by an open channel, and HTTP requests to the server's port on the host's
 loopback through the SSH transport (like `ssh -L`), so the server never has to listen beyond the
 host. It counts connections and commands for the benchmarks.
+
+A login that is not root gets root the way Ansible's `become` does: on connecting, one round
+trip finds out whether `sudo -n` works for it, and from then on every command runs through
+`sudo -n -- sh -c ...` (`Privileges`). Without it, `privileges.refusal` says why this login
+cannot change the host, before anything is changed. Paramiko's own log lines (`Secsh channel 2
+open FAILED: ...`) go to the debug log: each failure they describe reaches the user as a sentence.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import os
 import posixpath
 import select
@@ -33,6 +40,22 @@ from sgdeploy.sshconfig import SshTarget
 CONNECT_TIMEOUT_S = 10.0
 COMMAND_TIMEOUT_S = 120.0
 KEEPALIVE_S = 15
+UNIT_DIR = "/etc/systemd/system"
+
+_log = logging.getLogger("sgdeploy.remote")
+
+
+class _LibraryToDebug(logging.Handler):
+    """Paramiko logs at ERROR what sgdeploy already turns into a sentence of its own (a refused
+    tunnel is "nothing listens on 127.0.0.1:PORT"); its lines go to sgdeploy's debug log only."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _log.debug("%s: %s", record.name, record.getMessage())
+
+
+_paramiko_log = logging.getLogger("paramiko")
+_paramiko_log.addHandler(_LibraryToDebug())
+_paramiko_log.propagate = False
 
 
 class RemoteError(Exception):
@@ -69,6 +92,61 @@ class CommandResult:
         return self.exit_code == 0
 
 
+@dataclass(frozen=True)
+class Privileges:
+    """What the login may do on the host, found once per connection.
+
+    `sudo`: every command runs through `sudo -n` (the login is not root, and sudo lets it run
+    `sh` as root without a password). `refusal`: why this login cannot change the host (not
+    root, and no sudo); None when it can.
+    """
+
+    user: str = "root"
+    root: bool = True
+    sudo: bool = False
+    refusal: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"user": self.user, "root": self.root, "sudo": self.sudo, "refusal": self.refusal}
+
+
+# Run raw (never through sudo) right after logging in as someone other than root: the uid,
+# whether the unit folder is writable, and what `sudo -n` answers when asked for a root shell.
+_PRIVILEGES_PROBE = (
+    'u=$(id -u); echo "uid=$u"; [ "$u" != 0 ] || exit 0; '
+    f"if [ -w {UNIT_DIR} ]; then echo units=writable; else echo units=readonly; fi; "
+    "command -v sudo >/dev/null 2>&1 || { echo sudo=missing; exit 0; }; "
+    "r=$(sudo -n -- sh -c 'echo sudo-uid=$(id -u)' 2>&1 </dev/null); "
+    'case $r in *sudo-uid=0*) echo sudo=ok ;; *) echo sudo=refused; printf "%s\\n" "$r" | head -n 3 ;; esac'
+)
+
+
+def parse_privileges(output: str, user: str, host: str, become: bool | None) -> Privileges:
+    """The Privileges `_PRIVILEGES_PROBE` printed for `user` on `host`; `become` as in the inventory."""
+    lines = output.splitlines()
+    values = dict(line.split("=", 1) for line in lines if "=" in line and line.split("=", 1)[0].isalpha())
+    if values.get("uid") == "0":
+        return Privileges(user)
+    sudo = values.get("sudo")
+    if sudo == "ok" and become is not False:
+        return Privileges(user, root=False, sudo=True)
+    said = "; ".join(line.strip() for line in lines if "=" not in line and line.strip()
+                     and "unable to resolve host" not in line)  # sudo's noise, not its answer
+    if become is False:
+        why = "become = false in the inventory"
+    elif sudo == "missing":
+        why = "sudo is not installed there"
+    elif sudo == "refused":
+        why = f"has no passwordless sudo ({said or 'sudo refused'})"
+    else:
+        why = f"its rights could not be read ({output.strip()[:200] or 'no answer'})"
+    cannot = (f"cannot write {UNIT_DIR}" if values.get("units") != "writable"
+              else "cannot run systemctl on system units")
+    return Privileges(user, root=False, refusal=(
+        f"user {user} on {host} {cannot} and {why}; let it run commands as root through sudo without "
+        f"a password (sudoers: `{user} ALL=(root) NOPASSWD: ALL`) or connect as root"))
+
+
 @dataclass
 class RemoteStats:
     connections: int = 0
@@ -97,6 +175,7 @@ class RemoteHost:
         self.connect_timeout = connect_timeout
         self.stats = RemoteStats()
         self.route: list[SshTarget] = []  # the hosts connected through, ending with this one
+        self.privileges = Privileges()  # until connect() has asked the host
         self._clients: list[paramiko.SSHClient] = []  # one per hop of the route
 
     # -- connection ---------------------------------------------------------------------
@@ -123,7 +202,23 @@ class RemoteHost:
         self.route = chain
         self._clients = clients
         self.stats.connections += 1
+        self.privileges = self._find_privileges(final.user)
         return self
+
+    def _find_privileges(self, user: str) -> Privileges:
+        """Root needs nothing; any other login is asked once what it may do (see Privileges)."""
+        if user == "root":
+            return Privileges()
+        try:
+            result = self.run(_PRIVILEGES_PROBE, timeout=30)
+        except RemoteError as exc:
+            self.close()
+            raise ConnectError(f"{self.name}: connected as {user}, then: {exc}") from exc
+        return parse_privileges(result.stdout, user, self.name, self.entry.become)
+
+    def _as_root(self, command: str) -> str:
+        """The command line to run: through `sudo -n` when the login needs it for root."""
+        return f"sudo -n -- sh -c {shlex.quote(command)}" if self.privileges.sudo else command
 
     def _socket(self, hop: SshTarget, via: SshTarget | None, through: paramiko.SSHClient | None) -> Any:
         """How to reach `hop`: a channel through the previous hop, its ProxyCommand, or None (TCP)."""
@@ -226,7 +321,7 @@ class RemoteHost:
         deadline = time.monotonic() + timeout
         out, err = bytearray(), bytearray()
         try:
-            channel.exec_command(command)
+            channel.exec_command(self._as_root(command))
             if stdin is not None:
                 channel.sendall(stdin)
             channel.shutdown_write()
@@ -280,7 +375,7 @@ class RemoteHost:
         self.stats.streams += 1
         buffer = b""
         try:
-            channel.exec_command(command)
+            channel.exec_command(self._as_root(command))
             while True:
                 ready, _, _ = select.select([channel], [], [], idle_timeout)
                 if not ready:
@@ -312,7 +407,7 @@ class RemoteHost:
         """
         channel = self._open_channel()
         self.stats.commands += 1
-        channel.exec_command(command)
+        channel.exec_command(self._as_root(command))
         deadline = time.monotonic() + timeout
         out = b""
         while time.monotonic() < deadline:

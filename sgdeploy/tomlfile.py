@@ -26,6 +26,7 @@ RULE_TOML_SYNTAX = "SGD001"
 RULE_UNKNOWN_KEY = "SGD002"
 RULE_INVALID_VALUE = "SGD003"
 RULE_UNREADABLE = "SGD004"
+RULE_BOM = "SGD005"
 
 _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 
@@ -102,6 +103,14 @@ def read_toml(
         doc.diagnostics.append(doc.diagnostic(RULE_UNREADABLE, f"cannot read {path}: {reason}",
                                               dotted=None, hint="the file must be readable UTF-8 TOML"))
         return doc
+    if doc.text.startswith("\ufeff"):
+        # Editors on Windows save UTF-8 with a byte-order mark, which TOML does not allow; it is
+        # nothing but that mark, so the file is read without it (same lines, same hash).
+        doc.text = doc.text[1:]
+        doc.diagnostics.append(Diagnostic(
+            rule=RULE_BOM, severity=Severity.WARNING, line=1, path=doc.path,
+            message="the file starts with a UTF-8 byte-order mark (BOM), which TOML does not allow; read without it",
+            hint="save the file as UTF-8 without BOM (in most editors: encoding 'UTF-8', not 'UTF-8 with BOM')"))
     return parse_toml_text(doc, model, context)
 
 

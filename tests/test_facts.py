@@ -283,6 +283,15 @@ def test_listening_ports_ss() -> None:
     assert listening_ports_ss(header + SS_OUTPUT) == {30000, 53, 8080, 9100}
 
 
+def test_port_holders_name_pid_user_and_command() -> None:
+    from sgdeploy.facts import PortHolder, parse_port_holders
+
+    text = "pid=812 user=root\ncmd=/usr/bin/python3 -m http.server 30000 \npid=9 user=\ncmd=\n"
+    assert parse_port_holders(text) == (PortHolder(812, "root", "/usr/bin/python3 -m http.server 30000"),
+                                        PortHolder(9, None, ""))
+    assert PortHolder(812, "root", "nginx: master").describe() == "pid 812 (nginx: master, user root)"
+
+
 def test_listening_ports_proc_from_h200() -> None:
     sections, _ = split_sections(read(H200 / "busy.facts.txt"))
     # 127.0.0.1:30000 (the test server) and the VM's own agent on 2024; TIME_WAIT rows skipped.

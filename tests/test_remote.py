@@ -36,3 +36,50 @@ def test_probe_reports_a_dropped_connection(mocker: MockerFixture) -> None:
     code, document = probe_unit("ct129", HostEntry(address="127.0.0.1"), "sglang", None)
     assert code == 2
     assert document["message"] == "ct129: the SSH connection dropped (EOFError); nothing was measured"
+
+
+# --------------------------------------------------------------------------- privileges (become)
+def test_a_login_with_passwordless_sudo_runs_commands_through_it() -> None:
+    from sgdeploy.remote import RemoteHost, parse_privileges
+
+    found = parse_privileges("uid=1001\nunits=readonly\nsudo=ok\n", "deploy", "th1", None)
+    assert (found.root, found.sudo, found.refusal) == (False, True, None)
+    remote = RemoteHost("th1", HostEntry(address="10.0.0.1"))
+    remote.privileges = found
+    assert remote._as_root("systemctl stop 'sglang.service'") == \
+        "sudo -n -- sh -c 'systemctl stop '\"'\"'sglang.service'\"'\"''"
+
+
+@pytest.mark.parametrize(("output", "become", "says"), [
+    ("uid=1002\nunits=readonly\nsudo=refused\nsudo: unable to resolve host th1\nsudo: a password is required\n",
+     None, "user deploy on th1 cannot write /etc/systemd/system and has no passwordless sudo "
+           "(sudo: a password is required)"),
+    ("uid=1002\nunits=readonly\nsudo=missing\n", None,
+     "user deploy on th1 cannot write /etc/systemd/system and sudo is not installed there"),
+    ("uid=1002\nunits=writable\nsudo=ok\n", False,
+     "user deploy on th1 cannot run systemctl on system units and become = false in the inventory"),
+])
+def test_a_login_that_cannot_act_is_refused_with_the_reason(output: str, become: bool | None, says: str) -> None:
+    from sgdeploy.remote import parse_privileges
+
+    found = parse_privileges(output, "deploy", "th1", become)
+    assert not found.sudo and found.refusal is not None and found.refusal.startswith(says), found.refusal
+    assert "NOPASSWD" in found.refusal
+
+
+def test_a_login_with_uid_0_needs_no_sudo() -> None:
+    from sgdeploy.remote import parse_privileges
+
+    assert parse_privileges("uid=0\n", "admin", "th1", None).sudo is False
+
+
+def test_paramiko_noise_goes_to_the_debug_log(capsys: pytest.CaptureFixture[str],
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    import sgdeploy.remote  # noqa: F401  (installs the handler)
+
+    with caplog.at_level(logging.DEBUG, logger="sgdeploy.remote"):
+        logging.getLogger("paramiko.transport").error("Secsh channel 2 open FAILED: Connection refused: Connect failed")
+    assert "Secsh" not in capsys.readouterr().err
+    assert any("Secsh channel 2 open FAILED" in r.getMessage() and r.levelno == logging.DEBUG for r in caplog.records)

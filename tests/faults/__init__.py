@@ -5,6 +5,7 @@
                     but keep the sockets open, like a network partition)
     observe(...)    note what a fault did, for docs/reliability.md (`scripts/reliability`)
     inventory_via   a copy of an inventory with one host's address/port (or anything) replaced
+    HealthPoller    GET /health of a server every 0.1 s while a command runs: how many failed
 
 Everything here addresses loopback only.
 """
@@ -15,13 +16,16 @@ import contextlib
 import select
 import socket
 import threading
+import time
 import tomllib
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-__all__ = ["CutProxy", "inventory_via", "observe", "toml_inventory"]
+__all__ = ["CutProxy", "HealthPoller", "inventory_via", "observe", "toml_inventory"]
 
 
 def observe(request: pytest.FixtureRequest, text: str) -> None:
@@ -190,3 +194,47 @@ def inventory_via(source: Path, dest: Path, host: str, rename: str | None = None
               data.get("groups", {}).items()}
     dest.write_text(toml_inventory({"hosts": hosts, "groups": groups}))
     return dest
+
+
+class HealthPoller:
+    """Poll `GET http://127.0.0.1:<port>/health` every `every_s` in a thread (test hosts share this
+    machine's network), to show that a server stayed up while something ran:
+
+        with HealthPoller(port) as poll:
+            ...
+        assert poll.checks > 0 and poll.failed == 0, poll.failures
+    """
+
+    def __init__(self, port: int, every_s: float = 0.1, path: str = "/health") -> None:
+        self.url = f"http://127.0.0.1:{port}{path}"
+        self.every_s = every_s
+        self.checks = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"health-{port}")
+
+    @property
+    def failed(self) -> int:
+        return len(self.failures)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with urllib.request.urlopen(self.url, timeout=3) as response:
+                    status = response.status
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+            except OSError as exc:
+                status, detail = 0, str(exc)
+            self.checks += 1
+            if status != 200:
+                self.failures.append(f"{time.strftime('%H:%M:%S')} {status or detail}")
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> HealthPoller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)

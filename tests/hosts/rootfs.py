@@ -36,7 +36,13 @@ PACKAGES = [
     "python3-yaml",  # SGLang reads --config with PyYAML, which every SGLang environment has
     "procps",
     "curl",
+    "sudo",
 ]
+
+# Logins other than root (the per-run key is added to each at boot): `deploy` may run anything
+# as root through sudo without a password, `nosudo` may not.
+SUDO_USER, SUDO_UID = "deploy", 1001
+PLAIN_USER, PLAIN_UID = "nosudo", 1002
 
 # Runs inside the fresh rootfs (chroot) after debootstrap.
 CUSTOMIZE = r"""
@@ -60,11 +66,20 @@ printf 'UseDNS no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\
     > /etc/ssh/sshd_config.d/00-testhost.conf
 mkdir -p /root/.ssh && chmod 700 /root/.ssh
 passwd -d root >/dev/null
+useradd -m -u @SUDO_UID@ -s /bin/bash @SUDO_USER@
+useradd -m -u @PLAIN_UID@ -s /bin/bash @PLAIN_USER@
+# no password at all ('*', not locked '!', not empty: sudo must never accept an empty one)
+usermod -p '*' @SUDO_USER@; usermod -p '*' @PLAIN_USER@
+printf '@SUDO_USER@ ALL=(ALL:ALL) NOPASSWD: ALL\n' > /etc/sudoers.d/@SUDO_USER@
+chmod 440 /etc/sudoers.d/@SUDO_USER@
 apt-get clean
 rm -rf /var/lib/apt/lists/* /usr/share/doc/* /usr/share/man/* /usr/share/locale/*
 """
 
-RECIPE_VERSION = "3"
+CUSTOMIZE = (CUSTOMIZE.replace("@SUDO_USER@", SUDO_USER).replace("@SUDO_UID@", str(SUDO_UID))
+             .replace("@PLAIN_USER@", PLAIN_USER).replace("@PLAIN_UID@", str(PLAIN_UID)))
+
+RECIPE_VERSION = "4"
 
 
 def recipe_hash() -> str:
@@ -92,6 +107,15 @@ def _lock(path: Path):
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _mounted_as_lower(tree: Path) -> bool:
+    """Whether an overlay mount on this machine uses `tree` as its lower layer."""
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return True
+    return f"lowerdir={tree}," in mounts or f"lowerdir={tree} " in mounts or f"lowerdir={tree}:" in mounts
 
 
 def ensure_rootfs(*, quiet: bool = False) -> Path:
@@ -131,8 +155,8 @@ def ensure_rootfs(*, quiet: bool = False) -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         _log(f"rootfs ready in {time.monotonic() - t0:.1f}s: {final}")
-        # old recipes' trees are dead weight
+        # old recipes' trees are dead weight, unless hosts booted from one still run
         for old in CACHE_DIR.glob("rootfs-*"):
-            if old != final:
+            if old != final and not _mounted_as_lower(old):
                 shutil.rmtree(old, ignore_errors=True)
         return final

@@ -27,6 +27,7 @@ STRUCTURAL_RULES = {
     "SGD002": ("unknown-key", "A key the profile or inventory format does not have."),
     "SGD003": ("invalid-value", "A value of the wrong type or out of range, or a required key missing."),
     "SGD004": ("unreadable-file", "The file is missing or not readable UTF-8."),
+    "SGD005": ("utf8-bom", "The file starts with a UTF-8 byte-order mark: read without it, with a warning."),
     "SGD030": ("unknown-host", "deploy.host names no host or group of the inventory."),
     "SGD031": ("no-host-version", "The host's SGLang version is unknown: validated against the newest catalog."),
     "SGD032": ("no-catalog-for-version", "No flag catalog is bundled for the host's SGLang version."),

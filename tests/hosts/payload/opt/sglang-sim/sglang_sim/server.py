@@ -55,6 +55,7 @@ DEFAULT_SETTINGS = {
     "orphan_children": False,
     "resolve_hang_s": 0.0,
     "broken_import": "",
+    "ready_endpoint": True,
     "log_wrapper": "",
 }
 
@@ -1188,6 +1189,7 @@ class State:
     tokens_per_s = 200.0
     max_total_tokens = 0
     started = time.time()
+    ready_endpoint = NEW  # /ready exists from 0.5.20; a build may still lack it (ready_endpoint = false)
 
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "then", "some", "more", "tokens", "flow", "out", "of", "this", "simulated", "model", "at", "a", "steady", "rate"]
@@ -1225,7 +1227,7 @@ class Handler(BaseHTTPRequestHandler):
         key = State.args.get("api_key")
         if not key:
             return True
-        exempt = ("/health", "/metrics") + (("/ready",) if NEW else ())
+        exempt = ("/health", "/metrics") + (("/ready",) if State.ready_endpoint else ())
         if path.startswith(exempt) or self.command == "OPTIONS":
             return True
         header = self.headers.get("Authorization", "")
@@ -1250,7 +1252,7 @@ class Handler(BaseHTTPRequestHandler):
         a = State.args
         if path in ("/health", "/health_generate"):
             return self._send(200 if State.ready else 503, b"", "text/plain")
-        if path == "/ready" and NEW:
+        if path == "/ready" and State.ready_endpoint:
             return self._send(
                 200 if State.ready else 503, {"status": "ready" if State.ready else "starting"}
             )
@@ -1813,6 +1815,7 @@ def main(argv: list[str], entry: str) -> None:
     State.changes = changes
     State.launch_command = shlex.join(sys.orig_argv)
     State.tokens_per_s = float(settings["tokens_per_s"])
+    State.ready_endpoint = NEW and bool(settings["ready_endpoint"])
     State.max_total_tokens = ready_ranks.get(0, {}).get("tokens", 0)
     if node_rank >= 1:
         serve_dummy_health(args, dist)
