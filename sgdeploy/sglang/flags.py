@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -176,8 +177,8 @@ def _scalar_problem(flag: Flag, item: Any) -> str | None:
     if isinstance(item, dict | list):
         return f"{flag.option} takes {_kind_words(kind)}, not a {'table' if isinstance(item, dict) else 'list'}"
     if kind == "int":
-        if flag.argparse_type == "human_readable_int" and isinstance(item, str) and item.strip():
-            return None
+        if flag.argparse_type == "human_readable_int" and isinstance(item, str):
+            return _human_readable_int_problem(flag, item)
         if isinstance(item, bool) or not isinstance(item, int):
             return f"{flag.option} takes an integer, not {_shown(item)}"
     elif kind == "float":
@@ -185,6 +186,29 @@ def _scalar_problem(flag: Flag, item: Any) -> str | None:
             return f"{flag.option} takes a number, not {_shown(item)}"
     elif not isinstance(item, str):
         return f"{flag.option} takes a string, not {_shown(item)}"
+    elif flag.field == "log_level" and item.upper() not in _LOG_LEVELS:
+        # launch_server calls logging.basicConfig(level=getattr(logging, log_level.upper())) while it parses.
+        return f"{flag.option} {_shown(item)} is no Python logging level ({', '.join(sorted(_LOG_LEVELS)).lower()})"
+    return None
+
+
+_LOG_LEVELS = {"CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET"}
+_HUMAN_READABLE = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+
+
+def _human_readable_int_problem(flag: Flag, item: str) -> str | None:
+    """SGLang's human_readable_int: a plain integer, SI (k, M, G, T; decimals allowed) or IEC (Ki...) suffix."""
+    text = item.strip()
+    match = _HUMAN_READABLE.fullmatch(text)
+    if match:
+        if "." in match.group(1) and match.group(2).endswith("i"):
+            return f"{flag.option} {_shown(item)}: decimals are not allowed with IEC suffixes like '{match.group(2)}'"
+        return None
+    try:
+        int(text)
+    except ValueError:
+        return (f"{flag.option} takes an integer: SGLang's 'Invalid integer value: {_shown(text)}. Use a plain "
+                "integer, SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). Suffixes are case-sensitive.'")
     return None
 
 
