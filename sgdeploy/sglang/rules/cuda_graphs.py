@@ -15,22 +15,27 @@ from sgdeploy.sglang.rules.common import (
     algorithm,
     server_field,
 )
-from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
+from sgdeploy.sglang.rules.registry import WARNING, rule
 
+# Pairs SGLang accepts together, and what it does with them (read from 0.5.11 and 0.5.23).
 _CONTRADICTIONS = (
-    ("enforce_piecewise_cuda_graph", "disable_piecewise_cuda_graph"),
-    ("enforce_piecewise_cuda_graph", "disable_cuda_graph"),
-    ("disable_prefill_cuda_graph", "cuda_graph_backend_prefill"),
-    ("disable_decode_cuda_graph", "cuda_graph_backend_decode"),
+    ("enforce_piecewise_cuda_graph", "disable_piecewise_cuda_graph",
+     "enforce_piecewise_cuda_graph wins: SGLang sets disable_piecewise_cuda_graph back to false"),
+    ("enforce_piecewise_cuda_graph", "disable_cuda_graph",
+     "SGLang accepts both and follows its own precedence"),
+    ("disable_prefill_cuda_graph", "cuda_graph_backend_prefill",
+     "the explicit cuda_graph_backend_prefill wins: disable_prefill_cuda_graph is ignored"),
+    ("disable_decode_cuda_graph", "cuda_graph_backend_decode",
+     "the explicit cuda_graph_backend_decode wins: disable_decode_cuda_graph is ignored"),
 )
 
 
-@rule("SGD601", "contradictory-flags", ERROR, "Two flags that ask for opposite things.",
+@rule("SGD601", "contradictory-flags", WARNING, "Two flags that ask for opposite things: SGLang silently ignores one.",
       "keep the one you mean")
 def contradictory_flags(ctx: LaunchContext) -> Iterator[Finding]:
-    for first, second in _CONTRADICTIONS:
+    for first, second, outcome in _CONTRADICTIONS:
         if ctx.server.get(first) not in (None, False) and ctx.server.get(second) not in (None, False, "disabled"):
-            yield Finding(server_field(second), f"{first} and {second} contradict each other")
+            yield Finding(server_field(second), f"{first} and {second} contradict each other; {outcome}")
 
 
 def _piecewise_off_reasons(ctx: LaunchContext) -> list[str]:
