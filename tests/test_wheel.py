@@ -3,7 +3,9 @@
 `python -m build` makes the sdist and then the wheel from that sdist (so both must carry what
 the tool reads at run time); the wheel goes into a fresh virtualenv that sees nothing of this
 repository, and every command runs from a folder holding only a copy of the profiles and the
-inventory. The host test does one `plan` and one `apply` on a real systemd test host with it.
+inventory. The host test does one `plan`, one `apply`, then `status` and `history` on a real
+systemd test host with it. `pipx install` of the same wheel runs the same way (offline, from the
+wheels scripts/setup saves).
 """
 
 from __future__ import annotations
@@ -117,6 +119,45 @@ def test_python_dash_m_and_version(installed: Installed) -> None:
     assert version.returncode == 0 and version.stdout.startswith("sgdeploy ")
 
 
+def test_diff_import_and_completion_from_another_folder(installed: Installed) -> None:
+    changed = installed.workdir / "changed.toml"
+    changed.write_text((installed.workdir / "profiles" / "qwen36-mtp3.toml").read_text()
+                       .replace("speculative_num_steps = 3\n", ""))
+    diff = installed.run("diff", "profiles/qwen36-mtp3.toml", str(changed), "--format", "markdown")
+    assert diff.returncode == 0, diff.stderr
+    assert "`--speculative-num-steps 3`" in diff.stdout
+
+    imported = installed.run("import", "ct129", "--command",
+                             "/root/ml-env/bin/python3 -m sglang.launch_server --model-path /m --tp-size 2")
+    assert imported.returncode == 0, imported.stderr
+    assert 'host = "ct129"' in imported.stdout and "tp_size = 2" in imported.stdout
+
+    completion = installed.run("completion", "bash")
+    assert completion.returncode == 0 and "complete -F _sgdeploy sgdeploy" in completion.stdout
+    names = installed.run("__complete", "targets")
+    assert names.returncode == 0 and names.stdout.split() == ["ct129", "h200-01", "h200-02", "a6000", "h200"]
+
+
+def test_pipx_install(installed: Installed, tmp_path: Path) -> None:
+    """`pipx install WHEEL` the way a user does it, offline from scripts/setup's wheelhouse."""
+    wheelhouse = REPO / ".cache" / "wheelhouse"
+    assert (wheelhouse / ".done").is_file(), f"{wheelhouse} is missing: run scripts/setup"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SGDEPLOY_INVENTORY", "VIRTUAL_ENV")}
+    env.update(PIPX_HOME=str(tmp_path / "pipx"), PIPX_BIN_DIR=str(tmp_path / "bin"),
+               PIPX_MAN_DIR=str(tmp_path / "man"), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse))
+    done = subprocess.run([str(Path(sys.executable).parent / "pipx"), "install", str(installed.wheel)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    sgdeploy = str(tmp_path / "bin" / "sgdeploy")
+    for args, code, expected in ((["validate"], 0, "3 profile(s) checked"),
+                                 (["render", "profiles/qwen36-mtp3.toml"], 0, '"--speculative-num-steps" "3"'),
+                                 (["logcheck", str(LOG)], 1, "graph_capture_failed"),
+                                 (["--version"], 0, "sgdeploy 0.1.0")):
+        run = subprocess.run([sgdeploy, *args], cwd=installed.workdir, env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == code and expected in run.stdout + run.stderr, (args, run.stdout, run.stderr)
+
+
 @pytest.fixture(scope="module")
 def host() -> Iterator[HostSet]:
     reason = skip_reason()
@@ -125,7 +166,9 @@ def host() -> Iterator[HostSet]:
     fast = SimSettings(startup_s=1.0, release_delay_s=0.5)
     hs = start_hosts([HostSpec.like("ct129", sim=fast)], owner="pytest")
     try:
-        hs.make_model("ct129", "/root/models/Qwen3.6-27B", "Qwen3_5ForConditionalGeneration")
+        # the real model's maximum: plan and apply check context_length against config.json
+        hs.make_model("ct129", "/root/models/Qwen3.6-27B", "Qwen3_5ForConditionalGeneration",
+                      max_position_embeddings=262144)
         yield hs
     finally:
         hs.close()
@@ -133,7 +176,8 @@ def host() -> Iterator[HostSet]:
 
 @pytest.mark.hosts
 def test_plan_and_apply_from_the_wheel(installed: Installed, host: HostSet) -> None:
-    port = free_port()
+    # SGLang before 0.5.16 refuses a port whose gRPC port (port + 10000) is past 65535 (SGD532)
+    port = next(p for p in iter(free_port, None) if p <= 55535)
     profile = installed.workdir / "deploy.toml"
     profile.write_text(reference(port))
     inventory = str(host.inventory_path)
@@ -147,3 +191,10 @@ def test_plan_and_apply_from_the_wheel(installed: Installed, host: HostSet) -> N
     assert json.loads(apply.stdout)["status"] == "ready"
     unit = host.ssh("ct129", "cat /etc/systemd/system/sglang.service").stdout
     assert '"--speculative-num-steps" "3"' in unit
+
+    status = installed.run("status", str(profile), "--inventory", inventory, "--json")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert json.loads(status.stdout)["healthy"] is True
+    history = installed.run("history", str(profile), "--inventory", inventory, "--json")
+    assert history.returncode == 0, history.stderr
+    assert [d["outcome"] for d in json.loads(history.stdout)["deployments"]] == ["ready"]
