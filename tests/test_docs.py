@@ -101,3 +101,17 @@ def test_every_command_has_its_reference_section() -> None:
     visible = [action.dest for action in sub._choices_actions]
     missing = [name for name in visible if f"### `sgdeploy {name}" not in reference]
     assert not missing, f"docs/reference.md has no section for: {', '.join(missing)}"
+
+
+def test_every_option_is_in_the_reference() -> None:
+    """A new option gets its line in docs/reference.md, under its command."""
+    reference = (REPO / "docs" / "reference.md").read_text(encoding="utf-8")
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = []
+    for action in sub._choices_actions:
+        section = reference.partition(f"### `sgdeploy {action.dest}")[2].partition("\n### ")[0]
+        for option in sub.choices[action.dest]._actions:
+            names = [n for n in option.option_strings if n.startswith("--") and n != "--help"]
+            if names and option.help != argparse.SUPPRESS and not any(f"`{n}" in section for n in names):
+                missing.append(f"{action.dest} {names[0]}")
+    assert not missing, "docs/reference.md does not describe: " + ", ".join(missing)
