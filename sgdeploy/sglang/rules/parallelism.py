@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import TBO_NEEDS_A2A, V1X, attention_dp, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
+from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
 
 
@@ -325,3 +326,162 @@ def tp_lm_head_all_to_all(ctx: LaunchContext) -> Iterator[Finding]:
     else:
         return
     yield Finding("server.enable_tp_lm_head_all_to_all", f"SGLang refuses it: '{said}'")
+
+
+_UNKNOWN = "?"
+
+
+def _quantization(ctx: LaunchContext) -> str | None:
+    """The quantization SGLang's MoE checks see: the profile's ('unquant' is none), else the checkpoint's
+    when its config.json is known, else unknown ("?": the entries below then stay silent)."""
+    if ctx.given("quantization"):
+        value = ctx.server["quantization"]
+        return None if value in (None, "unquant") else str(value)
+    if ctx.model_config is not None:
+        return ctx.model_config.quant_method
+    return _UNKNOWN
+
+
+def _runner_quantization(runners: tuple[str, ...], allowed: tuple[str | None, ...]) -> Callable[[LaunchContext], bool]:
+    def fires(ctx: LaunchContext) -> bool:
+        quantization = _quantization(ctx)
+        return ctx.server.get("moe_runner_backend") in runners and quantization != _UNKNOWN and \
+            quantization not in allowed
+    return fires
+
+
+def _invalid_quantization(runner_words: str, allowed_words: str) -> Callable[[LaunchContext], str]:
+    return lambda ctx: f"Invalid quantization '{_quantization(ctx)}'. FlashInfer {runner_words} supports only: " \
+                       f"{allowed_words}."
+
+
+def _runner_ep_size(ctx: LaunchContext) -> bool:
+    runners = ("flashinfer_cutlass", "flashinfer_cutedsl")
+    return ctx.server.get("moe_runner_backend") in runners and ep_size(ctx) not in (1, ctx.int("tp_size", 1))
+
+
+def _cutedsl_a2a(allowed: tuple[str, ...]) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: ctx.server.get("moe_runner_backend") == "flashinfer_cutedsl" and \
+        ctx.get("moe_a2a_backend", "none") not in allowed
+
+
+def _fp8_cutlass_ep(quantizations: tuple[str, ...]) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: ctx.server.get("moe_runner_backend") == "cutlass" and \
+        _quantization(ctx) in quantizations and ep_size(ctx) != 1
+
+
+_TRTLLM = ("flashinfer_trtllm",)
+_ROUTED = ("flashinfer_trtllm_routed",)
+MOE_RUNNER_CONSTRAINTS = (
+    Refusal("handle_moe_kernel_config: The expert parallel size must be 1 or the same as the tensor parallel size",
+            "ep_size", _runner_ep_size, "The expert parallel size must be 1 or the same as the tensor parallel size",
+            VersionRange(since="0.5.3")),
+    Refusal("handle_moe_kernel_config: modelopt_fp4 quantization is required for Flashinfer MOE", "moe_runner_backend",
+            _runner_quantization(("flashinfer_cutlass",), ("modelopt_fp4",)),
+            "modelopt_fp4 quantization is required for Flashinfer MOE",
+            VersionRange(since="0.5.3", until="0.5.5.post1")),
+    Refusal("handle_moe_kernel_config: modelopt_fp4 quantization is required for Flashinfer Cutlass MOE",
+            "moe_runner_backend", _runner_quantization(("flashinfer_cutlass",), ("modelopt_fp4",)),
+            "modelopt_fp4 quantization is required for Flashinfer Cutlass MOE",
+            VersionRange(since="0.5.5.post1", until="0.5.6")),
+    Refusal("handle_moe_kernel_config: modelopt_fp4 or fp8 quantization is required for Flashinfer TRTLLM MoE",
+            "moe_runner_backend", _runner_quantization(_TRTLLM, ("modelopt_fp4", "fp8")),
+            "modelopt_fp4 or fp8 quantization is required for Flashinfer TRTLLM MoE",
+            VersionRange(since="0.5.3", until="0.5.4.post2")),
+    Refusal("handle_moe_kernel_config: modelopt_fp4, modelopt_fp8 or fp8 quantization is required for Flashinfer "
+            "TRTLLM MoE", "moe_runner_backend", _runner_quantization(_TRTLLM, ("modelopt_fp4", "modelopt_fp8", "fp8")),
+            "modelopt_fp4, modelopt_fp8 or fp8 quantization is required for Flashinfer TRTLLM MoE",
+            VersionRange(since="0.5.4.post2", until="0.5.7")),
+    Refusal("handle_moe_kernel_config: cutlass MoE is only supported with fp8 quantization", "quantization",
+            lambda ctx: bool(ctx.env_true("SGLANG_CUTLASS_MOE")) and _quantization(ctx) not in ("fp8", _UNKNOWN),
+            "cutlass MoE is only supported with fp8 quantization", VersionRange(since="0.5.4.post3", until="0.5.9")),
+    Refusal("handle_moe_kernel_config: cutlass MoE is only supported with fp8/mxfp8 quantization", "quantization",
+            lambda ctx: bool(ctx.env_true("SGLANG_CUTLASS_MOE")) and _quantization(ctx) not in ("fp8", "mxfp8",
+                                                                                                 _UNKNOWN),
+            "cutlass MoE is only supported with fp8/mxfp8 quantization", VersionRange(since="0.5.9", until="0.5.15")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer Cutlass MOE supports only: "
+            "'modelopt_fp4', 'modelopt_fp8', or bfloat16 (None).", "moe_runner_backend",
+            _runner_quantization(("flashinfer_cutlass",), ("modelopt_fp4", "modelopt_fp8", None)),
+            _invalid_quantization("Cutlass MOE", "'modelopt_fp4', 'modelopt_fp8', or bfloat16 (None)"),
+            VersionRange(since="0.5.6", until="0.5.10")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer Cutlass MOE supports only: "
+            "'modelopt_fp4', 'modelopt_fp8', 'modelopt_mixed', or bfloat16 (None).", "moe_runner_backend",
+            _runner_quantization(("flashinfer_cutlass",), ("modelopt_fp4", "modelopt_fp8", "modelopt_mixed", None)),
+            _invalid_quantization("Cutlass MOE", "'modelopt_fp4', 'modelopt_fp8', 'modelopt_mixed', or bfloat16 "
+                                  "(None)"), VersionRange(since="0.5.10")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer CuteDSL MOE currently supports only: "
+            "'modelopt_fp4'.", "moe_runner_backend",
+            _runner_quantization(("flashinfer_cutedsl",), ("modelopt_fp4",)),
+            _invalid_quantization("CuteDSL MOE currently", "'modelopt_fp4'"),
+            VersionRange(since="0.5.11", until="0.5.15")),
+    Refusal("handle_moe_kernel_config: flashinfer_cutedsl supports moe_a2a_backend='none' (standard path) or "
+            "'deepep' (DeepEP low-latency path), got '{}'.", "moe_a2a_backend", _cutedsl_a2a(("none", "deepep")),
+            lambda ctx: "flashinfer_cutedsl supports moe_a2a_backend='none' (standard path) or 'deepep' (DeepEP "
+                        f"low-latency path), got '{ctx.get('moe_a2a_backend')}'.",
+            VersionRange(since="0.5.11", until="0.5.13")),
+    Refusal("handle_moe_kernel_config: flashinfer_cutedsl supports moe_a2a_backend='none', 'deepep', or "
+            "'flashinfer', got '{}'.", "moe_a2a_backend", _cutedsl_a2a(("none", "deepep", "flashinfer")),
+            lambda ctx: "flashinfer_cutedsl supports moe_a2a_backend='none', 'deepep', or 'flashinfer', got "
+                        f"'{ctx.get('moe_a2a_backend')}'.", VersionRange(since="0.5.13")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer TRTLLM MOE supports only: "
+            "'modelopt_fp4', 'fp8', 'modelopt_fp8', 'compressed-tensors', or bfloat16 (None).", "moe_runner_backend",
+            _runner_quantization(_TRTLLM, ("modelopt_fp4", "fp8", "mxfp8", "modelopt_fp8", "compressed-tensors",
+                                           None)),
+            _invalid_quantization("TRTLLM MOE", "'modelopt_fp4', 'fp8', 'modelopt_fp8', 'compressed-tensors', or "
+                                  "bfloat16 (None)"), VersionRange(since="0.5.7", until="0.5.10")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer TRTLLM MOE supports only: "
+            "'modelopt_fp4', 'fp8', 'modelopt_fp8', 'modelopt_mixed', 'compressed-tensors', or bfloat16 (None).",
+            "moe_runner_backend",
+            _runner_quantization(_TRTLLM, ("modelopt_fp4", "fp8", "mxfp8", "modelopt_fp8", "modelopt_mixed",
+                                           "compressed-tensors", None)),
+            _invalid_quantization("TRTLLM MOE", "'modelopt_fp4', 'fp8', 'modelopt_fp8', 'modelopt_mixed', "
+                                  "'compressed-tensors', or bfloat16 (None)"),
+            VersionRange(since="0.5.10", until="0.5.14")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer TRTLLM MOE supports only: "
+            "'modelopt_fp4', 'nvfp4_online', 'fp8', 'modelopt_fp8', 'modelopt_mixed', 'compressed-tensors', or "
+            "bfloat16 (None).", "moe_runner_backend",
+            _runner_quantization(_TRTLLM, ("modelopt_fp4", "nvfp4_online", "fp8", "mxfp8", "modelopt_fp8",
+                                           "modelopt_mixed", "compressed-tensors", None)),
+            _invalid_quantization("TRTLLM MOE", "'modelopt_fp4', 'nvfp4_online', 'fp8', 'modelopt_fp8', "
+                                  "'modelopt_mixed', 'compressed-tensors', or bfloat16 (None)"),
+            VersionRange(since="0.5.14")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer TRTLLM routed MOE supports only: "
+            "'fp8', 'mxfp8', or bfloat16 (None).", "moe_runner_backend",
+            _runner_quantization(_ROUTED, ("fp8", "mxfp8", None)),
+            _invalid_quantization("TRTLLM routed MOE", "'fp8', 'mxfp8', or bfloat16 (None)"),
+            VersionRange(since="0.5.10", until="0.5.11")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer TRTLLM routed MOE supports only: "
+            "'fp8', 'mxfp8', 'modelopt_fp4', or bfloat16 (None).", "moe_runner_backend",
+            _runner_quantization(_ROUTED, ("fp8", "mxfp8", "modelopt_fp4", None)),
+            _invalid_quantization("TRTLLM routed MOE", "'fp8', 'mxfp8', 'modelopt_fp4', or bfloat16 (None)"),
+            VersionRange(since="0.5.11", until="0.5.14")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer TRTLLM routed MOE supports only: "
+            "'fp8', 'mxfp8', 'modelopt_fp4', 'nvfp4_online', or bfloat16 (None).", "moe_runner_backend",
+            _runner_quantization(_ROUTED, ("fp8", "mxfp8", "modelopt_fp4", "nvfp4_online", None)),
+            _invalid_quantization("TRTLLM routed MOE", "'fp8', 'mxfp8', 'modelopt_fp4', 'nvfp4_online', or "
+                                  "bfloat16 (None)"), VersionRange(since="0.5.14", until="0.5.16")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer TRTLLM routed MOE supports only: "
+            "'fp8', 'mxfp8', 'modelopt_fp4', 'modelopt_mixed', 'nvfp4_online', or bfloat16 (None).",
+            "moe_runner_backend",
+            _runner_quantization(_ROUTED, ("fp8", "mxfp8", "modelopt_fp4", "modelopt_mixed", "nvfp4_online", None)),
+            _invalid_quantization("TRTLLM routed MOE", "'fp8', 'mxfp8', 'modelopt_fp4', 'modelopt_mixed', "
+                                  "'nvfp4_online', or bfloat16 (None)"), VersionRange(since="0.5.16", until="0.5.23")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer TRTLLM routed MOE supports only: "
+            "'fp8', 'mxfp8', 'modelopt_fp4', 'modelopt_mixed', 'nvfp4_online', 'minimax_m3_nvfp4', or bfloat16 "
+            "(None).", "moe_runner_backend",
+            _runner_quantization(_ROUTED, ("fp8", "mxfp8", "modelopt_fp4", "modelopt_mixed", "nvfp4_online",
+                                           "minimax_m3_nvfp4", None)),
+            _invalid_quantization("TRTLLM routed MOE", "'fp8', 'mxfp8', 'modelopt_fp4', 'modelopt_mixed', "
+                                  "'nvfp4_online', 'minimax_m3_nvfp4', or bfloat16 (None)"),
+            VersionRange(since="0.5.23")),
+    Refusal("handle_moe_kernel_config: FP8 Cutlass MoE is only supported with ep_size == 1", "ep_size",
+            _fp8_cutlass_ep(("fp8",)), "FP8 Cutlass MoE is only supported with ep_size == 1",
+            VersionRange(since="0.5.4.post3", until="0.5.9")),
+    Refusal("handle_moe_kernel_config: FP8/MXFP8 Cutlass MoE is only supported with ep_size == 1", "ep_size",
+            _fp8_cutlass_ep(("fp8", "mxfp8")), "FP8/MXFP8 Cutlass MoE is only supported with ep_size == 1",
+            VersionRange(since="0.5.9")),
+)
+refusal_rule("SGD117", "moe-runner-constraints",
+             "An explicit moe_runner_backend that SGLang refuses with this quantization, ep_size or all-to-all "
+             "backend.", "choose a MoE runner backend that supports the checkpoint's quantization (or leave it auto), "
+             "with ep_size 1 or tp_size", MOE_RUNNER_CONSTRAINTS)
