@@ -117,7 +117,8 @@ def profile_text(case: dict[str, Any], model_config: bool) -> str:
     if arch:
         deploy["model_architecture"] = arch
     # The model's config.json, where sgdeploy can read one offline (deploy.model_config).
-    if model_config and "model_config" in Profile.model_fields["deploy"].annotation.model_fields:  # type: ignore[union-attr]
+    deploy_fields = Profile.model_fields["deploy"].annotation.model_fields  # type: ignore[union-attr]
+    if model_config and any(f.alias == "model_config" for f in deploy_fields.values()):
         deploy["model_config"] = str(oracle.ORACLE_DIR / "models" / case["model"])
     server = {"model_path": f"/models/{case['model']}", **case["server"]}
     lines = ["[deploy]", *(f"{k} = {toml_value(v)}" for k, v in deploy.items()), "", "[env]",

@@ -8,13 +8,15 @@ and SGD580 says so, never guessed from names.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 
 from sgdeploy.sglang import models
 from sgdeploy.sglang.model_config import ModelConfig
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import attention_dp
 from sgdeploy.sglang.rules.registry import ERROR, INFO, WARNING, rule
+from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
 
 _DSA_KV_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3")
@@ -50,6 +52,8 @@ def _skipped(ctx: LaunchContext) -> list[str]:
         wanted.append("the KV cache dtype of DSA models")
     if _strategy(ctx) in _EXTRA_BUFFER and ctx.version in MAMBA_STATE_CHECK:
         wanted.append("the Mamba state an extra_buffer strategy needs")
+    if (ctx.on("enable_hisparse") and ctx.version in _HISPARSE_MODEL_CHECK) or ctx.on("enable_dsa_cache_layer_split"):
+        wanted.append("the sparse-attention model HiSparse needs")
     if wanted and ctx.int("tp_size", 1) > 1:
         wanted.append("attention heads against tp_size")
     return wanted
@@ -138,22 +142,165 @@ def mamba_strategy_without_state(ctx: LaunchContext) -> Iterator[Finding]:
                       "layers; SGLang 0.5.21 and later)")
 
 
-def _override_family(quantization: str) -> bool:
-    """--quantization values that SGLang's checkpoint detection may turn into another method."""
-    return "marlin" in quantization or quantization in ("moe_wna16", "humming", "quark_mxfp4")
+def _override_possible(given: str, declared: str) -> bool:
+    """Whether one of SGLang's checkpoint detections (override_quantization_method) may replace the
+    given method before the comparison: the Marlin conversions of GPTQ/AWQ checkpoints, ModelOpt's
+    own detection, humming and moe_wna16 on request, online requantization (quark_mxfp4)."""
+    return ("marlin" in given or given in ("gptq", "modelopt", "moe_wna16", "humming", "quark_mxfp4")
+            or declared.startswith("modelopt"))
 
 
-@rule("SGD585", "quantization-differs-from-checkpoint", WARNING,
-      "quantization names another method than the checkpoint's quantization_config declares.",
-      "remove quantization (SGLang reads the checkpoint's method) or use one compatible with it")
-def quantization_differs(ctx: LaunchContext) -> Iterator[Finding]:
+def _quantization_mismatch(ctx: LaunchContext) -> tuple[str, str] | None:
+    """(given, declared) when --quantization names another method than the checkpoint."""
     config, given = ctx.model_config, ctx.get("quantization")
     if config is None or not isinstance(given, str) or not given or config.quant_method is None:
-        return
+        return None
     given, declared = given.lower(), config.quant_method
-    if given == declared or declared in _COMPATIBLE_QUANTIZATION.get(given, set()) or _override_family(given):
+    if given == declared or declared in _COMPATIBLE_QUANTIZATION.get(given, set()):
+        return None
+    return given, declared
+
+
+def _mismatch_words(given: str, declared: str) -> str:
+    return (f"'Quantization method specified in the model config ({declared}) does not match the quantization method "
+            f"specified in the `quantization` argument ({given}).'")
+
+
+@rule("SGD585", "quantization-differs-from-checkpoint", ERROR,
+      "quantization names another method than the checkpoint's quantization_config declares, and no checkpoint "
+      "detection of SGLang can reconcile them.",
+      "remove quantization (SGLang reads the checkpoint's method) or use one compatible with it")
+def quantization_differs(ctx: LaunchContext) -> Iterator[Finding]:
+    mismatch = _quantization_mismatch(ctx)
+    if mismatch and not _override_possible(*mismatch):
+        yield Finding("server.quantization", f"the checkpoint declares quant_method '{mismatch[1]}' "
+                      f"({ctx.model_config.source if ctx.model_config else 'config.json'}); SGLang refuses: "
+                      f"{_mismatch_words(*mismatch)} (all releases)")
+
+
+@rule("SGD586", "quantization-may-differ-from-checkpoint", WARNING,
+      "quantization names another method than the checkpoint's, where a checkpoint detection of SGLang may "
+      "replace it first (Marlin conversions, ModelOpt, moe_wna16, humming, online requantization).",
+      "remove quantization and let SGLang read the checkpoint's method, or check that the detection applies")
+def quantization_may_differ(ctx: LaunchContext) -> Iterator[Finding]:
+    mismatch = _quantization_mismatch(ctx)
+    if mismatch and _override_possible(*mismatch):
+        yield Finding("server.quantization", f"the checkpoint declares quant_method '{mismatch[1]}'; unless "
+                      f"SGLang's detection for '{mismatch[0]}' takes this checkpoint it raises "
+                      f"{_mismatch_words(*mismatch)}")
+
+
+# --------------------------------------------------------------------------- sparse-attention models
+# is_deepseek_dsa's architectures (with index_topk), in every release up to 0.5.23; is_deepseek_v4
+# (0.5.12 and later) and is_minimax_sparse (0.5.21 and later) need no index_topk.
+_DSA_ARCHITECTURES = frozenset({
+    "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN", "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM", "GlmMoeDsaForCausalLMNextN",
+    "Glm5NextForConditionalGenerationNextN", "Glm5NextForConditionalGeneration", "LongcatFlashForCausalLM",
+    "LongcatFlashForCausalLMNextN", "Dots3NoteForCausalLM", "Dots3NoteForCausalLMNextN", "HYV4ForCausalLM",
+    "HYV4ForCausalLMNextN",
+})
+_DEEPSEEK_V4 = frozenset({"DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"})
+_MINIMAX_SPARSE = frozenset({"MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"})
+_HISPARSE_MODEL_CHECK = VersionRange(since="0.5.10")
+
+
+def _dsa(config: ModelConfig) -> bool:
+    return config.architecture in _DSA_ARCHITECTURES and config.raw.get("index_topk") is not None
+
+
+def _not_sparse(*also: frozenset[str]) -> Callable[[LaunchContext], bool]:
+    """A known config.json that is none of the sparse-attention models the check accepts."""
+    def check(ctx: LaunchContext) -> bool:
+        config = ctx.model_config
+        return config is not None and not _dsa(config) and not any(config.architecture in names for names in also)
+    return check
+
+
+def _hisparse(condition: Callable[[LaunchContext], bool]) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: ctx.on("enable_hisparse") and condition(ctx)
+
+
+SPARSE_ATTENTION_MODELS = (
+    Refusal("check_server_args: --enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models "
+            "now(e.g., DeepSeek V3.2, GLM-5).", "enable_hisparse", _hisparse(_not_sparse()),
+            "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models now(e.g., DeepSeek V3.2, "
+            "GLM-5).", VersionRange(since="0.5.10", until="0.5.12")),
+    Refusal("validate_hisparse: --enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models "
+            "(e.g., DeepSeek V3.2, GLM-5) and DeepSeek V4 now.", "enable_hisparse",
+            _hisparse(_not_sparse(_DEEPSEEK_V4)),
+            "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models (e.g., DeepSeek V3.2, "
+            "GLM-5) and DeepSeek V4 now.", VersionRange(since="0.5.12", until="0.5.21")),
+    Refusal("validate_hisparse: --enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models "
+            "(e.g., DeepSeek V3.2, GLM-5), DeepSeek V4, and MiniMax M3 now.", "enable_hisparse",
+            _hisparse(_not_sparse(_DEEPSEEK_V4, _MINIMAX_SPARSE)),
+            "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models (e.g., DeepSeek V3.2, "
+            "GLM-5), DeepSeek V4, and MiniMax M3 now.", VersionRange(since="0.5.21")),
+    Refusal("handle_model_specific_adjustments: --enable-dsa-cache-layer-split is only supported for DSA (DeepSeek "
+            "Sparse Attention) models.", "enable_dsa_cache_layer_split",
+            lambda ctx: ctx.on("enable_dsa_cache_layer_split") and _not_sparse()(ctx),
+            "--enable-dsa-cache-layer-split is only supported for DSA (DeepSeek Sparse Attention) models.",
+            VersionRange(since="0.5.16")),
+)
+
+refusal_rule("SGD587", "sparse-attention-model-options", "HiSparse and the DSA cache layer split need a "
+             "sparse-attention model (DSA with index_topk, DeepSeek V4, MiniMax M3 sparse): read from config.json.",
+             "remove the option, or serve a model it supports", SPARSE_ATTENTION_MODELS)
+
+
+# --------------------------------------------------------------------------- what ModelConfig itself refuses
+@rule("SGD588", "model-override-args-not-json", ERROR,
+      "json_model_override_args must be a JSON object: SGLang decodes it when it builds the model config.",
+      "write json_model_override_args as a JSON object, e.g. '{\"max_position_embeddings\": 65536}'")
+def model_override_args_json(ctx: LaunchContext) -> Iterator[Finding]:
+    value = ctx.server.get("json_model_override_args")
+    if not isinstance(value, str):
         return
-    yield Finding("server.quantization", f"the checkpoint declares quant_method '{declared}' ({config.source}); "
-                  f"SGLang raises 'Quantization method specified in the model config ({declared}) does not match the "
-                  f"quantization method specified in the `quantization` argument ({given})' unless a checkpoint "
-                  "override of that method applies")
+    try:
+        json.loads(value)
+    except ValueError as exc:
+        yield Finding("server.json_model_override_args", f"json_model_override_args is not JSON ({exc}); SGLang's "
+                      "json.loads raises when it builds the model config (all releases)")
+
+
+# DllmConfig.from_server_args: the diffusion LLMs SGLang knows, per release.
+_DLLM_ARCHITECTURES = (
+    (VersionRange(until="0.5.21"), ("LLaDA2MoeModelLM", "SDARForCausalLM", "SDARMoeForCausalLM")),
+    (VersionRange(since="0.5.21"), ("LLaDA2MoeModelLM", "SDARForCausalLM", "SDARMoeForCausalLM",
+                                    "DiffusionGemmaForBlockDiffusion")),
+)
+# Resolution builds the diffusion config from 0.5.10; up to 0.5.14 only while the radix cache is on.
+_DLLM_CHECK = VersionRange(since="0.5.10")
+_DLLM_ONLY_WITH_RADIX = VersionRange(until="0.5.15")
+
+
+@rule("SGD589", "diffusion-llm-architecture", ERROR,
+      "dllm_algorithm needs a diffusion LLM SGLang knows (by the architecture in config.json).",
+      "remove dllm_algorithm, or serve one of the diffusion LLMs the message lists", _DLLM_CHECK)
+def diffusion_llm_architecture(ctx: LaunchContext) -> Iterator[Finding]:
+    if not ctx.get("dllm_algorithm"):
+        return
+    if ctx.version in _DLLM_ONLY_WITH_RADIX and ctx.on("disable_radix_cache"):
+        return
+    arch = ctx.model_config.architecture if ctx.model_config else ctx.architecture
+    known = next(names for versions, names in _DLLM_ARCHITECTURES if ctx.version in versions)
+    if arch and arch not in known:
+        yield Finding("server.dllm_algorithm", f"SGLang raises 'Unknown diffusion LLM: {arch}' (it knows "
+                      f"{', '.join(known)}; SGLang 0.5.10 and later)")
+
+
+# ModelConfig._validate_quantize_and_serve_config: the feature is switched off in every release that has it.
+@rule("SGD590", "quantize-and-serve-disabled", ERROR,
+      "quantize_and_serve is refused by every SGLang release that has it.",
+      "remove quantize_and_serve: quantize and export the model first, then serve the exported model",
+      VersionRange(since="0.5.4"))
+def quantize_and_serve(ctx: LaunchContext) -> Iterator[Finding]:
+    if not ctx.on("quantize_and_serve"):
+        return
+    if str(ctx.get("quantization") or "").lower() in ("modelopt", "modelopt_fp8", "modelopt_fp4", "modelopt_mixed",
+                                                        "nvfp4_online"):
+        words = ("quantize_and_serve functionality is currently disabled due to compatibility issues. Please use the "
+                 "separate quantize-then-deploy workflow instead.")
+    else:
+        words = "quantize_and_serve requires ModelOpt quantization (set with --quantization {modelopt, ...})"
+    yield Finding("server.quantize_and_serve", f"SGLang 0.5.4 and later refuses: '{words}'")

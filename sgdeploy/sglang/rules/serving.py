@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import server_field
-from sgdeploy.sglang.rules.registry import ERROR, rule
+from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
 from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
 
@@ -493,15 +493,65 @@ def _deterministic_backend(ctx: LaunchContext) -> str | None:
     return backend if isinstance(backend, str) else None
 
 
+# 0.5.7 to 0.5.14 resolve a missing attention backend to trtllm_mha on SM100/SM103 for MHA models
+# without speculative decoding (_get_default_attn_backend), before the deterministic check reads it.
+_DEFAULT_TRTLLM_MHA = VersionRange(since="0.5.7", until="0.5.15")
+# Architectures with no model-specific attention branch in those releases: the default applies as is.
+_PLAIN_MHA_ARCHITECTURES = frozenset({
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration",
+    "Qwen3VLMoeForConditionalGeneration",
+})
+
+
+def _allowed_deterministic(ctx: LaunchContext) -> tuple[str, ...]:
+    return next(names for versions, names in _DETERMINISTIC_BACKENDS if ctx.version in versions)
+
+
+def _default_may_be_trtllm_mha(ctx: LaunchContext) -> bool:
+    """SGLang resolves the attention backend itself, on a Blackwell SM10x host, in 0.5.7-0.5.14."""
+    return (ctx.on("enable_deterministic_inference") and ctx.version in _DEFAULT_TRTLLM_MHA
+            and _deterministic_backend(ctx) is None and ctx.host is not None and ctx.host.sm is not None
+            and ctx.host.sm // 10 == 10)
+
+
+def _plain_mha(ctx: LaunchContext) -> bool:
+    """A dense MHA model whose default SGLang picks without a model-specific branch, no speculative decoding."""
+    arch = ctx.model_config.architecture if ctx.model_config else ctx.architecture
+    mla = ctx.model_config is not None and ctx.model_config.value("kv_lora_rank") is not None
+    return arch in _PLAIN_MHA_ARCHITECTURES and not mla and not ctx.get("speculative_algorithm")
+
+
 @rule("SGD535", "deterministic-attention-backend", ERROR,
       "Deterministic inference works only with the attention backends SGLang lists for it in that release.",
-      "set attention_backend to one of the backends the message lists, or leave it unset", _DETERMINISTIC_CHECK)
+      "set attention_backend to one of the backends the message lists", _DETERMINISTIC_CHECK)
 def deterministic_attention_backend(ctx: LaunchContext) -> Iterator[Finding]:
     backend = _deterministic_backend(ctx)
-    if not ctx.on("enable_deterministic_inference") or backend is None:
+    if not ctx.on("enable_deterministic_inference"):
         return
-    allowed = next(names for versions, names in _DETERMINISTIC_BACKENDS if ctx.version in versions)
-    if backend not in allowed:
+    allowed = _allowed_deterministic(ctx)
+    if backend is not None and backend not in allowed:
         where = "attention_backend" if ctx.given("attention_backend") else "prefill_attention_backend"
         yield Finding(server_field(where), f"Currently only {list(allowed)} attention backends are supported for "
                       f"deterministic inference, but you explicitly specified '{backend}' (SGLang 0.5.3 and later)")
+    elif _default_may_be_trtllm_mha(ctx) and _plain_mha(ctx):
+        yield Finding("server.enable_deterministic_inference", f"SGLang {ctx.catalog.version} picks trtllm_mha for "
+                      f"this model on {ctx.host.gpu if ctx.host else 'the host'} (SM{ctx.host.sm if ctx.host else ''}) "
+                      f"when attention_backend is unset, then refuses it: 'Currently only {list(allowed)} attention "
+                      "backends are supported for deterministic inference, but you explicitly specified 'trtllm_mha'.' "
+                      "(SGLang from 0.5.7, before 0.5.15)")
+
+
+@rule("SGD536", "deterministic-default-backend", WARNING,
+      "Deterministic inference without attention_backend on a Blackwell SM10x host, SGLang 0.5.7-0.5.14: SGLang "
+      "picks the backend itself, and for MHA models that is trtllm_mha, which the deterministic check refuses.",
+      "set attention_backend explicitly to one of the deterministic backends (e.g. \"flashinfer\" or \"triton\")",
+      _DEFAULT_TRTLLM_MHA)
+def deterministic_default_backend(ctx: LaunchContext) -> Iterator[Finding]:
+    if _default_may_be_trtllm_mha(ctx) and not _plain_mha(ctx):
+        sm = ctx.host.sm if ctx.host else ""
+        yield Finding("server.enable_deterministic_inference", f"attention_backend is unset: SGLang "
+                      f"{ctx.catalog.version} resolves it by model and speculative settings on SM{sm} "
+                      "(trtllm_mha for MHA models, refused for deterministic inference: 'Currently only "
+                      f"{list(_allowed_deterministic(ctx))} attention backends are supported for deterministic "
+                      "inference'); sgdeploy cannot follow that resolution for this model")
