@@ -331,15 +331,30 @@ def tp_lm_head_all_to_all(ctx: LaunchContext) -> Iterator[Finding]:
 _UNKNOWN = "?"
 
 
+# Architectures whose checkpoint quantization SGLang copies into --quantization on Blackwell
+# (SM100) before its MoE checks (the per-model adjustments); elsewhere the checks see the flag alone.
+_AUTO_QUANTIZATION_ARCHITECTURES = {
+    "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM", "Qwen3MoeForCausalLM",
+    "Qwen3VLMoeForConditionalGeneration", "Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration", "NemotronHForCausalLM", "Glm4MoeForCausalLM",
+}
+
+
 def _quantization(ctx: LaunchContext) -> str | None:
-    """The quantization SGLang's MoE checks see: the profile's ('unquant' is none), else the checkpoint's
-    when its config.json is known, else unknown ("?": the entries below then stay silent)."""
+    """The quantization SGLang's MoE checks see: the flag ('unquant' is none); on Blackwell, for the
+    architectures above, the checkpoint's when its config.json is known, else unknown ("?": the
+    entries below then stay silent)."""
     if ctx.given("quantization"):
         value = ctx.server["quantization"]
         return None if value in (None, "unquant") else str(value)
-    if ctx.model_config is not None:
+    sm = ctx.host.sm if ctx.host else None
+    if ctx.architecture in _AUTO_QUANTIZATION_ARCHITECTURES and (sm is None or sm >= 100):
+        # DeepSeek V3 without a declared method is fp8 when its safetensors hold fp8 experts.
+        if ctx.model_config is None or ctx.architecture == "DeepseekV3ForCausalLM":
+            return _UNKNOWN
         return ctx.model_config.quant_method
-    return _UNKNOWN
+    return None
 
 
 def _runner_quantization(runners: tuple[str, ...], allowed: tuple[str | None, ...]) -> Callable[[LaunchContext], bool]:
