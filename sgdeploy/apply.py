@@ -122,6 +122,8 @@ class ApplyOptions:
     sglang_check: bool = True  # ask the host's own SGLang about the launch before anything stops
     sglang_check_timeout_s: float = 60.0
     wait_for_gpus_s: float | None = None  # wait (bounded) for processes outside the unit to leave its GPUs
+    # Run last before the stop (a gateway drains the server): a sentence refuses the start, nothing stopped
+    before_stop: Callable[[HostSession, Deployment], str | None] | None = None
 
 
 @dataclass
@@ -1136,6 +1138,10 @@ def _transact(
             why = (f"SGLang {verdict.sglang_version or deployment.sglang_version} on {plan.host} refuses the "
                    f"launch ({verdict.stage})" if verdict.refused else "SGLang's own check did not answer in time")
             return StartupResult(False, reason=why, failure_kind="sglang_refused")
+        if held is None and options.before_stop is not None:
+            refusal = options.before_stop(session, deployment)
+            if refusal:
+                return StartupResult(False, reason=refusal, failure_kind="drain_refused")
         return held
 
     startup = transaction.start(deployment, stop_first=plan.previous_active, takeover=plan.takeover, gate=gate)
@@ -1150,7 +1156,7 @@ def _transact(
         return ApplyResult(Exit.REFUSED, "refused", message=f"{startup.reason}; the running server was not touched",
                            stats=session.remote.stats.as_dict(), **common)
     extra = {"sglang_check": checked, "disagreements": disagreeing}
-    if startup.failure_kind in ("sglang_refused", "gpus_held"):
+    if startup.failure_kind in ("sglang_refused", "gpus_held", "drain_refused"):
         transaction.record(deployment, startup, "refused", extra=extra, unstage=True)
         return ApplyResult(Exit.REFUSED, "refused", deployment_id=deployment.id,
                            message=f"{startup.reason}; nothing was stopped", failure={

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import dataclasses
 import gc
 import glob
 import json
@@ -239,9 +240,14 @@ def _load_for_hosts(args: argparse.Namespace, many: bool = False) -> tuple[Any, 
         targets = select_hosts(loaded.model.deploy.host, inventory, wanted)
     except LookupError as exc:
         raise UsageError(str(exc)) from None
-    if len(targets) > 1 and not many:
-        raise UsageError(f"'{loaded.model.deploy.host}' is a group of {len(targets)} hosts: choose one with --host")
+    if not many:
+        _one_host_only(loaded, targets)
     return loaded, targets, inventory.inventory
+
+
+def _one_host_only(loaded: Any, targets: list[Any]) -> None:
+    if len(targets) > 1:
+        raise UsageError(f"'{loaded.model.deploy.host}' is a group of {len(targets)} hosts: choose one with --host")
 
 
 class RefusedError(Exception):
@@ -263,8 +269,13 @@ def _apply_options(args: argparse.Namespace, dry_run: bool) -> Any:
 def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
     from sgdeploy import report
     from sgdeploy.apply import apply_profile
+    from sgdeploy.multinode import is_multinode
 
-    loaded, targets, inventory = _load_for_hosts(args, many=not dry_run)
+    loaded, targets, inventory = _load_for_hosts(args, many=True)
+    if any(inventory.gateway_of(t.name) for t in targets) and not is_multinode(loaded):
+        return _run_drained(args, loaded, targets, inventory, dry_run)
+    if dry_run:
+        _one_host_only(loaded, targets)
     if len(targets) > 1:
         return _run_rollout(args, loaded, targets, inventory)
     target = targets[0]
@@ -294,6 +305,36 @@ def _run_rollout(args: argparse.Namespace, loaded: Any, targets: list[Any], inve
     else:
         fleet = rollout(loaded, hosts, _apply_options(args, False), parallel=args.parallel,
                         canary=not args.no_canary, report_for=progress.for_host)
+    _emit(args.json, fleet.as_dict, progress, lambda: report.rollout_text(fleet))
+    return fleet.exit_code
+
+
+def _run_drained(args: argparse.Namespace, loaded: Any, targets: list[Any], inventory: Any, dry_run: bool) -> int:
+    """A rollout behind a gateway (sgdeploy.drained); `plan` shows it with each host's own plan."""
+    from sgdeploy import report
+    from sgdeploy.apply import apply_profile
+    from sgdeploy.drained import DrainSettings, prepare, run_drained
+    from sgdeploy.fleet import FleetHost
+    from sgdeploy.gateway import GatewayError
+
+    hosts = [FleetHost(t.name, inventory.hosts[t.name], t) for t in targets]
+    settings = DrainSettings(getattr(args, "max_unavailable", 1), getattr(args, "drain_timeout", None))
+    if settings.max_unavailable < 1:
+        raise UsageError("--max-unavailable must be at least 1")
+    try:
+        front, plan = prepare(loaded, hosts, inventory, settings, getattr(args, "parallel", 1),
+                              not getattr(args, "no_canary", False))
+    except GatewayError as exc:
+        raise RefusedError(f"{exc}; nothing was changed") from None
+    progress = Progress(json_events=args.json)
+    if dry_run:
+        results = [apply_profile(loaded, h.name, h.entry, h.target, _apply_options(args, True),
+                                 progress.for_host(h.name)) for h in hosts]
+        _emit(args.json, lambda: {"rollout": plan.as_dict(), "hosts": [r.as_dict() for r in results]}, progress,
+              lambda: report.drained_plan_text(plan, results))
+        planned = all(r.exit_code == 0 and r.plan is not None and not r.plan.refused for r in results)
+        return EXIT_OK if planned else EXIT_FAILED
+    fleet = run_drained(loaded, hosts, _apply_options(args, False), front, plan, report_for=progress.for_host)
     _emit(args.json, fleet.as_dict, progress, lambda: report.rollout_text(fleet))
     return fleet.exit_code
 
@@ -485,7 +526,33 @@ def cmd_status(args: argparse.Namespace) -> int:
     from sgdeploy import report
     from sgdeploy.operate import gather_status
 
-    return _per_host(args, lambda t: gather_status(*t), report.status_text, lambda s: int(s.exit_code))
+    states = _worker_states(args)
+    return _per_host(args, lambda t: _with_gateway(gather_status(*t), states.get(t[0])), report.status_text,
+                     lambda s: int(s.exit_code))
+
+
+def _worker_states(args: argparse.Namespace) -> dict[str, Any]:
+    """What the gateways in front of status's hosts think of their workers (one request each)."""
+    from sgdeploy.drained import worker_states
+    from sgdeploy.inventory import inventory_path, load_inventory
+
+    inventory = load_inventory(inventory_path(args.inventory)).model
+    if inventory is None or not inventory.gateways:
+        return {}
+    targets = _unit_targets(args)
+    loaded = targets[0][3]
+    port = loaded.model.server.get("port", 30000) if loaded is not None and loaded.model is not None else 30000
+    return worker_states(inventory, [t[0] for t in targets], port if isinstance(port, int) else 30000)
+
+
+def _with_gateway(status: Any, state: dict[str, Any] | None) -> Any:
+    from sgdeploy.drained import rotation_problem
+
+    if state is None:
+        return status
+    problem = rotation_problem(state)
+    problems = (*status.problems, problem) if problem else status.problems
+    return dataclasses.replace(status, gateway=state, problems=problems, healthy=status.healthy and not problem)
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
@@ -647,6 +714,11 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--parallel", type=int, default=1, metavar="N",
                        help="after the canary, deploy N hosts at a time (default 1: rolling)")
     apply.add_argument("--no-canary", action="store_true", help="no lone first host in a rollout")
+    apply.add_argument("--max-unavailable", type=int, default=1, metavar="N",
+                       help="behind a gateway: at most N of the rollout's workers out of rotation at once (default 1)")
+    apply.add_argument("--drain-timeout", type=float, metavar="S",
+                       help="behind a gateway: wait at most S for a worker's requests to finish before its stop "
+                       "(default: the gateway's drain_timeout_s, 120)")
     apply.add_argument("--inventory", metavar="FILE")
     apply.add_argument("--no-rollback", action="store_true", help="leave a failed deployment stopped")
     apply.add_argument("--force", action="store_true", help="redeploy even when the host runs this unit")

@@ -35,6 +35,7 @@ class FleetResult:
     hosts: list[str]
     results: dict[str, ApplyResult] = field(default_factory=dict)
     stopped_at: str | None = None
+    gateway: dict[str, dict[str, Any]] | None = None  # per host: its worker at the gateway (sgdeploy.drained)
 
     @property
     def exit_code(self) -> int:
@@ -68,6 +69,9 @@ class FleetResult:
                 "deployment_id": result.deployment_id,
                 "message": result.message,
             })
+        if self.gateway is not None:
+            for row in rows:
+                row["gateway"] = self.gateway.get(row["host"])
         return rows
 
     def as_dict(self) -> dict[str, Any]:
@@ -75,6 +79,7 @@ class FleetResult:
             "exit_code": self.exit_code,
             "stopped_at": self.stopped_at,
             "hosts": self.rows(),
+            **({"gateway": self.gateway} if self.gateway is not None else {}),
             "results": {name: result.as_dict() for name, result in self.results.items()},
         }
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from sgdeploy.tomlfile import TomlDocument, read_toml
 
@@ -15,6 +16,8 @@ DEFAULT_INVENTORY = "inventory.toml"
 INVENTORY_ENV = "SGDEPLOY_INVENTORY"
 
 ComputeCapability = Annotated[str, StringConstraints(pattern=r"^\d{1,2}\.\d$")]
+WorkerUrl = Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9_.:\[\]-]+(:\d+)?/?$")]
+GatewayUrl = Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9_.:\[\]-]+(:\d+)?(/[^\s]*)?$")]
 
 
 class HostEntry(BaseModel):
@@ -42,6 +45,10 @@ class HostEntry(BaseModel):
     gpu_count: int | None = Field(default=None, ge=1, le=1024)
     gpu_memory_gib: float | None = Field(default=None, gt=0)
     sglang_version: str | None = None
+    # The gateway (`[gateways.NAME]`) that routes to this host's server, and the URL it knows
+    # the server by (default http://<address>:<the profile's port>).
+    gateway: str | None = None
+    worker_url: WorkerUrl | None = None
 
     def ssh_overrides(self) -> dict[str, object]:
         """The connection settings this entry sets, by sshconfig.resolve's names."""
@@ -53,12 +60,49 @@ class HostEntry(BaseModel):
 HostName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
 
 
+class GatewayEntry(BaseModel):
+    """`[gateways.NAME]`: SGLang's gateway (the Shepherd Model Gateway, `smg`) in front of workers.
+
+    Its API key is never written here: `api_key_env` names an environment variable, or
+    `api_key_file` a file (relative to the inventory's folder), that holds it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: GatewayUrl
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    api_key_file: str | None = Field(default=None, min_length=1)
+    hosts: list[str] = Field(default_factory=list)  # hosts or groups this gateway fronts
+    drain_timeout_s: float = Field(default=120.0, ge=0, le=86400)
+    add_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> GatewayEntry:
+        if self.api_key_env and self.api_key_file:
+            raise ValueError("give api_key_env or api_key_file, not both")
+        return self
+
+
 class Inventory(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ssh_config: str | None = None  # the SSH configuration of every host that names none
     hosts: dict[HostName, HostEntry] = Field(default_factory=dict)
     groups: dict[HostName, list[str]] = Field(default_factory=dict)
+    gateways: dict[HostName, GatewayEntry] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_inline(cls, data: object) -> object:
+        gateways = data.get("gateways") if isinstance(data, dict) else None
+        inline = [(name, key) for name, table in (gateways.items() if isinstance(gateways, dict) else ())
+                  if isinstance(table, dict) for key in ("api_key", "key", "token") if key in table]
+        if inline:
+            raise ValidationError.from_exception_data("Inventory", [_located(
+                ("gateways", name, key), "(hidden)", "a gateway's API key is never written in the inventory: "
+                "name an environment variable (api_key_env = \"NAME\") or a file (api_key_file = \"PATH\") "
+                "that holds it") for name, key in inline])
+        return data
 
     @model_validator(mode="after")
     def _groups_name_hosts(self) -> Inventory:
@@ -69,6 +113,38 @@ class Inventory(BaseModel):
             if unknown:
                 raise ValueError(f"group '{group}' names unknown hosts: {', '.join(unknown)}")
         return self
+
+    @model_validator(mode="after")
+    def _gateways_known(self) -> Inventory:
+        errors = [_located(("hosts", name, "gateway"), entry.gateway, f"no gateway '{entry.gateway}' in "
+                           f"[gateways] (known: {', '.join(self.gateways) or 'none'})")
+                  for name, entry in self.hosts.items() if entry.gateway and entry.gateway not in self.gateways]
+        claimed: dict[str, str] = {name: e.gateway for name, e in self.hosts.items() if e.gateway}
+        for gateway, gw in self.gateways.items():
+            for i, member in enumerate(gw.hosts):
+                names = self.resolve(member)
+                if names is None:
+                    errors.append(_located(("gateways", gateway, "hosts", i), member,
+                                           f"'{member}' is neither a host nor a group of this inventory"))
+                    continue
+                for host in names:
+                    other = claimed.setdefault(host, gateway)
+                    if other != gateway:
+                        errors.append(_located(("gateways", gateway, "hosts", i), member, f"host '{host}' is "
+                                               f"fronted by gateway '{other}' already; a host has one gateway"))
+        if errors:
+            raise ValidationError.from_exception_data("Inventory", errors)
+        return self
+
+    def gateway_of(self, host: str) -> str | None:
+        """The name of the gateway that fronts `host`, if one does."""
+        entry = self.hosts.get(host)
+        if entry is not None and entry.gateway:
+            return entry.gateway
+        for name, gateway in self.gateways.items():
+            if any(host in (self.resolve(member) or []) for member in gateway.hosts):
+                return name
+        return None
 
     def resolve(self, name: str) -> list[str] | None:
         """Host names for a host or group name; None if it is neither."""
@@ -115,6 +191,18 @@ class HostTarget:
         )
 
 
+def _located(loc: tuple[str | int, ...], value: object, message: str) -> InitErrorDetails:
+    return InitErrorDetails(type=PydanticCustomError("gateway", message), loc=loc, input=value)
+
+
+def worker_url(entry: HostEntry, port: int) -> str:
+    """The URL a gateway knows a host's server by: `worker_url`, else http://<address>:<port>."""
+    if entry.worker_url:
+        return entry.worker_url.rstrip("/")
+    address = f"[{entry.address}]" if ":" in entry.address else entry.address
+    return f"http://{address}:{port}"
+
+
 def _capability_from_table(gpu: str) -> str | None:
     from sgdeploy.facts import compute_capability_for
 
@@ -129,6 +217,7 @@ def load_inventory(path: str | Path) -> TomlDocument[Inventory]:
     document = read_toml(path, Inventory)
     if document.model is not None:
         _place_ssh_configs(document.model, Path(path).parent)
+        _place_gateway_keys(document.model, Path(path).parent)
     return document
 
 
@@ -140,3 +229,11 @@ def _place_ssh_configs(inventory: Inventory, folder: Path) -> None:
         if chosen and not chosen.startswith("~") and not os.path.isabs(chosen):
             chosen = str(folder / chosen)
         entry.ssh_config = chosen
+
+
+def _place_gateway_keys(inventory: Inventory, folder: Path) -> None:
+    """A gateway's relative `api_key_file` is read from the inventory's folder."""
+    for gateway in inventory.gateways.values():
+        chosen = gateway.api_key_file
+        if chosen and not chosen.startswith("~") and not os.path.isabs(chosen):
+            gateway.api_key_file = str(folder / chosen)

@@ -506,6 +506,7 @@ class Status:
     health: HealthCheck | None
     sglang_version: str | None  # installed on the host
     notes: tuple[str, ...] = ()
+    gateway: dict[str, Any] | None = None  # what the host's gateway thinks of its worker (sgdeploy.drained)
 
     @property
     def exit_code(self) -> int:
@@ -558,6 +559,7 @@ class Status:
                 for p in self.gpu_processes
             ],
             "health": self.health.as_dict() if self.health else None,
+            **({"gateway": self.gateway} if self.gateway is not None else {}),
             "sglang_version": self.sglang_version,
             "notes": list(self.notes),
         }

@@ -245,6 +245,11 @@ def status_text(status: Any) -> str:
         answer = f"HTTP {h.status}" if h.status else (h.detail or "no answer")
         lines.append(f"health: GET {h.path} on port {h.port}: {answer}")
     lines.append(f"SGLang on the host: {status.sglang_version or 'unknown'}")
+    g = getattr(status, "gateway", None)
+    if g is not None:
+        load = "" if g["load"] is None else f", {g['load']} in flight"
+        lines.append(f"gateway '{g['gateway']}': {g['url']} {g['state']}{load}"
+                     + (f" ({g['problem']})" if g["problem"] else ""))
     lines.extend(f"note: {n}" for n in status.notes)
     return "\n".join(lines) + "\n"
 
@@ -264,6 +269,41 @@ def rollout_text(fleet: Any) -> str:
         lines.extend(f"  | {text}" for text in failed.explain)
     else:
         lines.append(f"all {len(rows)} hosts done")
+    if getattr(fleet, "gateway", None):
+        lines.extend(rotation_lines(fleet.gateway))
+    return "\n".join(lines) + "\n"
+
+
+def rotation_lines(gateway: dict[str, dict[str, Any]]) -> list[str]:
+    """Each host's worker at its gateway after a rollout: in rotation or not, and why."""
+    lines = ["workers at the gateway now:"]
+    for host, r in gateway.items():
+        state = r["after"] or r["before"]
+        where = "in rotation" if state == "ready" else f"NOT in rotation ({state})"
+        drained = f", drained in {r['drained_s']:.1f} s" if r.get("drained_s") is not None else ""
+        lines.append(f"  {host}: {r['worker_url']} at '{r['gateway']}': {where}{drained}")
+        if r.get("problem"):
+            lines.append(f"    {r['problem']}; re-run apply to put it back (it converges)"
+                         if state != "ready" else f"    {r['problem']}")
+    return lines
+
+
+def drained_plan_text(plan: Any, results: Sequence[Any]) -> str:
+    """`sgdeploy plan` of a rollout behind a gateway: the order, each host's gateway steps, its plan."""
+    lines = [f"rollout behind a gateway, at most {plan.max_unavailable} worker(s) out of rotation at once: "
+             + " -> ".join("+".join(batch) for batch in plan.batches)]
+    by_host = {r.host: r for r in results}
+    for host in plan.order:
+        rotation = plan.rotations[host]
+        lines.append(f"{host}: {rotation.worker_url} at gateway '{rotation.gateway}' is "
+                     f"{rotation.before.describe()}")
+        for number, step in enumerate(rotation.steps, 1):
+            lines.append(f"  {number}. {step.kind.value:<15} {step.why}")
+        result = by_host.get(host)
+        if result is not None and result.plan is not None:
+            lines.extend("  " + line for line in plan_text(result.plan).rstrip("\n").splitlines())
+        elif result is not None:
+            lines.append(f"  {result.status.upper()}: {result.message}")
     return "\n".join(lines) + "\n"
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import datetime
 import hmac
 import importlib.metadata
 import json
@@ -1190,6 +1191,8 @@ class State:
     max_total_tokens = 0
     started = time.time()
     ready_endpoint = NEW  # /ready exists from 0.5.20; a build may still lack it (ready_endpoint = false)
+    in_flight = 0  # generation requests being answered now (what /v1/loads and /get_load count)
+    in_flight_lock = threading.Lock()
 
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "then", "some", "more", "tokens", "flow", "out", "of", "this", "simulated", "model", "at", "a", "steady", "rate"]
@@ -1309,6 +1312,13 @@ class Handler(BaseHTTPRequestHandler):
             if NEW:
                 info["frontend"] = "python"
             return self._send(200, info)
+        if path == "/v1/loads" and V >= (0, 5, 8):  # entrypoints/v1_loads.py
+            return self._send(200, self._loads())
+        if path == "/get_load" and V < (0, 5, 21):  # the deprecated shim, gone in 0.5.21
+            row = self._load_row()
+            return self._send(200, [{"dp_rank": 0, "num_reqs": row["num_running_reqs"], "num_waiting_reqs": 0,
+                                     "num_tokens": row["num_used_tokens"], "num_pending_tokens": 0,
+                                     "ts_tic": time.perf_counter()}])
         if path == "/metrics" and a.get("enable_metrics"):
             body = (
                 f'sglang:num_running_reqs{{model_name="{a["served_model_name"]}"}} 0.0\n'
@@ -1317,6 +1327,31 @@ class Handler(BaseHTTPRequestHandler):
             ).encode()
             return self._send(200, body, "text/plain; version=0.0.4")
         return self._send(404, {"detail": "Not Found"})
+
+    def _load_row(self) -> dict:
+        running = State.in_flight
+        capacity = State.max_total_tokens or 1
+        used = min(capacity, running * 64)
+        mrr = State.args.get("max_running_requests") or (2048 if NEW else 4096)
+        return {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0, "num_used_tokens": used,
+                "num_total_tokens": used, "max_total_num_tokens": State.max_total_tokens,
+                "token_usage": round(used / capacity, 4), "gen_throughput": running * State.tokens_per_s,
+                "cache_hit_rate": 0.0, "utilization": round(running / mrr, 4), "max_running_requests": mrr}
+
+    def _loads(self) -> dict:
+        """GET /v1/loads as the host's SGLang answers it (0.5.8..0.5.1x, or 0.5.2x's shape)."""
+        row = self._load_row()
+        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        if NEW:
+            tp = int(State.args.get("tp_size") or 1) * int(State.args.get("pp_size") or 1)
+            return {"timestamp": stamp, "version": VERSION, "accelerator": None, "num_accelerators": tp,
+                    "loads": [{"timestamp": time.time(), **row}]}
+        row["num_total_reqs"] = row["num_running_reqs"] + row["num_waiting_reqs"]
+        aggregate = {"total_running_reqs": row["num_running_reqs"], "total_waiting_reqs": 0,
+                     "total_reqs": row["num_total_reqs"], "total_used_tokens": row["num_used_tokens"],
+                     "total_tokens": row["num_total_tokens"], "avg_token_usage": row["token_usage"],
+                     "avg_throughput": row["gen_throughput"], "avg_utilization": row["utilization"]}
+        return {"timestamp": stamp, "version": VERSION, "dp_rank_count": 1, "loads": [row], "aggregate": aggregate}
 
     def do_POST(self) -> None:
         path = self.path.split("?")[0]
@@ -1342,6 +1377,15 @@ class Handler(BaseHTTPRequestHandler):
     ) -> None:
         if not State.bound:
             return self._send(503, {"error": "server starting"})
+        with State.in_flight_lock:
+            State.in_flight += 1
+        try:
+            self._answer(n, ptoks, stream, kind, body)
+        finally:
+            with State.in_flight_lock:
+                State.in_flight -= 1
+
+    def _answer(self, n: int, ptoks: int, stream: bool, kind: str, body: dict | None) -> None:
         delay = 1.0 / max(0.001, State.tokens_per_s)
         rid = f"{random.getrandbits(64):016x}"
         model = State.args.get("served_model_name")
