@@ -500,3 +500,196 @@ refusal_rule("SGD117", "moe-runner-constraints",
              "An explicit moe_runner_backend that SGLang refuses with this quantization, ep_size or all-to-all "
              "backend.", "choose a MoE runner backend that supports the checkpoint's quantization (or leave it auto), "
              "with ep_size 1 or tp_size", MOE_RUNNER_CONSTRAINTS)
+
+
+# --------------------------------------------------------------------------- one-condition checks
+def _layernorm_sp(ctx: LaunchContext) -> bool:
+    return ctx.on("enable_layernorm_sp")
+
+
+def _layernorm_sp_architectures(ctx: LaunchContext) -> tuple[str, ...]:
+    """`SP_SUPPORTED_ARCHITECTURES` (sglang/srt/layers/layernorm_sp.py) of the release."""
+    muse = ("MuseSparkForConditionalGeneration",) if ctx.version in VersionRange(since="0.5.23") else ()
+    return (*muse, "Qwen3ForCausalLM")
+
+
+def _dcp(ctx: LaunchContext) -> int:
+    return ctx.int("dcp_size", 1)
+
+
+def _attn_tp(ctx: LaunchContext) -> int:
+    return max(ctx.int("tp_size", 1) // max(ctx.int("attn_cp_size", 1), 1) // max(attn_dp_size(ctx), 1), 1)
+
+
+def _shared_experts_tp_bad(ctx: LaunchContext) -> bool:
+    size = ctx.server.get("shared_experts_tp_size")
+    return isinstance(size, int) and not isinstance(size, bool) and (size < 1 or _attn_tp(ctx) % size != 0)
+
+
+def _elastic_backend(ctx: LaunchContext) -> bool:
+    return ctx.get("elastic_ep_backend") is not None
+
+
+def _elastic_scaling(ctx: LaunchContext) -> bool:
+    max_ep = ctx.get("max_ep_size")
+    return _elastic_backend(ctx) and isinstance(max_ep, int) and max_ep > ctx.int("tp_size", 1)
+
+
+PARALLEL_OPTIONS = (
+    Refusal("validate_layernorm_sp: --enable-layernorm-sp is only supported for {}; got {}.", "enable_layernorm_sp",
+            lambda ctx: _layernorm_sp(ctx) and ctx.architecture is not None
+            and ctx.architecture not in _layernorm_sp_architectures(ctx),
+            lambda ctx: f"--enable-layernorm-sp is only supported for {sorted(_layernorm_sp_architectures(ctx))}; "
+                        f"got {ctx.architecture}.", VersionRange(since="0.5.19")),
+    Refusal("validate_layernorm_sp: --enable-layernorm-sp requires tp_size > 1: there is no sequence to shard across a "
+            "single TP rank.", "enable_layernorm_sp", lambda ctx: _layernorm_sp(ctx) and ctx.int("tp_size", 1) <= 1,
+            "--enable-layernorm-sp requires tp_size > 1: there is no sequence to shard across a single TP rank.",
+            VersionRange(since="0.5.19")),
+    Refusal("validate_layernorm_sp: --enable-layernorm-sp is not compatible with --enable-dp-attention: SP shards the "
+            "sequence across the full TP group, which under DP attention spans data-parallel groups holding different "
+            "sequences.", "enable_layernorm_sp", lambda ctx: _layernorm_sp(ctx) and attn_dp_size(ctx) > 1,
+            "--enable-layernorm-sp is not compatible with --enable-dp-attention",
+            VersionRange(since="0.5.19", until="0.5.22")),
+    Refusal("validate_layernorm_sp: --enable-layernorm-sp is not compatible with attention DP: SP shards the sequence "
+            "across the full TP group, which under DP attention spans data-parallel groups holding different "
+            "sequences.", "enable_layernorm_sp", lambda ctx: _layernorm_sp(ctx) and attn_dp_size(ctx) > 1,
+            "--enable-layernorm-sp is not compatible with attention DP", VersionRange(since="0.5.22")),
+    Refusal("validate_layernorm_sp: --enable-layernorm-sp is not compatible with speculative decoding (EAGLE/EAGLE3): "
+            "the captured aux hidden states would be sequence-sharded.", "enable_layernorm_sp",
+            lambda ctx: _layernorm_sp(ctx) and bool(ctx.get("speculative_algorithm")),
+            "--enable-layernorm-sp is not compatible with speculative decoding (EAGLE/EAGLE3)",
+            VersionRange(since="0.5.19", until="0.5.23")),
+    Refusal("validate_layernorm_sp: --enable-layernorm-sp supports speculative decoding only with Muse Spark DFLASH: "
+            "other models/algorithms do not gather the sequence-sharded auxiliary hidden states.",
+            "enable_layernorm_sp",
+            lambda ctx: _layernorm_sp(ctx) and bool(ctx.get("speculative_algorithm")) and not (
+                ctx.architecture == "MuseSparkForConditionalGeneration"
+                and str(ctx.get("speculative_algorithm")).upper() == "DFLASH"),
+            "--enable-layernorm-sp supports speculative decoding only with Muse Spark DFLASH",
+            VersionRange(since="0.5.23")),
+    Refusal("validate_layernorm_sp: --enable-layernorm-sp is not compatible with pipeline parallelism: only the first "
+            "rank's stack starts the sequence-sharded region, so the next rank would receive a stream it does not "
+            "expect.", "pp_size", lambda ctx: _layernorm_sp(ctx) and ctx.int("pp_size", 1) > 1,
+            "--enable-layernorm-sp is not compatible with pipeline parallelism", VersionRange(since="0.5.22")),
+    Refusal("handle_layernorm_sp: --enable-megamoe-for-layernorm-sp requires --enable-layernorm-sp.",
+            "enable_megamoe_for_layernorm_sp",
+            lambda ctx: ctx.on("enable_megamoe_for_layernorm_sp") and not _layernorm_sp(ctx),
+            "--enable-megamoe-for-layernorm-sp requires --enable-layernorm-sp.", VersionRange(since="0.5.23")),
+    Refusal("validate_layernorm_sp: --enable-megamoe-for-layernorm-sp supports only Muse Spark.",
+            "enable_megamoe_for_layernorm_sp",
+            lambda ctx: ctx.on("enable_megamoe_for_layernorm_sp") and _layernorm_sp(ctx)
+            and ctx.architecture is not None and ctx.architecture != "MuseSparkForConditionalGeneration",
+            "--enable-megamoe-for-layernorm-sp supports only Muse Spark.", VersionRange(since="0.5.23")),
+    Refusal("handle_a2a_moe: --flashinfer-a2a-dispatch-type requires --moe-a2a-backend flashinfer.",
+            "flashinfer_a2a_dispatch_type",
+            lambda ctx: ctx.get("flashinfer_a2a_dispatch_type") not in (None, "auto")
+            and ctx.get("moe_a2a_backend") != "flashinfer",
+            "--flashinfer-a2a-dispatch-type requires --moe-a2a-backend flashinfer.", VersionRange(since="0.5.20")),
+    Refusal("handle_a2a_moe: moe_a2a_backend='pplx' requires --enable-dp-attention with at least 2 DP groups "
+            "(--dp-size >= 2).", "moe_a2a_backend",
+            lambda ctx: ctx.get("moe_a2a_backend") == "pplx" and attn_dp_size(ctx) < 2,
+            "moe_a2a_backend='pplx' requires --enable-dp-attention with at least 2 DP groups (--dp-size >= 2).",
+            VersionRange(since="0.5.17", until="0.5.22")),
+    Refusal("handle_a2a_moe: moe_a2a_backend='pplx' requires attention DP with at least 2 groups "
+            "(--attn-dp-size >= 2).",
+            "moe_a2a_backend", lambda ctx: ctx.get("moe_a2a_backend") == "pplx" and attn_dp_size(ctx) < 2,
+            "moe_a2a_backend='pplx' requires attention DP with at least 2 groups (--attn-dp-size >= 2).",
+            VersionRange(since="0.5.22")),
+    Refusal("handle_a2a_moe: moe_a2a_backend='pplx' only supports low-latency mode; set --deepep-mode to 'low_latency' "
+            "or 'auto'.", "deepep_mode",
+            lambda ctx: ctx.get("moe_a2a_backend") == "pplx" and ctx.get("deepep_mode") == "normal",
+            "moe_a2a_backend='pplx' only supports low-latency mode; set --deepep-mode to 'low_latency' or 'auto'.",
+            VersionRange(since="0.5.17")),
+    Refusal("handle_a2a_moe: moe_a2a_backend='pplx' is only supported with --moe-runner-backend deep_gemm (or auto).",
+            "moe_runner_backend",
+            lambda ctx: ctx.get("moe_a2a_backend") == "pplx" and ctx.get("moe_runner_backend", "auto")
+            not in ("deep_gemm", "auto"),
+            "moe_a2a_backend='pplx' is only supported with --moe-runner-backend deep_gemm (or auto).",
+            VersionRange(since="0.5.17")),
+    Refusal("handle_shared_experts_tp: --shared-experts-tp-size ({}) must be a positive divisor of attention TP size "
+            "({}).", "shared_experts_tp_size", _shared_experts_tp_bad,
+            lambda ctx: f"--shared-experts-tp-size ({ctx.get('shared_experts_tp_size')}) must be a positive divisor of "
+                        f"attention TP size ({_attn_tp(ctx)}).", VersionRange(since="0.5.21")),
+    Refusal("handle_shared_experts_tp: --shared-experts-tp-size is only supported for Kimi-K3.",
+            "shared_experts_tp_size",
+            lambda ctx: ctx.get("shared_experts_tp_size") is not None and not _shared_experts_tp_bad(ctx)
+            and ctx.architecture is not None and ctx.architecture != "KimiK3ForConditionalGeneration",
+            "--shared-experts-tp-size is only supported for Kimi-K3.", VersionRange(since="0.5.21")),
+    Refusal("handle_dcp_validation: Decode context parallel size (--dcp-size / --decode-context-parallel-size) must be "
+            ">= 1, but got dcp_size={}.", "dcp_size", lambda ctx: ctx.given("dcp_size") and _dcp(ctx) < 1,
+            lambda ctx: "Decode context parallel size (--dcp-size / --decode-context-parallel-size) must be >= 1, but "
+                        f"got dcp_size={_dcp(ctx)}.", VersionRange(since="0.5.15", until="0.5.20")),
+    Refusal("handle_decode_context_parallelism: Decode context parallel size (--dcp-size / "
+            "--decode-context-parallel-size) must be >= 1, but got dcp_size={}.", "dcp_size",
+            lambda ctx: ctx.given("dcp_size") and _dcp(ctx) < 1,
+            lambda ctx: "Decode context parallel size (--dcp-size / --decode-context-parallel-size) must be >= 1, but "
+                        f"got dcp_size={_dcp(ctx)}.", VersionRange(since="0.5.20")),
+    Refusal("handle_decode_context_parallelism: --dcp-size > 1 does not support --enable-prefill-cp.", "dcp_size",
+            lambda ctx: _dcp(ctx) > 1 and ctx.on("enable_prefill_cp"),
+            "--dcp-size > 1 does not support --enable-prefill-cp.", VersionRange(since="0.5.22")),
+    Refusal("handle_dcp_validation: --dcp-comm-backend {} only affects the decode context-parallel attention reduction "
+            "and therefore requires --dcp-size / --decode-context-parallel-size > 1, but got dcp_size={}.",
+            "dcp_comm_backend", lambda ctx: ctx.get("dcp_comm_backend") in ("a2a", "fi_a2a") and _dcp(ctx) <= 1,
+            lambda ctx: f"--dcp-comm-backend {ctx.get('dcp_comm_backend')} only affects the decode context-parallel "
+                        f"attention reduction and therefore requires --dcp-size > 1, but got dcp_size={_dcp(ctx)}.",
+            VersionRange(since="0.5.17", until="0.5.20")),
+    Refusal("handle_decode_context_parallelism: --dcp-comm-backend {} only affects the decode context-parallel "
+            "attention reduction and therefore requires --dcp-size / --decode-context-parallel-size > 1, but got "
+            "dcp_size={}.", "dcp_comm_backend",
+            lambda ctx: ctx.get("dcp_comm_backend") in ("a2a", "fi_a2a") and _dcp(ctx) <= 1,
+            lambda ctx: f"--dcp-comm-backend {ctx.get('dcp_comm_backend')} only affects the decode context-parallel "
+                        f"attention reduction and therefore requires --dcp-size > 1, but got dcp_size={_dcp(ctx)}.",
+            VersionRange(since="0.5.20")),
+    Refusal("handle_dcp_validation: --dcp-replicate-q-proj requires --dcp-size > 1.", "dcp_replicate_q_proj",
+            lambda ctx: ctx.on("dcp_replicate_q_proj") and _dcp(ctx) <= 1,
+            "--dcp-replicate-q-proj requires --dcp-size > 1.", VersionRange(since="0.5.17", until="0.5.20")),
+    Refusal("handle_decode_context_parallelism: --dcp-replicate-q-proj requires --dcp-size > 1.",
+            "dcp_replicate_q_proj", lambda ctx: ctx.on("dcp_replicate_q_proj") and _dcp(ctx) <= 1,
+            "--dcp-replicate-q-proj requires --dcp-size > 1.", VersionRange(since="0.5.20")),
+    Refusal("handle_eplb_and_dispatch: --ep-dispatch-algorithm {} picks a different physical replica per rank, which "
+            "only holds up when an a2a backend routes each token to a single rank. Use --ep-dispatch-algorithm dynamic "
+            "with --moe-a2a-backend none.", "ep_dispatch_algorithm",
+            lambda ctx: ctx.get("ep_dispatch_algorithm") in ("static", "lp")
+            and ctx.get("moe_a2a_backend", "none") in (None, "none"),
+            lambda ctx: f"--ep-dispatch-algorithm {ctx.get('ep_dispatch_algorithm')} picks a different physical "
+                        "replica per rank, which only holds up when an a2a backend routes each token to a single rank. "
+                        "Use --ep-dispatch-algorithm dynamic with --moe-a2a-backend none.",
+            VersionRange(since="0.5.17")),
+    Refusal("handle_dwdp: dwdp_size ({}) must equal tp_size ({})", "dwdp_size",
+            lambda ctx: ctx.int("dwdp_size", 1) > 1 and ctx.int("dwdp_size", 1) != ctx.int("tp_size", 1),
+            lambda ctx: f"dwdp_size ({ctx.int('dwdp_size', 1)}) must equal tp_size ({ctx.int('tp_size', 1)})",
+            VersionRange(since="0.5.17")),
+    Refusal("check_mega_moe_compat: --moe-a2a-backend megamoe has no two-batch / single-batch overlap decomposition; "
+            "disable --enable-two-batch-overlap and --enable-single-batch-overlap.", "moe_a2a_backend",
+            lambda ctx: ctx.get("moe_a2a_backend") == "megamoe"
+            and (ctx.on("enable_two_batch_overlap") or ctx.on("enable_single_batch_overlap")),
+            "--moe-a2a-backend megamoe has no two-batch / single-batch overlap decomposition; disable "
+            "--enable-two-batch-overlap and --enable-single-batch-overlap.", VersionRange(since="0.5.21")),
+    Refusal("handle_elastic_ep: Elastic EP rejoin requires elastic_ep_backend to be set.", "elastic_ep_rejoin",
+            lambda ctx: ctx.on("elastic_ep_rejoin") and not _elastic_backend(ctx),
+            "Elastic EP rejoin requires elastic_ep_backend to be set.", VersionRange(since="0.5.11", until="0.5.16")),
+    Refusal("handle_elastic_ep: --elastic-ep-join-mode requires --elastic-ep-backend to be set.", "ep_join_mode",
+            lambda ctx: ctx.get("ep_join_mode") is not None and not _elastic_backend(ctx),
+            "--elastic-ep-join-mode requires --elastic-ep-backend to be set.", VersionRange(since="0.5.16")),
+    Refusal("handle_elastic_ep: --elastic-ep-join-rank-offset is only valid with --elastic-ep-join-mode scale.",
+            "ep_join_rank_offset",
+            lambda ctx: ctx.int("ep_join_rank_offset", 0) != 0 and ctx.get("ep_join_mode") != "scale",
+            "--elastic-ep-join-rank-offset is only valid with --elastic-ep-join-mode scale.",
+            VersionRange(since="0.5.16")),
+    Refusal("handle_elastic_ep: --max-ep-size requires --elastic-ep-backend to be set.", "max_ep_size",
+            lambda ctx: ctx.get("max_ep_size") is not None and not _elastic_backend(ctx),
+            "--max-ep-size requires --elastic-ep-backend to be set.", VersionRange(since="0.5.16")),
+    Refusal("handle_elastic_ep: --max-ep-size must be a positive integer.", "max_ep_size",
+            lambda ctx: _elastic_backend(ctx) and isinstance(ctx.get("max_ep_size"), int)
+            and ctx.int("max_ep_size", 1) <= 0,
+            "--max-ep-size must be a positive integer.", VersionRange(since="0.5.16")),
+    Refusal("handle_elastic_ep: --elastic-ep-initial-size is only valid for an Elastic EP deployment with "
+            "--max-ep-size larger than its local TP size.", "elastic_ep_initial_size",
+            lambda ctx: ctx.get("elastic_ep_initial_size") is not None and not _elastic_scaling(ctx),
+            "--elastic-ep-initial-size is only valid for an Elastic EP deployment with --max-ep-size larger than its "
+            "local TP size.", VersionRange(since="0.5.16")),
+)
+refusal_rule("SGD118", "parallel-options-together",
+             "A parallelism option SGLang refuses without the setting it depends on (layernorm SP, all-to-all and "
+             "DCP options, dispatch algorithm, DWDP, elastic EP).",
+             "set what SGLang's message names, or drop the option", PARALLEL_OPTIONS)
