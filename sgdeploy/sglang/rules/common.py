@@ -45,3 +45,10 @@ def algorithm(ctx: LaunchContext) -> str | None:
 def attention_dp(ctx: LaunchContext) -> bool:
     """DP attention is on: 0.5.2x's attn_dp_size, or the deprecated enable_dp_attention + dp_size."""
     return ctx.int("attn_dp_size", 1) > 1 or (ctx.on("enable_dp_attention") and ctx.int("dp_size", 1) > 1)
+
+
+def radix_cache_off(ctx: LaunchContext) -> bool:
+    """The radix cache is off after resolution: disabled, or on a PD decode server that does not
+    enable its decode radix cache (SGLang turns it off there by itself)."""
+    return ctx.on("disable_radix_cache") or (ctx.get("disaggregation_mode") == "decode"
+                                             and not ctx.on("disaggregation_decode_enable_radix_cache"))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from sgdeploy.sglang import models
 from sgdeploy.sglang.model_config import ModelConfig
 from sgdeploy.sglang.rule import Finding, LaunchContext
-from sgdeploy.sglang.rules.common import attention_dp
+from sgdeploy.sglang.rules.common import attention_dp, radix_cache_off
 from sgdeploy.sglang.rules.registry import ERROR, INFO, WARNING, rule
 from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
@@ -134,7 +134,7 @@ def _has_mamba_state(config: ModelConfig, architecture: str | None) -> bool:
       "remove mamba_radix_cache_strategy (auto is right for models without Mamba layers)", MAMBA_STATE_CHECK)
 def mamba_strategy_without_state(ctx: LaunchContext) -> Iterator[Finding]:
     config, strategy = ctx.model_config, _strategy(ctx)
-    if config is None or strategy not in _EXTRA_BUFFER or ctx.on("disable_radix_cache"):
+    if config is None or strategy not in _EXTRA_BUFFER or radix_cache_off(ctx):
         return
     if not _has_mamba_state(config, ctx.architecture):
         yield Finding("server.mamba_radix_cache_strategy", f"--mamba-radix-cache-strategy {strategy} needs mamba "

@@ -1,0 +1,518 @@
+"""SGD551-SGD557 KV cache and state layouts: KV cache sharding, the unified memory pool, the
+page-major KV layout, HiSparse, Mamba / linear-attention state, HiCache's external linker, and
+the serving options that publish cache events or watermark outputs.
+
+Tables of SGLang's own refusals (sgdeploy.sglang.rules.sites): each entry names its check site and
+the releases it exists in, read from the wheels. SGLang checks these on resolved values; an
+entry fires only where the profile alone decides the outcome (a flag given, or a default SGLang
+keeps), and the checks that need the model's config.json read it when one is known.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from sgdeploy.sglang.rule import LaunchContext
+from sgdeploy.sglang.rules.common import algorithm, radix_cache_off
+from sgdeploy.sglang.rules.sites import Condition, Refusal, both, given, on, refusal_rule
+from sgdeploy.sglang.versions import VersionRange
+
+
+def _pd(ctx: LaunchContext) -> bool:
+    return ctx.get("disaggregation_mode", "null") not in (None, "null")
+
+
+def _above(name: str, limit: int = 1, default: int = 1) -> Condition:
+    return lambda ctx: ctx.int(name, default) > limit
+
+
+def _spec(ctx: LaunchContext) -> bool:
+    return algorithm(ctx) is not None
+
+
+def _mla(ctx: LaunchContext) -> bool | None:
+    """The model uses MLA (kv_lora_rank in config.json); None without a config."""
+    return None if ctx.model_config is None else ctx.model_config.value("kv_lora_rank") is not None
+
+
+def _env_on(name: str) -> Condition:
+    return lambda ctx: bool(ctx.env_true(name))
+
+
+def _where(name: str, otherwise: str) -> Callable[[LaunchContext], str]:
+    """The key a finding names: `name` when the profile sets it, else the option that needs it."""
+    return lambda ctx: name if ctx.given(name) else otherwise
+
+
+def _with(flag: str, *conditions: Condition) -> Condition:
+    return lambda ctx: ctx.on(flag) and all(c(ctx) for c in conditions)
+
+
+# --------------------------------------------------------------------------- SGD551 KV cache sharding
+_SHARD = VersionRange(since="0.5.22")
+_SHARD_ONLY_0_5_22 = VersionRange(since="0.5.22", until="0.5.23")
+_SHARD_SITE = "handle_kv_cache_sharding: "
+
+
+def _shard(*conditions: Condition) -> Condition:
+    return _with("enable_kv_cache_sharding", *conditions)
+
+
+def _prefill_backend(ctx: LaunchContext) -> str | None:
+    value = ctx.get("prefill_attention_backend") or ctx.get("attention_backend")
+    return value if isinstance(value, str) else None
+
+
+def _tree_core(ctx: LaunchContext) -> str:
+    return ctx.env.get("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "python").strip()
+
+
+def _shard_spec(ctx: LaunchContext) -> bool:
+    if not _spec(ctx):
+        return False
+    arch = ctx.model_config.architecture if ctx.model_config else ctx.architecture
+    return (algorithm(ctx) not in ("EAGLE", "NEXTN") or (arch is not None and arch != "GlmMoeDsaForCausalLM")
+            or ctx.get("speculative_eagle_topk") not in (None, 1) or ctx.on("enable_multi_layer_eagle"))
+
+
+def _s(key: str, field: str | Callable[[LaunchContext], str], condition: Condition,
+       versions: VersionRange = _SHARD) -> Refusal:
+    """An entry whose message is the site's own text (no values in it)."""
+    message = key.split(": ", 1)[1]
+    return Refusal(key, field, condition, message, versions)
+
+
+KV_CACHE_SHARDING = (
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding is only supported on PD prefill workers: a rank's pool "
+       "holds only its stripe of every cached page, which is incompatible with local decode.",
+       "enable_kv_cache_sharding",
+       _shard(lambda ctx: ctx.get("disaggregation_mode", "null") != "prefill")),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding does not support speculative decoding.",
+       "speculative_algorithm",
+       _shard(_spec), _SHARD_ONLY_0_5_22),
+    Refusal("handle_kv_cache_sharding: KV sharding supports speculative decoding only for GLM DSA single-layer NextN "
+            "MTP with EAGLE and topk=1.",
+            "speculative_algorithm", _shard(_shard_spec),
+            "KV sharding supports speculative decoding only for GLM DSA single-layer NextN MTP with EAGLE and topk=1.",
+            VersionRange(since="0.5.23")),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding does not support diffusion language models: DLLM "
+       "admission bypasses the shard-scratch budget and resolves out of PD-prefill mode.", "dllm_algorithm",
+       _shard(given("dllm_algorithm"))),
+    Refusal("handle_kv_cache_sharding: --enable-kv-cache-sharding requires the built-in UnifiedRadixCache with a "
+            "rotation-aware UnifiedTreeCore and does not support --radix-cache-backend={}.", "radix_cache_backend",
+            _shard(given("radix_cache_backend")),
+            lambda ctx: "--enable-kv-cache-sharding requires the built-in UnifiedRadixCache with a rotation-aware "
+            f"UnifiedTreeCore and does not support --radix-cache-backend={ctx.get('radix_cache_backend')!r}.", _SHARD),
+    Refusal("handle_kv_cache_sharding: --enable-kv-cache-sharding requires the Python UnifiedTreeCore: "
+            "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND={} is not supported for sharded KV.", "",
+            _shard(lambda ctx: not radix_cache_off(ctx) and _tree_core(ctx) != "python"),
+            lambda ctx: "--enable-kv-cache-sharding requires the Python UnifiedTreeCore: "
+            f"SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND={_tree_core(ctx)!r} is not supported for sharded KV.", _SHARD),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding does not support "
+       "--enable-unified-cache-external-linker: load-back allocates through the flat allocator API.",
+       "enable_unified_cache_external_linker", _shard(on("enable_unified_cache_external_linker"))),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding does not support streaming sessions: their virtual "
+       "nodes do not carry KV-shard rotation metadata.", "enable_streaming_session",
+       _shard(on("enable_streaming_session"))),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding does not support session radix cache yet.",
+       "enable_session_radix_cache",
+       _shard(on("enable_session_radix_cache"))),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding does not support --enable-flexkv: FlexKV load-back "
+       "allocates through the stock flat allocator API.", "enable_flexkv", _shard(on("enable_flexkv"))),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding does not support --enable-unified-memory: the unified "
+       "pool uses a different virtual-id allocator and layout.", "enable_unified_memory",
+       _shard(on("enable_unified_memory"))),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding and decode context parallelism (--dcp-size) are "
+       "mutually exclusive users of the widened allocator index space.", "dcp_size",
+       _shard(_above("dcp_size"))),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding does not support --enable-hierarchical-cache yet: "
+       "HiCache backup/load assumes each rank holds full pages.", "enable_hierarchical_cache",
+       _shard(on("enable_hierarchical_cache")), _SHARD_ONLY_0_5_22),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding supports HiCache host offload but not "
+       "--hicache-storage-backend yet: the storage path reads and writes whole pages per rank, not each rank's own "
+       "stripe.",
+       "hicache_storage_backend", _shard(on("enable_hierarchical_cache"), given("hicache_storage_backend")),
+       VersionRange(since="0.5.23")),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding does not support --enable-lmcache.", "enable_lmcache",
+       _shard(on("enable_lmcache"))),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding does not support --enable-hisparse: HiSparse selects a "
+       "non-sharded allocator and assumes each rank owns complete KV pages.", "enable_hisparse",
+       _shard(on("enable_hisparse"))),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding does not support dynamic chunk sizing with pipeline "
+       "parallelism: profiling and predicted chunks can exceed the fixed sharded scratch capacity. Disable "
+       "--enable-dynamic-chunking.", "enable_dynamic_chunking",
+       _shard(on("enable_dynamic_chunking"), _above("pp_size"))),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding does not support --enable-two-batch-overlap: the "
+       "sharded pool's per-batch gather plan is a process-wide singleton, but TBO rebuilds attention metadata "
+       "multiple times per extend forward and clobbers the plan.", "enable_two_batch_overlap",
+       _shard(on("enable_two_batch_overlap"))),
+    Refusal("handle_kv_cache_sharding: --enable-kv-cache-sharding currently only supports the mooncake and nixl "
+            "transfer backends: both route sends through CommonKVSender._prepare_send_indices and pair destinations "
+            "by fancy index. Got --disaggregation-transfer-backend {}.",
+            "disaggregation_transfer_backend",
+            _shard(lambda ctx: ctx.get("disaggregation_transfer_backend", "mooncake") not in ("mooncake", "nixl")),
+            lambda ctx: "--enable-kv-cache-sharding currently only supports the mooncake and nixl transfer backends "
+            f"... Got --disaggregation-transfer-backend {ctx.get('disaggregation_transfer_backend')!r}.", _SHARD),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding is incompatible with SGLANG_DISAGG_STAGING_BUFFER (the "
+       "staging path assumes contiguous send slices).", "", _shard(_env_on("SGLANG_DISAGG_STAGING_BUFFER"))),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding for GQA models shards across attention-CP ranks and "
+       "requires --enable-prefill-cp with attn_cp_size > 1.", "enable_prefill_cp",
+       _shard(lambda ctx: _mla(ctx) is False
+              and not (ctx.on("enable_prefill_cp") and ctx.int("attn_cp_size", 1) > 1))),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding requires a real page size (--page-size 64 recommended): "
+       "the physical page is the P/D transfer descriptor and gather-copy unit; page_size=1 degenerates both into "
+       "per-token operations.", "page_size",
+       _shard(lambda ctx: ctx.given("page_size") and ctx.int("page_size", 1) <= 1)),
+    _s("handle_kv_cache_sharding: --enable-kv-cache-sharding requires chunked prefill (--chunked-prefill-size > 0).",
+       "chunked_prefill_size",
+       _shard(lambda ctx: ctx.given("chunked_prefill_size") and ctx.int("chunked_prefill_size", 1) <= 0)),
+    Refusal("validate_kv_shard_attention_backend: --enable-kv-cache-sharding currently requires the fa3 prefill "
+            "attention backend, or trtllm_mla for plain-TP MLA; got {}.",
+            "attention_backend",
+            _shard(lambda ctx: _prefill_backend(ctx) not in (None, "fa3", "trtllm_mla", "dsa")),
+            lambda ctx: "--enable-kv-cache-sharding currently requires the fa3 prefill attention backend, or "
+            f"trtllm_mla for plain-TP MLA; got {_prefill_backend(ctx)!r}.", _SHARD),
+    _s("validate_kv_shard_attention_backend: KV sharding with trtllm_mla only supports plain-TP MLA (attn_cp_size "
+       "must be 1).", "attn_cp_size",
+       _shard(lambda ctx: _prefill_backend(ctx) == "trtllm_mla" and _mla(ctx) is not False,
+              _above("attn_cp_size"))),
+    _s("validate_kv_shard_attention_backend: KV sharding with trtllm_mla requires chunked prefix caching.",
+       "disable_chunked_prefix_cache",
+       _shard(lambda ctx: _prefill_backend(ctx) == "trtllm_mla" and _mla(ctx) is not False
+              and ctx.int("attn_cp_size", 1) <= 1, on("disable_chunked_prefix_cache"))),
+)
+
+refusal_rule("SGD551", "kv-cache-sharding", "KV cache sharding (0.5.22 and later) runs only on a PD prefill "
+             "worker with the options SGLang checks for it.", "fix the KV-sharding launch as the message says, or "
+             "drop enable_kv_cache_sharding", KV_CACHE_SHARDING)
+
+
+# --------------------------------------------------------------------------- SGD552 unified memory pool
+def _unified(*conditions: Condition) -> Condition:
+    return _with("enable_unified_memory", *conditions)
+
+
+UNIFIED_MEMORY = (
+    _s("handle_unified_memory_pool: --enable-unified-memory is not yet compatible with PD disaggregation.",
+       "disaggregation_mode",
+       _unified(_pd), VersionRange(since="0.5.15", until="0.5.18")),
+    _s("handle_unified_memory_pool: --enable-unified-memory is not yet compatible with speculative decoding.",
+       "speculative_algorithm",
+       _unified(_spec), VersionRange(since="0.5.15", until="0.5.18")),
+    _s("handle_unified_memory_pool: --enable-unified-memory is not yet compatible with hierarchical / host-tiered KV "
+       "cache (--enable-hierarchical-cache / --enable-lmcache): the unified-memory-pool init wires up no host pools, "
+       "and its device mamba / full-attention slots are VIRTUAL — the host-offload path does not translate them to "
+       "physical.",
+       "enable_hierarchical_cache",
+       _unified(lambda ctx: ctx.on("enable_hierarchical_cache") or ctx.on("enable_lmcache")),
+       VersionRange(since="0.5.15", until="0.5.21")),
+    _s("handle_unified_memory_pool: --enable-unified-memory is not yet compatible with decode context parallelism "
+       "(--dcp-size > 1): the pool has no DCP-aware masked write path (UnifiedMHATokenToKVPool.set_kv_buffer asserts "
+       "dcp_kv_mask is None), so a DCP run would boot and then fail on the first KV write.", "dcp_size",
+       _unified(_above("dcp_size")), VersionRange(since="0.5.15", until="0.5.20")),
+    _s("handle_unified_memory_pool: --enable-unified-memory with PD disaggregation does not support pipeline "
+       "parallelism (whole-envelope transfer has no per-layer entries to subset).", "pp_size",
+       _unified(_pd, _above("pp_size")), VersionRange(since="0.5.18")),
+    _s("handle_unified_memory_pool: --enable-unified-memory with PD disaggregation requires lazy compaction; unset "
+       "SGLANG_DISABLE_LAZY_COMPACTION.", "",
+       _unified(_pd, _env_on("SGLANG_DISABLE_LAZY_COMPACTION")), VersionRange(since="0.5.18")),
+    _s("handle_unified_memory_pool: --enable-unified-memory with PD disaggregation is not compatible with "
+       "--enable-hisparse: the decode-side HiSparse prealloc path ships host/C4 rows straight from the allocator, "
+       "bypassing the virtual->physical translation the unified pool needs.",
+       "enable_hisparse", _unified(_pd, on("enable_hisparse")), VersionRange(since="0.5.18")),
+    _s("handle_unified_memory_pool: --enable-unified-memory with PD disaggregation does not support speculative "
+       "decoding with the Mooncake transfer backend.",
+       "speculative_algorithm",
+       _unified(_pd, _spec, lambda ctx: ctx.get("disaggregation_transfer_backend", "mooncake") == "mooncake"),
+       VersionRange(since="0.5.21")),
+    _s("handle_unified_memory_pool: --enable-unified-memory with decode KV offload currently supports "
+       "--hicache-storage-backend=file only.",
+       "hicache_storage_backend",
+       _unified(_pd, on("disaggregation_decode_enable_offload_kvcache"),
+                lambda ctx: ctx.get("hicache_storage_backend") != "file"), VersionRange(since="0.5.21")),
+    Refusal("handle_unified_memory_pool: --enable-unified-memory only supports --speculative-algorithm DSPARK, "
+            "DFLASH, EAGLE and EAGLE3; other speculative algorithms are not yet audited for the unified pool's "
+            "virtual-to-physical loc translation. Got --speculative-algorithm={}.",
+            "speculative_algorithm",
+            _unified(lambda ctx: algorithm(ctx) not in (None, "DSPARK", "EAGLE", "EAGLE3", "DFLASH", "NEXTN")),
+            lambda ctx: "--enable-unified-memory only supports --speculative-algorithm DSPARK, DFLASH, EAGLE and "
+            f"EAGLE3; ... Got --speculative-algorithm={algorithm(ctx)!r}.", VersionRange(since="0.5.22")),
+    _s("handle_unified_memory_pool: --enable-unified-memory does not support --enable-two-batch-overlap: TBO's "
+       "replay split hands each child a view without the pre-translate write loc, so a captured decode replay "
+       "raises. TODO(ch-wan): carry out_cache_loc_virtual into the child view.",
+       "enable_two_batch_overlap", _unified(on("enable_two_batch_overlap")),
+       VersionRange(since="0.5.20", until="0.5.22")),
+    _s("handle_unified_memory_pool: --enable-unified-memory does not support --enable-two-batch-overlap: the "
+       "iteration's read tables are indexed by the whole batch's rows, and a TBO child's readers do not offset into "
+       "them.",
+       "enable_two_batch_overlap", _unified(on("enable_two_batch_overlap")), VersionRange(since="0.5.22")),
+    _s("handle_unified_memory_pool: --enable-unified-memory is not yet compatible with --enable-lmcache: the LMCache "
+       "offload path indexes the device buffers with the ids it is handed, and under the unified pool those are "
+       "VIRTUAL.", "enable_lmcache",
+       _unified(on("enable_lmcache")), VersionRange(since="0.5.21")),
+    _s("handle_unified_memory_pool: --enable-unified-memory does not support --enable-unified-cache-external-linker: "
+       "direct L3 transfers do not preserve unified page-envelope indices and compaction lifetimes. Use "
+       "--enable-hierarchical-cache for supported L2/L3 transfers.",
+       "enable_unified_cache_external_linker", _unified(on("enable_unified_cache_external_linker")),
+       VersionRange(since="0.5.22")),
+    _s("handle_kv4_compatibility: FP4 KV cache does not yet support --enable-unified-memory: the unified MHA pool "
+       "does not allocate FP4 block scales or the prefill dequant workspace.", "kv_cache_dtype",
+       _unified(lambda ctx: str(ctx.get("kv_cache_dtype") or "") == "fp4_e2m1"), VersionRange(since="0.5.21")),
+)
+
+refusal_rule("SGD552", "unified-memory-pool", "The unified memory pool (enable_unified_memory, 0.5.15 and later) "
+             "with options SGLang does not yet support alongside it.", "drop enable_unified_memory or the option "
+             "the message names", UNIFIED_MEMORY)
+
+
+# --------------------------------------------------------------------------- SGD553 page-major KV layout
+def _page_major(*conditions: Condition) -> Condition:
+    # enable_unified_memory turns the page-major layout on by itself (0.5.19 and later).
+    return lambda ctx: (ctx.on("enable_page_major_kv_layout") or (ctx.on("enable_unified_memory")
+                        and ctx.version >= (0, 5, 19, 0))) and all(c(ctx) for c in conditions)
+
+
+def _linear(ctx: LaunchContext, phase: str) -> str | None:
+    value = ctx.get(f"linear_attn_{phase}_backend") or ctx.get("linear_attn_backend")
+    return value if isinstance(value, str) else None
+
+
+# The widest allow-lists (MLA models add cutedsl and helion): a backend outside them is refused.
+_PAGE_MAJOR_DECODE = ("triton", "flashinfer", "cutedsl", "helion")
+_PAGE_MAJOR_PREFILL = ("triton", "flashkda", "flashinfer", "cutedsl", "helion")
+
+PAGE_MAJOR_LAYOUT = (
+    _s("handle_page_major_kv_layout: --enable-page-major-kv-layout without --enable-unified-memory is temporarily "
+       "unsupported: the strided MHA K/V views were removed and the static-pool page-major layout awaits its "
+       "per-layer-view reimplementation. Run with --enable-unified-memory, or drop --enable-page-major-kv-layout.",
+       "enable_page_major_kv_layout", _page_major(lambda ctx: not ctx.on("enable_unified_memory")),
+       VersionRange(since="0.5.19")),
+    Refusal("handle_page_major_kv_layout: --enable-page-major-kv-layout requires the Triton Mamba kernels for the "
+            "strided conv/SSM state; got {}. Pass --mamba-backend triton.",
+            "mamba_backend", _page_major(lambda ctx: ctx.get("mamba_backend") not in (None, "triton")),
+            lambda ctx: "--enable-page-major-kv-layout requires the Triton Mamba kernels for the strided conv/SSM "
+            f"state; got {ctx.get('mamba_backend')!r}. Pass --mamba-backend triton.", VersionRange(since="0.5.17")),
+    Refusal("handle_page_major_kv_layout: --enable-page-major-kv-layout: linear-attention DECODE backend must be one "
+            "of {} for the strided conv/SSM state; got {}.", "linear_attn_decode_backend",
+            _page_major(lambda ctx: _linear(ctx, "decode") not in (None, *_PAGE_MAJOR_DECODE)),
+            lambda ctx: "--enable-page-major-kv-layout: linear-attention DECODE backend must be one of ... for the "
+            f"strided conv/SSM state; got {_linear(ctx, 'decode')!r}.", VersionRange(since="0.5.17")),
+    Refusal("handle_page_major_kv_layout: --enable-page-major-kv-layout: linear-attention PREFILL backend must be "
+            "one of {} for the strided conv/SSM state; got {}.",
+            "linear_attn_prefill_backend",
+            _page_major(lambda ctx: _linear(ctx, "prefill") not in (None, *_PAGE_MAJOR_PREFILL)),
+            lambda ctx: "--enable-page-major-kv-layout: linear-attention PREFILL backend must be one of ... for the "
+            f"strided conv/SSM state; got {_linear(ctx, 'prefill')!r}.", VersionRange(since="0.5.17")),
+)
+
+refusal_rule("SGD553", "page-major-kv-layout", "The page-major KV layout needs the unified memory pool (0.5.19 and "
+             "later) and stride-aware Mamba and linear-attention kernels.", "add enable_unified_memory, or pick the "
+             "kernels the message names", PAGE_MAJOR_LAYOUT)
+
+
+# --------------------------------------------------------------------------- SGD554 HiSparse
+def _hisparse(*conditions: Condition) -> Condition:
+    return _with("enable_hisparse", *conditions)
+
+
+def _kv_dtype(ctx: LaunchContext) -> str:
+    return str(ctx.get("kv_cache_dtype") or "auto")
+
+
+HISPARSE = (
+    _s("check_server_args: Hierarchical sparse attention currently requires --disable-radix-cache.",
+       _where("disable_radix_cache", "enable_hisparse"), _hisparse(lambda ctx: not radix_cache_off(ctx)),
+       VersionRange(since="0.5.10", until="0.5.12")),
+    _s("validate_hisparse: Hierarchical sparse attention currently requires --disable-radix-cache.",
+       _where("disable_radix_cache", "enable_hisparse"), _hisparse(lambda ctx: not radix_cache_off(ctx)),
+       VersionRange(since="0.5.12")),
+    Refusal("check_server_args: HiSparse requires bfloat16 KV cache, but got --kv-cache-dtype={}. Please use "
+            "--kv-cache-dtype=bfloat16.", "kv_cache_dtype",
+            _hisparse(lambda ctx: ctx.given("kv_cache_dtype") and _kv_dtype(ctx) not in ("bfloat16", "bf16", "auto")),
+            lambda ctx: f"HiSparse requires bfloat16 KV cache, but got --kv-cache-dtype={_kv_dtype(ctx)}. Please use "
+            "--kv-cache-dtype=bfloat16.", VersionRange(since="0.5.11", until="0.5.12")),
+    Refusal("check_server_args: HiSparse requires flashmla_sparse NSA {} backend, but got --nsa-{}-backend={}. "
+            "Please use --nsa-{}-backend=flashmla_sparse or omit it.",
+            lambda ctx: "nsa_prefill_backend" if ctx.get("nsa_prefill_backend") not in (None, "flashmla_sparse")
+            else "nsa_decode_backend",
+            _hisparse(lambda ctx: any(ctx.get(f) not in (None, "flashmla_sparse")
+                                      for f in ("nsa_prefill_backend", "nsa_decode_backend"))),
+            "HiSparse requires flashmla_sparse NSA backends: use --nsa-prefill-backend / --nsa-decode-backend "
+            "flashmla_sparse or omit them.", VersionRange(since="0.5.10", until="0.5.12")),
+    _s("validate_hisparse_feature_combos: --enable-hisparse does not support --enable-mixed-chunk yet.",
+       "enable_mixed_chunk",
+       _hisparse(on("enable_mixed_chunk")), VersionRange(since="0.5.22")),
+    _s("validate_hisparse: The minimal HiSparse spec integration supports linear speculation only; use "
+       "--speculative-eagle-topk 1.", "speculative_eagle_topk",
+       _hisparse(_spec, lambda ctx: (ctx.get("speculative_eagle_topk") or 1) != 1), VersionRange(since="0.5.22")),
+    _s("validate_hisparse: HiSparse speculative decoding uses statically sized swap state; --speculative-adaptive is "
+       "not supported.", "speculative_adaptive",
+       _hisparse(_spec, on("speculative_adaptive")), VersionRange(since="0.5.22")),
+    _s("resolve_hicache_dcp_compatibility: --enable-hisparse with --dcp-size > 1 is not supported: the HiSparse host "
+       "pool is constructed without DCP translation.", "dcp_size",
+       _hisparse(on("enable_hierarchical_cache"), _above("dcp_size")), VersionRange(since="0.5.17")),
+    _s("validate_prefill_only_disable_kv_cache_args: --prefill-only-disable-kv-cache is incompatible with "
+       "--enable-hisparse: HiSparse uses a dedicated pool family that is not the no-op MHA pool.", "enable_hisparse",
+       _hisparse(on("prefill_only_disable_kv_cache")), VersionRange(since="0.5.12")),
+)
+
+refusal_rule("SGD554", "hisparse-options", "Hierarchical sparse attention (enable_hisparse) with options SGLang "
+             "refuses alongside it.", "fix the HiSparse options as the message says", HISPARSE)
+
+
+# --------------------------------------------------------------------------- SGD555 Mamba and linear-attention state
+def _ssm_dtype_not_fp16(ctx: LaunchContext) -> bool:
+    if ctx.given("mamba_ssm_dtype"):
+        return bool(ctx.get("mamba_ssm_dtype") != "float16")
+    declared = ctx.model_config.value("mamba_ssm_dtype") if ctx.model_config else None
+    return declared != "float16"
+
+
+MAMBA_STATE = (
+    Refusal("handle_mamba_backend: Stochastic rounding for the Mamba SSM cache requires --mamba-ssm-dtype float16, "
+            "got {}. Run with --mamba-ssm-dtype float16 or disable --enable-mamba-cache-stochastic-rounding.",
+            _where("mamba_ssm_dtype", "enable_mamba_cache_stochastic_rounding"),
+            _with("enable_mamba_cache_stochastic_rounding", _ssm_dtype_not_fp16),
+            lambda ctx: "Stochastic rounding for the Mamba SSM cache requires --mamba-ssm-dtype float16, got "
+            f"{ctx.get('mamba_ssm_dtype')!r}. Run with --mamba-ssm-dtype float16 or disable "
+            "--enable-mamba-cache-stochastic-rounding.", VersionRange(since="0.5.15")),
+    _s("handle_int8_mamba_checkpoint: --enable-int8-mamba-checkpoint is not supported together with "
+       "--enable-hierarchical-cache: the host-offload path (HiMambaRadixCache) is not int8-aware. Disable one of "
+       "them.", "enable_int8_mamba_checkpoint",
+       _with("enable_int8_mamba_checkpoint", on("enable_hierarchical_cache")),
+       VersionRange(since="0.5.14", until="0.5.18")),
+    _s("handle_int8_mamba_checkpoint: --enable-int8-mamba-checkpoint is not supported together with "
+       "--enable-hierarchical-cache: the host-offload path is not int8-aware. Disable one of them.",
+       "enable_int8_mamba_checkpoint", _with("enable_int8_mamba_checkpoint", on("enable_hierarchical_cache")),
+       VersionRange(since="0.5.18")),
+    Refusal("handle_int8_mamba_checkpoint: --enable-int8-mamba-checkpoint only supports the built-in mamba radix "
+            "cache; --radix-cache-backend={} is not int8-aware. Omit --radix-cache-backend.", "radix_cache_backend",
+            _with("enable_int8_mamba_checkpoint", given("radix_cache_backend")),
+            lambda ctx: "--enable-int8-mamba-checkpoint only supports the built-in mamba radix cache; "
+            f"--radix-cache-backend={ctx.get('radix_cache_backend')!r} is not int8-aware. Omit --radix-cache-backend.",
+            VersionRange(since="0.5.14")),
+    Refusal("handle_linear_attn_backend: --enable-linear-replayssm requires --mamba-radix-cache-strategy no_buffer "
+            "(the default); the extra_buffer ping-pong donation path is not yet supported (follow-up). Got "
+            "--mamba-radix-cache-strategy={}.",
+            "mamba_radix_cache_strategy",
+            _with("enable_linear_replayssm",
+                  lambda ctx: ctx.get("mamba_radix_cache_strategy") in ("extra_buffer", "extra_buffer_lazy")),
+            "--enable-linear-replayssm requires --mamba-radix-cache-strategy no_buffer (the default); the "
+            "extra_buffer ping-pong donation path is not yet supported.", VersionRange(since="0.5.16")),
+    _s("handle_linear_attn_backend: --linear-attn-decode-backend flashkda is not supported: FlashKDA is "
+       "prefill-only. Use --linear-attn-prefill-backend flashkda (decode stays on triton).",
+       "linear_attn_decode_backend", lambda ctx: ctx.get("linear_attn_decode_backend") == "flashkda",
+       VersionRange(since="0.5.15")),
+)
+
+refusal_rule("SGD555", "mamba-state-options", "Mamba and linear-attention state options SGLang checks together: "
+             "stochastic rounding, the int8 checkpoint, replayed SSM state.", "fix the Mamba options as the message "
+             "says", MAMBA_STATE)
+
+
+# --------------------------------------------------------------------------- SGD556 HiCache and cache policies
+def _tlru(ctx: LaunchContext) -> tuple[float, float] | None:
+    """(threshold, next_prompt_estimate) of a tlru policy config, when both are numbers."""
+    if ctx.get("radix_eviction_policy") != "tlru":
+        return None
+    raw = ctx.get("radix_eviction_policy_config")
+    try:
+        config = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return None
+    if not isinstance(config, dict):
+        return None
+    values = config.get("threshold"), config.get("next_prompt_estimate")
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return float(values[0]), float(values[1])  # type: ignore[arg-type]
+    return None
+
+
+def _linker(*conditions: Condition) -> Condition:
+    return _with("enable_unified_cache_external_linker", *conditions)
+
+
+HICACHE = (
+    _s("handle_hicache: --enable-unified-cache-external-linker and --enable-hierarchical-cache are mutually "
+       "exclusive.",
+       "enable_unified_cache_external_linker", _linker(on("enable_hierarchical_cache")), VersionRange(since="0.5.20")),
+    _s("handle_hicache: --enable-unified-cache-external-linker does not use --hicache-storage-backend.",
+       "hicache_storage_backend", _linker(lambda ctx: not ctx.on("enable_hierarchical_cache"),
+                                          given("hicache_storage_backend")), VersionRange(since="0.5.20")),
+    _s("handle_hicache: --enable-linker-mla-dedup requires the Mooncake linker.", "enable_linker_mla_dedup",
+       both(on("enable_linker_mla_dedup"),
+            lambda ctx: ctx.get("unified_cache_external_linker_backend", "mooncake") != "mooncake"),
+       VersionRange(since="0.5.21")),
+    Refusal("handle_cache_compatibility: --radix-eviction-policy tlru requires non-negative 'threshold' and "
+            "'next_prompt_estimate' in --radix-eviction-policy-config, got {} and {}.", "radix_eviction_policy_config",
+            lambda ctx: (t := _tlru(ctx)) is not None and min(t) < 0,
+            "--radix-eviction-policy tlru requires non-negative 'threshold' and 'next_prompt_estimate' in "
+            "--radix-eviction-policy-config", VersionRange(since="0.5.21")),
+    Refusal("handle_cache_compatibility: --radix-eviction-policy tlru needs 'threshold' greater than "
+            "'next_prompt_estimate' in --radix-eviction-policy-config, got {} <= {}; otherwise no tokens are ever "
+            "TEL-safe and T-LRU is exactly LRU.",
+            "radix_eviction_policy_config", lambda ctx: (t := _tlru(ctx)) is not None and min(t) >= 0 and t[0] <= t[1],
+            "--radix-eviction-policy tlru needs 'threshold' greater than 'next_prompt_estimate' in "
+            "--radix-eviction-policy-config", VersionRange(since="0.5.21")),
+    _s("validate_prefill_only_disable_kv_cache_args: --prefill-only-disable-kv-cache requires "
+       "--chunked-prefill-size=-1 so the FA backend takes the fa_skip_kv_cache path; otherwise the pool would be "
+       "touched between prefill chunks.", "chunked_prefill_size",
+       _with("prefill_only_disable_kv_cache", lambda ctx: ctx.int("chunked_prefill_size", 0) != -1),
+       VersionRange(since="0.5.12")),
+    _s("validate_prefill_only_disable_kv_cache_args: --prefill-only-disable-kv-cache is incompatible with "
+       "--attn-cp-size > 1: the context-parallel attention path writes K/V to the pool via set_kv_buffer, which the "
+       "no-op pool intentionally rejects.", "attn_cp_size",
+       _with("prefill_only_disable_kv_cache", _above("attn_cp_size")), VersionRange(since="0.5.12")),
+    _s("validate_prefill_only_disable_kv_cache_args: --prefill-only-disable-kv-cache is incompatible with "
+       "--enable-prefill-cp: the prefill-CP path stages K/V through the paged cache, which the no-op pool does not "
+       "support.", "enable_prefill_cp",
+       _with("prefill_only_disable_kv_cache", on("enable_prefill_cp")), VersionRange(since="0.5.14")),
+)
+
+refusal_rule("SGD556", "cache-layout-options", "HiCache's external linker, radix eviction policies and the "
+             "prefill-only KV cache with options SGLang refuses alongside them.", "fix the cache options as the "
+             "message says", HICACHE)
+
+
+# --------------------------------------------------------------------------- SGD557 events and watermarks
+def _load_publish(ctx: LaunchContext) -> bool:
+    mode = str(ctx.get("load_publish_endpoint") or "").strip()
+    return bool(mode) and mode.lower() != "off"
+
+
+def _watermark(*conditions: Condition) -> Condition:
+    return _with("enable_watermark", *conditions)
+
+
+_WATERMARK = VersionRange(since="0.5.22")
+
+EVENTS_AND_WATERMARKS = (
+    _s("check_load_publish_args: --load-publish-endpoint requires --kv-events-config: routers discover the load "
+       "range through /server_info's kv_events block, absent without a publisher.", "load_publish_endpoint",
+       lambda ctx: _load_publish(ctx) and not ctx.get("kv_events_config"), VersionRange(since="0.5.19")),
+    _s("check_watermark_server_args: --watermark-config requires --enable-watermark", "watermark_config",
+       lambda ctx: ctx.get("watermark_config") is not None and not ctx.on("enable_watermark"), _WATERMARK),
+    _s("check_watermark_server_args: --enable-watermark is incompatible with --enable-custom-logit-processor",
+       "enable_custom_logit_processor", _watermark(on("enable_custom_logit_processor")), _WATERMARK),
+    _s("check_watermark_server_args: --enable-watermark is not supported with diffusion LLM", "dllm_algorithm",
+       _watermark(given("dllm_algorithm")), _WATERMARK),
+    _s("check_watermark_server_args: --enable-watermark is not supported with PD disaggregation",
+       "disaggregation_mode", _watermark(_pd), _WATERMARK),
+    Refusal("check_watermark_server_args: --enable-watermark supports speculative algorithms NGRAM, EAGLE, and "
+            "EAGLE3, got {}",
+            "speculative_algorithm", _watermark(lambda ctx: algorithm(ctx) not in (None, "NGRAM", "EAGLE", "EAGLE3",
+                                                                                   "NEXTN")),
+            lambda ctx: "--enable-watermark supports speculative algorithms NGRAM, EAGLE, and EAGLE3, got "
+            f"{algorithm(ctx)!r}", _WATERMARK),
+    _s("check_watermark_server_args: --enable-watermark is not supported with pipeline-parallel speculative decoding",
+       "pp_size",
+       _watermark(_spec, _above("pp_size")), _WATERMARK),
+    _s("check_watermark_server_args: --enable-watermark is incompatible with --speculative-use-rejection-sampling",
+       "speculative_use_rejection_sampling", _watermark(on("speculative_use_rejection_sampling")), _WATERMARK),
+    _s("check_watermark_server_args: --enable-watermark is not supported with SGLANG_RUST_SERVER", "",
+       _watermark(_env_on("SGLANG_RUST_SERVER")), _WATERMARK),
+)
+
+refusal_rule("SGD557", "events-and-watermark-options", "KV-event load publishing and output watermarking with "
+             "what SGLang requires alongside them.", "fix the options as the message says", EVENTS_AND_WATERMARKS)
