@@ -8,7 +8,11 @@ then checks the promise:
   reason;
 - `sgdeploy history --json` stays consistent: every attempt is listed, outcomes are `ready` or
   `failed`, `last_good` names a `ready` record whose unit is the one installed;
-- a re-run of apply without the fault converges to ready.
+- a re-run of apply without the fault converges to ready;
+- the exit code tells the truth about the host (`reported_state_problems`, checked after every
+  apply and rollback here, and for group rollouts and multi-node launches under the server
+  faults): 0 and 1 mean a healthy server runs, 2 that nothing changed and the running server
+  never missed a health check (polled every 0.1 s), 3 that nothing healthy ran when it returned.
 
 SSH faults go through `tests.faults.CutProxy`, a TCP proxy on loopback between sgdeploy and the
 host's sshd; apply runs in-process (`sgdeploy.apply.apply_profile`) with a Reporter that cuts the
@@ -18,6 +22,7 @@ proxy at the chosen moment. What each test saw is noted for docs/reliability.md
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import signal
@@ -36,7 +41,7 @@ from sgdeploy import cli
 from sgdeploy.apply import ApplyOptions, ApplyResult, apply_profile
 from sgdeploy.profile import load_profile
 from sgdeploy.validate import InventoryContext, select_hosts, validate_loaded
-from tests.faults import CutProxy, inventory_via, observe
+from tests.faults import CutProxy, HealthPoller, inventory_via, observe
 from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
 from tests.variants import BROKEN, reference, write_variants
 
@@ -60,9 +65,11 @@ def hs() -> Iterator[HostSet]:
         pytest.skip(f"test hosts unavailable: {reason}")
     fast = SimSettings(startup_s=1.0, release_delay_s=0.5, crash_after_ready_s=1.0)
     hosts = start_hosts([HostSpec.like(HOST, sim=fast)], owner="pytest")
+    CHECKED[HOST] = hosts
     try:
         yield hosts
     finally:
+        CHECKED.pop(HOST, None)
         hosts.close()
 
 
@@ -94,9 +101,13 @@ def via(hs: HostSet, tmp_path: Path) -> Iterator[Via]:
 
 
 # --------------------------------------------------------------------------- helpers
+CHECKED: dict[str, HostSet] = {}  # the module's host: every apply and rollback here is checked
+
+
 def apply(inventory: Path, profile: Path, report: Callable[..., None] | None = None,
           **options: Any) -> ApplyResult:
-    """`sgdeploy apply` in-process, with a Reporter (the same call the CLI makes)."""
+    """`sgdeploy apply` in-process, with a Reporter (the same call the CLI makes); its exit code
+    is checked against the host (`truthful`)."""
     loaded = load_profile(profile)
     context = InventoryContext.load(inventory)
     assert validate_loaded(loaded, context).ok and loaded.model is not None
@@ -105,8 +116,74 @@ def apply(inventory: Path, profile: Path, report: Callable[..., None] | None = N
     opts = ApplyOptions(settle_s=1.0, gpu_idle_timeout_s=20.0, health_timeout_s=15.0)
     for key, value in options.items():
         setattr(opts, key, value)
-    return apply_profile(loaded, target.name, context.inventory.hosts[target.name], target, opts,
-                         report or (lambda *a, **k: None))
+    with truthful(CHECKED[HOST]) as told:
+        result = apply_profile(loaded, target.name, context.inventory.hosts[target.name], target, opts,
+                               report or (lambda *a, **k: None))
+        # a refusal because another apply holds the lock: that other apply changes the host
+        told(result.exit_code, describe(result), "another apply holds the lock" not in result.message)
+    return result
+
+
+def rollback(hs: HostSet, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    """`sgdeploy rollback --host ct129 --unit sglang ARGS --json`, its exit code checked against the host."""
+    capsys.readouterr()
+    with truthful(hs) as told:
+        code = cli.main(["rollback", "--host", HOST, "--unit", UNIT, "--inventory", str(hs.inventory_path),
+                         "--json", "--settle", "1", *args])
+        out = json.loads(capsys.readouterr().out)
+        told(code, out["message"])
+    return code, out
+
+
+def host_now(hs: HostSet, host: str = HOST) -> tuple[str, str, str]:
+    """The unit's main pid, unit file and state: what a refusal (exit 2) must leave as it was."""
+    out = hs.ssh(host, f"systemctl show -p MainPID,ActiveState,SubState {UNIT}.service", check=False).stdout
+    state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    path = hs[host].root / UNIT_FILE.lstrip("/")
+    return (state.get("MainPID", ""), path.read_text() if path.exists() else "",
+            f"{state.get('ActiveState')}/{state.get('SubState')}")
+
+
+def reported_state_problems(code: int, before: tuple[str, str, str], after: tuple[str, str, str], poll: HealthPoller,
+                            ended: float, healthy_after: bool) -> list[str]:
+    """What the host contradicts in an exit code: 0/1 say a healthy server runs, 2 that nothing
+    changed (and a server that was up stayed up), 3 that nothing healthy ran when it returned."""
+    last = poll.last_before(ended)
+    if code in (0, 1) and not healthy_after:
+        return [f"exit {code} says a healthy server runs, but /health does not answer 200"]
+    if code == 2:
+        problems = [] if after[:2] == before[:2] else [f"exit 2 says nothing changed, but the main pid went "
+                                                       f"{before[0]} -> {after[0]} or the unit file changed"]
+        during = [status for at, status in poll.samples if at <= ended]
+        if during and during[0] == 200 and any(status != 200 for status in during):
+            problems.append(f"exit 2, but the running server missed health checks: {poll.failures[:3]}")
+        return problems
+    # A server still answering while its unit stops is on its way out, not a healthy deployment;
+    # one that became ready in the moment between sgdeploy's last look and its return is no lie.
+    final = [status for at, status in poll.samples if ended - 1.0 <= at <= ended]
+    if code == 3 and last == 200 and final and all(status == 200 for status in final) \
+            and after[2] == "active/running":
+        return ["exit 3 says nothing healthy is running, but the unit runs and /health answered 200 as it returned"]
+    return []
+
+
+@contextlib.contextmanager
+def truthful(hs: HostSet, host: str = HOST, port: int = PORT) -> Iterator[Callable[..., None]]:
+    """Poll the server's health around a command; `told(code, text)` at its end asserts that the
+    exit code matches the host (`reported_state_problems`)."""
+    before = host_now(hs, host)
+    with HealthPoller(port, host=hs[host].address) as poll:
+        def told(code: int, text: str, alone: bool = True) -> None:
+            ended = time.monotonic()
+            if not alone:
+                return
+            after = host_now(hs, host)
+            healthy = any(status == 200 for at, status in poll.samples if at >= ended) or \
+                _wait_for(lambda: bool(poll.samples) and poll.samples[-1][1] == 200, 1.0)
+            problems = reported_state_problems(code, before, after, poll, ended, healthy)
+            assert not problems, f"{host}: {text}: {'; '.join(problems)}"
+
+        yield told
 
 
 def sh(hs: HostSet, command: str, check: bool = False) -> str:
@@ -260,15 +337,15 @@ def test_ssh_cut_mid_apply(phase: str, hs: HostSet, profiles: dict[str, Path], v
             cut_at.append(why)
             proxy.cut()
 
-    stray = None
-    if phase == "gpu_wait":
-        stray = hs.plant_stray(HOST, gpu=1, mib=4000, name="fault-holder", seconds=4)
+    if phase == "gpu_wait":  # the old server's GPU memory outlives it by 3 s: apply waits after the stop
+        hs.configure_sim(HOST, release_delay_s=3.0)
+        assert apply(hs.inventory_path, profiles["good"], force=True).exit_code == 0
 
     def report(kind: str, **data: Any) -> None:
         if phase == "stop" and kind == "step" and data.get("step") == "stop":
             threading.Timer(0.15, cut, args=("0.15 s into `systemctl stop`",)).start()
-        elif phase == "gpu_wait" and kind == "waiting" and data.get("what") == "gpus":
-            cut("while waiting for the GPUs")
+        elif phase == "gpu_wait" and kind == "step" and data.get("step") == "wait_gpus_idle":
+            threading.Timer(1.0, cut, args=("while waiting for the GPUs after the stop",)).start()
         elif phase == "journal" and kind == "phase":
             cut(f"at journal phase {data.get('name')}")
 
@@ -278,11 +355,12 @@ def test_ssh_cut_mid_apply(phase: str, hs: HostSet, profiles: dict[str, Path], v
     result = apply(via.inventory, profiles["other"], report)
     if watcher:
         watcher.join(1)
-    if stray:
-        sh(hs, f"kill {stray}")
+    if phase == "gpu_wait":
+        hs.configure_sim(HOST, release_delay_s=0.5)
     assert cut_at, f"the cut never happened: {describe(result)}"
     observe(request, f"cut {cut_at[0]}: {describe(result)}")
-    assert result.exit_code == 3 and result.status == "connection_lost", describe(result)
+    # 3 when nothing healthy ran once sgdeploy connected again to look; 1 if a server was healthy
+    assert result.exit_code in (1, 3) and result.status == "connection_lost", describe(result)
     assert "re-run apply" in result.message
     time.sleep(1.5)  # what the host does on its own once the connection is gone
     left = unit_state(hs)
@@ -399,9 +477,7 @@ def test_corrupted_records(how: str, hs: HostSet, profiles: dict[str, Path], req
     damaged = sh(hs, CORRUPTIONS[how].format(s=STATE), check=True).strip()
     request.addfinalizer(lambda: _repair(hs, damaged, how))
     # `sgdeploy rollback` has nothing sound to go back to: refused, with the reason
-    capsys.readouterr()
-    code = cli.main(["rollback", "--host", HOST, "--unit", UNIT, "--inventory", str(hs.inventory_path), "--json"])
-    out = json.loads(capsys.readouterr().out)
+    code, out = rollback(hs, capsys)
     observe(request, f"rollback: exit {code}: {out['message'][:150]}")
     assert code == 2 and out["status"] == "refused"
     assert any(word in out["message"] for word in ("corrupt", "no last good", "no deployment"))
@@ -470,6 +546,90 @@ def test_server_fault_rolls_back(fault: str, hs: HostSet, profiles: dict[str, Pa
     problems = history_problems(hs, capsys, [result.deployment_id, result.rollback["deployment_id"]])
     observe(request, "history: " + ("; ".join(problems) or "consistent"))
     assert not problems
+
+
+# Two of the server faults for the other commands, one that fails the start and one after
+# ready (the others only differ in how the start fails, and each costs seconds of waiting).
+OTHER_COMMAND_FAULTS = ("crash_after_ready", "cuda_oom")
+
+
+@pytest.mark.parametrize("fault", OTHER_COMMAND_FAULTS)
+def test_server_fault_in_the_rollback_target(fault: str, hs: HostSet, profiles: dict[str, Path],
+                                             request: pytest.FixtureRequest,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`sgdeploy rollback --to` a deployment whose server now fails: the exit code says what runs"""
+    ensure_good(hs, profiles)
+    broken = apply(hs.inventory_path, profiles["broken"])  # recorded ready while nothing fails
+    assert broken.exit_code == 0, describe(broken)
+    converges(hs, profiles["good"])
+    settings, _ = SERVER_FAULTS[fault]
+    hs.configure_sim(HOST, fail_when_arg=[BROKEN], **settings)
+    code, out = rollback(hs, capsys, "--to", str(broken.deployment_id))
+    observe(request, f"rollback --to the failing deployment: exit {code} ({out['status']}): {out['message'][:160]}; "
+                     f"/health now {health(hs)}")
+    assert code == 3 and out["status"] == "failed", out["message"]
+
+
+SERVER_FAULTS_ROLLOUT = [pytest.param(f, c, id=f"{c}-{f}") for c in ("group", "multinode")
+                         for f in OTHER_COMMAND_FAULTS]
+PAIR = ("n1", "n2")
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HostSet, Path]]:
+    """Two hosts with networks of their own (the same port on each), grouped as `pair`."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(f"test hosts unavailable: {reason}")
+    fast = SimSettings(startup_s=1.0, release_delay_s=0.5, crash_after_ready_s=1.0)
+    hosts = start_hosts([HostSpec.like(HOST, name=n, private_network=True, sim=fast) for n in PAIR], owner="pytest")
+    try:
+        inventory = tmp_path_factory.mktemp("pair") / "inventory.toml"
+        inventory.write_text(hosts.inventory_path.read_text().replace("[groups]", '[groups]\npair = ["n1", "n2"]'))
+        yield hosts, inventory
+    finally:
+        hosts.close()
+
+
+def _rollout_profile(folder: Path, name: str, multinode: bool, broken: bool) -> Path:
+    text = (f'[deploy]\nhost = "pair"\nunit = "{UNIT}"\npython = "/root/ml-env/bin/python3"\n'
+            f'ready_timeout_s = {5 if broken else 60}\n\n[server]\nmodel_path = "/root/models/Qwen3-8B"\n'
+            f'host = "0.0.0.0"\nport = 30000\ntp_size = {4 if multinode else 2}\n'
+            + ("nnodes = 2\n" if multinode else "") + ('served_model_name = "broken"\n' if broken else ""))
+    path = folder / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("fault", "command"), SERVER_FAULTS_ROLLOUT)
+def test_server_fault_in_a_rollout(fault: str, command: str, pair: tuple[HostSet, Path], tmp_path: Path,
+                                   request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> None:
+    """the new server fails in a group rollout or a multi-node launch: every host's exit code is true"""
+    hs, inventory = pair
+    multinode = command == "multinode"
+    good = _rollout_profile(tmp_path, "good", multinode, broken=False)
+    for name in PAIR:
+        hs.configure_sim(name, failure="", fail_when_arg=[], hang_at="load")
+    capsys.readouterr()
+    assert cli.main(["apply", str(good), "--inventory", str(inventory), "--json", "--settle", "1", "--force"]) == 0
+    capsys.readouterr()
+    settings, _ = SERVER_FAULTS[fault]
+    # a group fails on its second host (the canary deploys); a multi-node launch on both nodes
+    for name in PAIR if multinode else PAIR[1:]:
+        hs.configure_sim(name, fail_when_arg=["--served-model-name=broken"], **settings)
+    checks = [truthful(hs, name, 30000) for name in PAIR]
+    with contextlib.ExitStack() as stack:
+        told = [stack.enter_context(c) for c in checks]
+        code = cli.main(["apply", str(_rollout_profile(tmp_path, "broken", multinode, broken=True)), "--inventory",
+                         str(inventory), "--json", "--settle", "1"])
+        doc = json.loads(capsys.readouterr().out)
+        rows = {row["host"]: row for row in doc["hosts"]}
+        for name, tell in zip(PAIR, told, strict=True):
+            code_of = rows[name]["exit_code"]  # None: a host the rollout never reached, so left as it was
+            tell(2 if code_of is None else code_of, f"{command}: {rows[name]['message'][:200]}")
+    observe(request, f"{command}: exit {code}; " + "; ".join(f"{n} {rows[n]['status']} (exit {rows[n]['exit_code']})"
+                                                           for n in PAIR))
+    assert code == 1, doc
 
 
 # --------------------------------------------------------------------------- the lock

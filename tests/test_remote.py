@@ -83,3 +83,38 @@ def test_paramiko_noise_goes_to_the_debug_log(capsys: pytest.CaptureFixture[str]
         logging.getLogger("paramiko.transport").error("Secsh channel 2 open FAILED: Connection refused: Connect failed")
     assert "Secsh" not in capsys.readouterr().err
     assert any("Secsh channel 2 open FAILED" in r.getMessage() and r.levelno == logging.DEBUG for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- exit 3 is checked
+class _HostThatServes:
+    """A connected host whose unit runs and answers /health with `status`."""
+
+    def __init__(self, status: int, active: str = "active", sub: str = "running") -> None:
+        self.status, self.active, self.sub = status, active, sub
+        self.asked: list[tuple[int, str]] = []
+
+    def run(self, command: str, **_: object) -> object:
+        from sgdeploy.apply import UNIT_FILE_MARKER
+        from sgdeploy.remote import CommandResult
+
+        unit = 'ExecStart=/py -m sglang.launch_server --port 31234\n'
+        return CommandResult(command, 0, f"ActiveState={self.active}\nSubState={self.sub}\nMainPID=42\n"
+                             f"{UNIT_FILE_MARKER}\n{unit}", "")
+
+    def http_get(self, port: int, path: str, **_: object) -> object:
+        from sgdeploy.remote import HttpResponse
+
+        self.asked.append((port, path))
+        return HttpResponse(self.status, b"")
+
+
+@pytest.mark.parametrize(("status", "active", "code"), [(200, "active", 1), (503, "active", 3), (200, "failed", 3)])
+def test_exit_3_only_after_checking_nothing_healthy_runs(status: int, active: str, code: int) -> None:
+    from sgdeploy.apply import ApplyResult, Exit, HostSession, confirmed
+
+    remote = _HostThatServes(status, active)
+    result = confirmed(HostSession(remote),  # type: ignore[arg-type]
+                       ApplyResult(Exit.NOTHING_HEALTHY, "failed", "th1", "sglang", "x failed; nothing healthy"))
+    assert result.exit_code == code
+    if code == 1:
+        assert remote.asked == [(31234, "/health")] and "a healthy server does run" in result.message

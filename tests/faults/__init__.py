@@ -205,11 +205,12 @@ class HealthPoller:
         assert poll.checks > 0 and poll.failed == 0, poll.failures
     """
 
-    def __init__(self, port: int, every_s: float = 0.1, path: str = "/health") -> None:
-        self.url = f"http://127.0.0.1:{port}{path}"
+    def __init__(self, port: int, every_s: float = 0.1, path: str = "/health", host: str = "127.0.0.1") -> None:
+        self.url = f"http://{host}:{port}{path}"
         self.every_s = every_s
         self.checks = 0
         self.failures: list[str] = []
+        self.samples: list[tuple[float, int]] = []  # (time.monotonic(), HTTP status or 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"health-{port}")
 
@@ -227,9 +228,15 @@ class HealthPoller:
             except OSError as exc:
                 status, detail = 0, str(exc)
             self.checks += 1
+            self.samples.append((time.monotonic(), status))
             if status != 200:
                 self.failures.append(f"{time.strftime('%H:%M:%S')} {status or detail}")
             self._stop.wait(self.every_s)
+
+    def last_before(self, moment: float) -> int | None:
+        """The status last seen at or before `moment` (None: no sample yet)."""
+        seen = [status for at, status in self.samples if at <= moment]
+        return seen[-1] if seen else None
 
     def __enter__(self) -> HealthPoller:
         self._thread.start()
