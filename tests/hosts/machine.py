@@ -151,6 +151,11 @@ def _toml_table(name: str, d: dict[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# max_position_embeddings of the real models' config.json (without it SGLang derives 2048 and
+# refuses the reference profile's context_length)
+MODEL_POSITIONS = {"Qwen3_5ForConditionalGeneration": 262144, "Qwen3ForCausalLM": 40960}
+
+
 # Below the kernel's ephemeral range (32768-60999), so outgoing connections never take it, and
 # below 55536, since SGLang derives a gRPC port of --port + 10000 and refuses one above 65535.
 FREE_PORTS = range(20000, 32000)
@@ -333,7 +338,8 @@ class HostSet:
         h = self._host(host)
         d = h.root / path.lstrip("/")
         d.mkdir(parents=True, exist_ok=True)
-        cfg = {"architectures": [architecture], "model_type": "sim", **config}
+        cfg = {"architectures": [architecture], "model_type": "sim",
+               "max_position_embeddings": MODEL_POSITIONS.get(architecture, 32768), **config}
         (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
     def plant_stray(
@@ -464,15 +470,12 @@ def _prepare_host(rootfs: Path, h: Host, client_pub: str, etc_hosts: str = "") -
     if not link.is_symlink():
         link.symlink_to("/etc/systemd/system/sim-gpu.service")
     # config-only model directories a deployer's reference profiles point at
-    # (max_position_embeddings as in the real models' config.json: without it SGLang derives 2048)
-    for path, arch, positions in (
-        ("root/models/Qwen3.6-27B", "Qwen3_5ForConditionalGeneration", 262144),
-        ("root/models/Qwen3-8B", "Qwen3ForCausalLM", 40960),
-    ):
+    for path, arch in (("root/models/Qwen3.6-27B", "Qwen3_5ForConditionalGeneration"),
+                       ("root/models/Qwen3-8B", "Qwen3ForCausalLM")):
         (root / path).mkdir(parents=True, exist_ok=True)
         (root / path / "config.json").write_text(
             json.dumps({"architectures": [arch], "model_type": "sim",
-                        "max_position_embeddings": positions}) + "\n"
+                        "max_position_embeddings": MODEL_POSITIONS[arch]}) + "\n"
         )
 
 
