@@ -16,6 +16,8 @@ from sgdeploy.sglang.rules.common import (
     server_field,
 )
 from sgdeploy.sglang.rules.registry import WARNING, rule
+from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
+from sgdeploy.sglang.versions import VersionRange
 
 # Pairs SGLang accepts together, and what it does with them (read from 0.5.11 and 0.5.23).
 _CONTRADICTIONS = (
@@ -107,3 +109,21 @@ def pp_disables_overlap(ctx: LaunchContext) -> Iterator[Finding]:
     if ctx.int("pp_size", 1) > 1 and not ctx.on("disable_overlap_schedule"):
         yield Finding("server.pp_size", "Pipeline parallelism is incompatible with overlap schedule: SGLang "
                       "will disable it")
+
+
+CUDA_GRAPH_OPTIONS = (
+    Refusal("check_server_args: --disable-cuda-graph-padding is incompatible with --enable-torch-compile. With padding "
+            "disabled, every distinct batch size gets its own torch.compile + Triton autotune cycle (O(max_batch_size) "
+            "compilations) instead of the small fixed set of padded bucket sizes, causing engine initialisation to "
+            "stall for many minutes. Remove --disable-cuda-graph-padding or --enable-torch-compile.",
+            "disable_cuda_graph_padding",
+            lambda ctx: ctx.on("disable_cuda_graph_padding") and ctx.on("enable_torch_compile"),
+            "--disable-cuda-graph-padding is incompatible with --enable-torch-compile.", VersionRange(since="0.5.12")),
+    Refusal("resolve_max_context_size: --cuda-graph-prefill-max-context must be a positive integer",
+            "cuda_graph_prefill_max_context",
+            lambda ctx: isinstance(ctx.get("cuda_graph_prefill_max_context"), int)
+            and ctx.get("cuda_graph_prefill_max_context") <= 0,
+            "--cuda-graph-prefill-max-context must be a positive integer", VersionRange(since="0.5.21")),
+)
+refusal_rule("SGD605", "cuda-graph-options", "A CUDA-graph option SGLang refuses with this launch.",
+             "remove the option SGLang's message names", CUDA_GRAPH_OPTIONS)

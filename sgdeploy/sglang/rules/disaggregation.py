@@ -9,6 +9,7 @@ from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import LANGUAGE_ONLY_REFUSED, V1X, server_field
 from sgdeploy.sglang.rules.registry import ERROR, rule
+from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
 
 
@@ -103,3 +104,36 @@ def pdmux_layout(ctx: LaunchContext) -> Iterator[Finding]:
         return
     yield Finding(server_field(name) if ctx.given(name) else "server.enable_pdmux", f"SGLang refuses enable_pdmux "
                   f"here: '{said}'")
+
+
+def _pd_mode(ctx: LaunchContext) -> str | None:
+    mode = ctx.get("disaggregation_mode", "null")
+    return None if mode in (None, "null") else str(mode)
+
+
+PD_OPTIONS = (
+    Refusal("handle_cache_compatibility: --disaggregation-decode-retraction-backup=host_pool is only supported on a PD "
+            "decode server.", "disaggregation_decode_retraction_backup",
+            lambda ctx: ctx.get("disaggregation_decode_retraction_backup") == "host_pool" and _pd_mode(ctx) != "decode",
+            "--disaggregation-decode-retraction-backup=host_pool is only supported on a PD decode server.",
+            VersionRange(since="0.5.18")),
+    Refusal("handle_cache_compatibility: --disaggregation-decode-retraction-backup=host_pool does not support "
+            "--dcp-size > 1.", "dcp_size",
+            lambda ctx: ctx.get("disaggregation_decode_retraction_backup") == "host_pool" and _pd_mode(ctx) == "decode"
+            and ctx.int("dcp_size", 1) > 1,
+            "--disaggregation-decode-retraction-backup=host_pool does not support --dcp-size > 1.",
+            VersionRange(since="0.5.18")),
+    Refusal("handle_pd_disaggregation: --disaggregation-decode-host-receive-threshold must be between 0 and 1",
+            "disaggregation_decode_host_receive_threshold",
+            lambda ctx: isinstance(ctx.get("disaggregation_decode_host_receive_threshold"), int | float)
+            and not 0 <= ctx.get("disaggregation_decode_host_receive_threshold") <= 1,
+            "--disaggregation-decode-host-receive-threshold must be between 0 and 1", VersionRange(since="0.5.21")),
+    Refusal("validate_response_store: --enable-response-store is not supported with --disaggregation-mode=prefill or "
+            "decode; response storage must remain disabled in PD mode.", "enable_response_store",
+            lambda ctx: ctx.on("enable_response_store") and _pd_mode(ctx) in ("prefill", "decode"),
+            "--enable-response-store is not supported with --disaggregation-mode=prefill or decode",
+            VersionRange(since="0.5.20")),
+)
+refusal_rule("SGD308", "pd-options-together",
+             "A PD-disaggregation option SGLang refuses outside the mode it belongs to, or out of range.",
+             "set disaggregation_mode as SGLang's message names, or drop the option", PD_OPTIONS)

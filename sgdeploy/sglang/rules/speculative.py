@@ -18,6 +18,7 @@ from sgdeploy.sglang.rules.common import (
     server_field,
 )
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
+from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
 
 
@@ -189,3 +190,82 @@ def speculative_moe_runner_trtllm(ctx: LaunchContext) -> Iterator[Finding]:
         yield Finding("server.speculative_moe_runner_backend", "SGLang refuses it: 'Currently speculative MoE "
                       "runner backend doesn't support flashinfer_trtllm, please use triton or auto backend for "
                       "speculative moe runner instead.'")
+
+
+def _aux_capture(ctx: LaunchContext) -> bool:
+    return ctx.on("enable_return_aux_hidden_states")
+
+
+def _aux_layer_ids(ctx: LaunchContext) -> list[object]:
+    value = ctx.get("return_aux_hidden_state_layer_ids")
+    return value if isinstance(value, list) else [] if value is None else [value]
+
+
+def _number(ctx: LaunchContext, name: str) -> int | None:
+    value = ctx.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _below(value: int | None, minimum: int) -> bool:
+    return value is not None and value < minimum
+
+
+_AUX = VersionRange(since="0.5.23")
+SPECULATIVE_OPTIONS = (
+    Refusal("handle_aux_hidden_state_capture: --return-aux-hidden-state-layer-ids requires "
+            "--enable-return-aux-hidden-states.", "return_aux_hidden_state_layer_ids",
+            lambda ctx: not _aux_capture(ctx) and ctx.get("return_aux_hidden_state_layer_ids") is not None,
+            "--return-aux-hidden-state-layer-ids requires --enable-return-aux-hidden-states.", _AUX),
+    Refusal("handle_aux_hidden_state_capture: --enable-return-aux-hidden-states needs --speculative-algorithm EAGLE3, "
+            "DFLASH or DSPARK to name the capture convention, got {}.", "enable_return_aux_hidden_states",
+            lambda ctx: _aux_capture(ctx) and algorithm(ctx) not in ("EAGLE3", "DFLASH", "DSPARK"),
+            lambda ctx: "--enable-return-aux-hidden-states needs --speculative-algorithm EAGLE3, DFLASH or DSPARK to "
+                        f"name the capture convention, got {ctx.get('speculative_algorithm')!r}.", _AUX),
+    Refusal("handle_aux_hidden_state_capture: --enable-return-aux-hidden-states captures without a draft; drop "
+            "--speculative-draft-model-path.", "speculative_draft_model_path",
+            lambda ctx: _aux_capture(ctx) and ctx.get("speculative_draft_model_path") is not None,
+            "--enable-return-aux-hidden-states captures without a draft; drop --speculative-draft-model-path.", _AUX),
+    Refusal("handle_aux_hidden_state_capture: --enable-return-aux-hidden-states only supports pp_size == 1: the "
+            "capture hooks only see the layers on the last pipeline rank.", "pp_size",
+            lambda ctx: _aux_capture(ctx) and ctx.int("pp_size", 1) != 1,
+            "--enable-return-aux-hidden-states only supports pp_size == 1", _AUX),
+    Refusal("handle_aux_hidden_state_capture: --enable-return-aux-hidden-states with {} requires "
+            "--return-aux-hidden-state-layer-ids.", "return_aux_hidden_state_layer_ids",
+            lambda ctx: _aux_capture(ctx) and algorithm(ctx) in ("DFLASH", "DSPARK") and not _aux_layer_ids(ctx),
+            lambda ctx: f"--enable-return-aux-hidden-states with {algorithm(ctx)} requires "
+                        "--return-aux-hidden-state-layer-ids.", _AUX),
+    Refusal("handle_aux_hidden_state_capture: --return-aux-hidden-state-layer-ids must be non-negative, got {}.",
+            "return_aux_hidden_state_layer_ids",
+            lambda ctx: _aux_capture(ctx) and any(isinstance(i, int) and i < 0 for i in _aux_layer_ids(ctx)),
+            lambda ctx: f"--return-aux-hidden-state-layer-ids must be non-negative, got {_aux_layer_ids(ctx)}.", _AUX),
+    Refusal("handle_aux_hidden_state_capture: --return-aux-hidden-state-layer-ids must not repeat a layer, got {}.",
+            "return_aux_hidden_state_layer_ids",
+            lambda ctx: _aux_capture(ctx) and len({str(i) for i in _aux_layer_ids(ctx)}) != len(_aux_layer_ids(ctx)),
+            lambda ctx: f"--return-aux-hidden-state-layer-ids must not repeat a layer, got {_aux_layer_ids(ctx)}.",
+            _AUX),
+    Refusal("handle_speculative_decoding: --speculative-draft-window-size must be positive, got {}.",
+            "speculative_draft_window_size",
+            lambda ctx: _below(_number(ctx, "speculative_draft_window_size"), 1),
+            lambda ctx: "--speculative-draft-window-size must be positive, got "
+                        f"{_number(ctx, 'speculative_draft_window_size')}.", VersionRange(since="0.5.12")),
+    Refusal("handle_speculative_decoding: --speculative-draft-sink-size must be non-negative, got {}.",
+            "speculative_draft_sink_size", lambda ctx: _below(_number(ctx, "speculative_draft_sink_size"), 0),
+            lambda ctx: "--speculative-draft-sink-size must be non-negative, got "
+                        f"{_number(ctx, 'speculative_draft_sink_size')}.", VersionRange(since="0.5.21")),
+    Refusal("handle_speculative_decoding: --speculative-draft-sink-size requires --speculative-draft-window-size.",
+            "speculative_draft_sink_size",
+            lambda ctx: ctx.get("speculative_draft_sink_size") is not None
+            and not _below(_number(ctx, "speculative_draft_sink_size"), 0)
+            and ctx.get("speculative_draft_window_size") is None,
+            "--speculative-draft-sink-size requires --speculative-draft-window-size.", VersionRange(since="0.5.21")),
+    Refusal("handle_speculative_decoding: --speculative-use-block-verification only supports EAGLE / EAGLE3 / NEXTN / "
+            "DFLASH / DSPARK.", "speculative_use_block_verification",
+            lambda ctx: ctx.on("speculative_use_block_verification")
+            and algorithm(ctx) not in ("EAGLE", "EAGLE3", "NEXTN", "DFLASH", "DSPARK"),
+            "--speculative-use-block-verification only supports EAGLE / EAGLE3 / NEXTN / DFLASH / DSPARK.",
+            VersionRange(since="0.5.22")),
+)
+refusal_rule("SGD215", "speculative-options-together",
+             "A speculative-decoding option SGLang refuses without the setting it depends on (auxiliary hidden-state "
+             "capture, draft window and sink, block verification).",
+             "set what SGLang's message names, or drop the option", SPECULATIVE_OPTIONS)
