@@ -362,6 +362,10 @@ refusal_rule("SGD554", "hisparse-options", "Hierarchical sparse attention (enabl
 
 
 # --------------------------------------------------------------------------- SGD555 Mamba and linear-attention state
+def _ssm_dtype_is_fp16(ctx: LaunchContext) -> bool:
+    return not _ssm_dtype_not_fp16(ctx)
+
+
 def _ssm_dtype_not_fp16(ctx: LaunchContext) -> bool:
     if ctx.given("mamba_ssm_dtype"):
         return bool(ctx.get("mamba_ssm_dtype") != "float16")
@@ -400,6 +404,21 @@ MAMBA_STATE = (
                   lambda ctx: ctx.get("mamba_radix_cache_strategy") in ("extra_buffer", "extra_buffer_lazy")),
             "--enable-linear-replayssm requires --mamba-radix-cache-strategy no_buffer (the default); the "
             "extra_buffer ping-pong donation path is not yet supported.", VersionRange(since="0.5.16")),
+    _s("handle_mamba_backend: Stochastic rounding for the Mamba SSM cache is only supported on NVIDIA CUDA "
+       "platforms. Disable --enable-mamba-cache-stochastic-rounding on this platform.", "device",
+       _with("enable_mamba_cache_stochastic_rounding", _ssm_dtype_is_fp16,
+             lambda ctx: ctx.get("device") not in (None, "cuda")), VersionRange(since="0.5.15")),
+    Refusal("handle_linear_attn_backend: --linear-replayssm-cache-len must be >= 1, got {}.",
+            "linear_replayssm_cache_len",
+            lambda ctx: ctx.given("linear_replayssm_cache_len") and ctx.int("linear_replayssm_cache_len", 1) < 1
+            and ctx.on("enable_linear_replayssm"),
+            lambda ctx: f"--linear-replayssm-cache-len must be >= 1, got {ctx.get('linear_replayssm_cache_len')}.",
+            VersionRange(since="0.5.15")),
+    Refusal("handle_linear_attn_backend: --enable-linear-replayssm is not supported under PD disaggregation yet "
+            "(follow-up). Got --disaggregation-mode={}.",
+            "disaggregation_mode", _with("enable_linear_replayssm", _pd),
+            lambda ctx: "--enable-linear-replayssm is not supported under PD disaggregation yet (follow-up). Got "
+            f"--disaggregation-mode={ctx.get('disaggregation_mode')!r}.", VersionRange(since="0.5.15")),
     _s("handle_linear_attn_backend: --linear-attn-decode-backend flashkda is not supported: FlashKDA is "
        "prefill-only. Use --linear-attn-prefill-backend flashkda (decode stays on triton).",
        "linear_attn_decode_backend", lambda ctx: ctx.get("linear_attn_decode_backend") == "flashkda",
@@ -468,6 +487,31 @@ HICACHE = (
        "--enable-prefill-cp: the prefill-CP path stages K/V through the paged cache, which the no-op pool does not "
        "support.", "enable_prefill_cp",
        _with("prefill_only_disable_kv_cache", on("enable_prefill_cp")), VersionRange(since="0.5.14")),
+    _s("validate_prefill_only_disable_kv_cache_args: --prefill-only-disable-kv-cache is incompatible with "
+       "--enable-prefill-context-parallel: the prefill-CP path stages K/V through the paged cache, which the no-op "
+       "pool does not support.",
+       "enable_prefill_context_parallel", _with("prefill_only_disable_kv_cache", on("enable_prefill_context_parallel")),
+       VersionRange(since="0.5.12", until="0.5.14")),
+    _s("validate_prefill_only_disable_kv_cache_args: --prefill-only-disable-kv-cache does not currently support "
+       "--kv-cache-dtype=fp4_e2m1 because the FP4 pool uses a separate allocation path.", "kv_cache_dtype",
+       _with("prefill_only_disable_kv_cache", lambda ctx: ctx.get("kv_cache_dtype") == "fp4_e2m1"),
+       VersionRange(since="0.5.12", until="0.5.16")),
+    _s("validate_prefill_only_disable_kv_cache_args: --prefill-only-disable-kv-cache does not currently support "
+       "--kv-cache-dtype=mxfp8 because the MXFP8 pool stores separate scale-factor buffers.", "kv_cache_dtype",
+       _with("prefill_only_disable_kv_cache", lambda ctx: ctx.get("kv_cache_dtype") == "mxfp8"),
+       VersionRange(since="0.5.16")),
+    _s("validate_prefill_only_disable_kv_cache_args: --prefill-only-disable-kv-cache does not currently support "
+       "--kv-cache-dtype=nvfp4 or --kv-cache-dtype=fp4_mx_block16 because the FP4 pool uses a separate allocation "
+       "path.",
+       "kv_cache_dtype",
+       _with("prefill_only_disable_kv_cache", lambda ctx: ctx.get("kv_cache_dtype") in ("nvfp4", "fp4_mx_block16")),
+       VersionRange(since="0.5.16")),
+    Refusal("handle_prefill_only_disable_kv_cache: --prefill-only-disable-kv-cache currently requires the FA prefill "
+            "backend (fa3/fa4), but got prefill backend {}. Other prefill-only workloads and backends may be "
+            "supported in a future change.", "attention_backend",
+            _with("prefill_only_disable_kv_cache", lambda ctx: _prefill_backend(ctx) not in (None, "fa3", "fa4")),
+            lambda ctx: "--prefill-only-disable-kv-cache currently requires the FA prefill backend (fa3/fa4), but got "
+            f"prefill backend {_prefill_backend(ctx)!r}.", VersionRange(since="0.5.12")),
 )
 
 refusal_rule("SGD556", "cache-layout-options", "HiCache's external linker, radix eviction policies and the "
@@ -516,3 +560,100 @@ EVENTS_AND_WATERMARKS = (
 
 refusal_rule("SGD557", "events-and-watermark-options", "KV-event load publishing and output watermarking with "
              "what SGLang requires alongside them.", "fix the options as the message says", EVENTS_AND_WATERMARKS)
+
+
+# --------------------------------------------------------------------------- SGD558 KV cache dtype and backend
+def _given_backend(ctx: LaunchContext, name: str, *, decode: bool = True) -> bool:
+    return ctx.get("attention_backend") == name or (decode and ctx.get("decode_attention_backend") == name)
+
+
+def _mla_dtype(backend: str, allowed: tuple[str, ...], decode: bool = True) -> Condition:
+    return lambda ctx: (_given_backend(ctx, backend, decode=decode) and ctx.given("kv_cache_dtype")
+                        and _kv_dtype(ctx) not in allowed)
+
+
+_TRTLLM_MLA = "TensorRT-LLM MLA backend only supports kv-cache-dtype of "
+_CUTEDSL_DTYPES = ("fp8_e4m3", "bf16", "bfloat16", "auto")
+
+
+def _nvfp4(ctx: LaunchContext) -> bool:
+    return _kv_dtype(ctx) == "nvfp4"
+
+
+def _dequant(ctx: LaunchContext) -> str:
+    return str(ctx.get("prefill_kv_cache_dequant_dtype") or "auto")
+
+
+_NVFP4_PREFILL_BACKEND = {"fp8_e4m3": "flashinfer", "nvfp4": "trtllm_mha"}
+_NVFP4 = VersionRange(since="0.5.21")
+
+KV_CACHE_DTYPE = (
+    Refusal("ServerArgs.__post_init__: TensorRT-LLM MLA backend only supports kv-cache-dtype of fp8_e4m3 or auto.",
+            "kv_cache_dtype", _mla_dtype("trtllm_mla", ("fp8_e4m3", "auto"), decode=False),
+            _TRTLLM_MLA + "fp8_e4m3 or auto.", VersionRange(until="0.5.3")),
+    Refusal("handle_attention_backend_compatibility: TensorRT-LLM MLA backend only supports kv-cache-dtype of "
+            "fp8_e4m3 or auto.",
+            "kv_cache_dtype", _mla_dtype("trtllm_mla", ("fp8_e4m3", "auto"), decode=False),
+            _TRTLLM_MLA + "fp8_e4m3 or auto.", VersionRange(since="0.5.3", until="0.5.4.post3")),
+    Refusal("handle_attention_backend_compatibility: TensorRT-LLM MLA backend only supports kv-cache-dtype of "
+            "fp8_e4m3, fp4_e2m1, or auto.",
+            "kv_cache_dtype", _mla_dtype("trtllm_mla", ("fp8_e4m3", "fp4_e2m1", "auto"), decode=False),
+            _TRTLLM_MLA + "fp8_e4m3, fp4_e2m1, or auto.", VersionRange(since="0.5.4.post3", until="0.5.7")),
+    Refusal("handle_attention_backend_compatibility: TensorRT-LLM MLA backend only supports kv-cache-dtype of "
+            "fp8_e4m3, fp4_e2m1, bf16, or auto.",
+            "kv_cache_dtype", _mla_dtype("trtllm_mla", ("fp8_e4m3", "fp4_e2m1", "bf16", "auto")),
+            _TRTLLM_MLA + "fp8_e4m3, fp4_e2m1, bf16, or auto.", VersionRange(since="0.5.7", until="0.5.15")),
+    Refusal("mla_kv_cache_dtype_checks: TensorRT-LLM MLA backend only supports kv-cache-dtype of fp8_e4m3, fp4_e2m1, "
+            "bf16, or auto.",
+            "kv_cache_dtype", _mla_dtype("trtllm_mla", ("fp8_e4m3", "fp4_e2m1", "bf16", "auto")),
+            _TRTLLM_MLA + "fp8_e4m3, fp4_e2m1, bf16, or auto.", VersionRange(since="0.5.15", until="0.5.21")),
+    Refusal("mla_kv_cache_dtype_checks: TensorRT-LLM MLA backend only supports kv-cache-dtype of fp8_e4m3, bf16, or "
+            "auto.",
+            "kv_cache_dtype", _mla_dtype("trtllm_mla", ("fp8_e4m3", "bf16", "auto")),
+            _TRTLLM_MLA + "fp8_e4m3, bf16, or auto.", VersionRange(since="0.5.21")),
+    Refusal("handle_attention_backend_compatibility: tokenspeed_mla backend requires kv-cache-dtype=fp8_e4m3, got {}.",
+            "kv_cache_dtype", _mla_dtype("tokenspeed_mla", ("fp8_e4m3",)),
+            lambda ctx: f"tokenspeed_mla backend requires kv-cache-dtype=fp8_e4m3, got {_kv_dtype(ctx)}.",
+            VersionRange(since="0.5.12", until="0.5.15")),
+    Refusal("mla_kv_cache_dtype_checks: tokenspeed_mla backend requires kv-cache-dtype=fp8_e4m3, got {}.",
+            "kv_cache_dtype", _mla_dtype("tokenspeed_mla", ("fp8_e4m3",)),
+            lambda ctx: f"tokenspeed_mla backend requires kv-cache-dtype=fp8_e4m3, got {_kv_dtype(ctx)}.",
+            VersionRange(since="0.5.15", until="0.5.23")),
+    Refusal("handle_attention_backend_compatibility: CuteDSL MLA backend only supports kv-cache-dtype of fp8_e4m3, "
+            "bf16, or auto.",
+            "kv_cache_dtype", _mla_dtype("cutedsl_mla", _CUTEDSL_DTYPES),
+            "CuteDSL MLA backend only supports kv-cache-dtype of fp8_e4m3, bf16, or auto.",
+            VersionRange(since="0.5.13", until="0.5.15")),
+    Refusal("cutedsl_prefill_backend_fill: CuteDSL MLA backend only supports kv-cache-dtype of fp8_e4m3, bf16, or "
+            "auto.",
+            "kv_cache_dtype", _mla_dtype("cutedsl_mla", _CUTEDSL_DTYPES),
+            "CuteDSL MLA backend only supports kv-cache-dtype of fp8_e4m3, bf16, or auto.",
+            VersionRange(since="0.5.15")),
+    _s("handle_nvfp4_prefill_kv_dequant_dtype: --prefill-kv-cache-dequant-dtype applies only with "
+       "--kv-cache-dtype=nvfp4.",
+       "prefill_kv_cache_dequant_dtype", lambda ctx: not _nvfp4(ctx) and _dequant(ctx) != "auto", _NVFP4),
+    Refusal("handle_nvfp4_prefill_kv_dequant_dtype: NVFP4 prefill supports an FP8 E4M3 workspace or native NVFP4, "
+            "but backend {} provides neither.", "attention_backend",
+            lambda ctx: _nvfp4(ctx) and _dequant(ctx) == "auto"
+            and _prefill_backend(ctx) not in (None, *_NVFP4_PREFILL_BACKEND.values()),
+            lambda ctx: "NVFP4 prefill supports an FP8 E4M3 workspace or native NVFP4, but backend "
+            f"{_prefill_backend(ctx)!r} provides neither.", _NVFP4),
+    Refusal("handle_nvfp4_prefill_kv_dequant_dtype: --prefill-kv-cache-dequant-dtype={} requires prefill backend {}, "
+            "but --prefill-attention-backend={} was set. Remove the backend option and select the KV dtype only.",
+            "prefill_attention_backend",
+            lambda ctx: _nvfp4(ctx) and _dequant(ctx) in _NVFP4_PREFILL_BACKEND
+            and ctx.get("prefill_attention_backend") not in (None, _NVFP4_PREFILL_BACKEND[_dequant(ctx)]),
+            lambda ctx: f"--prefill-kv-cache-dequant-dtype={_dequant(ctx)} requires prefill backend "
+            f"{_NVFP4_PREFILL_BACKEND.get(_dequant(ctx))!r}, but --prefill-attention-backend="
+            f"{ctx.get('prefill_attention_backend')!r} was set.", _NVFP4),
+    Refusal("handle_nvfp4_prefill_kv_dequant_dtype: NVFP4 decode requires --decode-attention-backend=trtllm_mha; got "
+            "{}. Remove the backend option; NVFP4 selects the supported decode implementation automatically.",
+            "decode_attention_backend",
+            lambda ctx: _nvfp4(ctx) and ctx.get("decode_attention_backend") not in (None, "trtllm_mha"),
+            lambda ctx: "NVFP4 decode requires --decode-attention-backend=trtllm_mha; got "
+            f"{ctx.get('decode_attention_backend')!r}.", _NVFP4),
+)
+
+refusal_rule("SGD558", "kv-cache-dtype-for-backend", "A KV cache dtype the chosen MLA attention backend does not "
+             "take, and NVFP4 KV with prefill/decode backends it cannot use.", "pick a kv_cache_dtype the backend "
+             "takes, or drop the backend option and let SGLang choose", KV_CACHE_DTYPE)
