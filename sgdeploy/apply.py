@@ -69,7 +69,15 @@ from sgdeploy.remote import (
     RemoteError,
     RemoteHost,
 )
-from sgdeploy.secret_args import api_key_for, bearer_headers, host_secret_diagnostics, redact, without_secrets
+from sgdeploy.secret_args import (
+    api_key_for,
+    bearer_headers,
+    check_argv,
+    host_secret_diagnostics,
+    recorded_secret_diagnostics,
+    redact,
+    without_secrets,
+)
 from sgdeploy.sglangcheck.verdict import CheckRequest, HostVerdict
 
 Reporter = Callable[..., None]
@@ -202,7 +210,8 @@ def build_deployment(
     assert profile is not None
     # A release without a bundled catalog (newer, a dev build) renders with the closest older one.
     unit = render_unit(loaded, load_catalog(nearest_version(sglang_version)), host)
-    check = CheckRequest(python=unit.argv[0], argv=unit.argv[3:], environment=unit.environment,
+    check = CheckRequest(python=unit.argv[0], argv=tuple(check_argv(profile, list(unit.argv[3:]))),
+                         environment=unit.environment,
                          user=profile.deploy.user, working_directory=profile.deploy.working_directory,
                          env_file=profile.deploy.env_file)
     return Deployment(
@@ -1283,6 +1292,10 @@ def _rollback(
     if deployment is None:
         return ApplyResult(Exit.REFUSED, "refused", name, unit,
                            f"the record of {target} on {name} is incomplete or corrupt; choose another with --to")
+    secrets = recorded_secret_diagnostics(session.remote, deployment, name)  # its [secrets] file, before the stop
+    if any(d.is_error for d in secrets):
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"the secrets file of {target} is not usable on "
+                           f"{name}; nothing was stopped", diagnostics=secrets, stats=session.remote.stats.as_dict())
     # Never start the previous deployment into GPUs others hold: decided before the stop.
     own = (facts.unit.main_pid,) if facts.unit and facts.unit.main_pid else ()
     strangers, _ = gpu_strangers(facts.gpus, facts.gpu_processes, deployment.gpus, unit, own,

@@ -41,7 +41,7 @@ class RenderedUnit:
 
     unit: str
     text: str
-    argv: tuple[str, ...]
+    argv: tuple[str, ...]  # `<python> -m sglang.launch_server FLAGS` (ExecStart= may add -c LAUNCHER before -m)
     environment: tuple[tuple[str, str], ...]
 
     @property
@@ -185,6 +185,8 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
     secrets = unit_parts(profile, catalog, launch_words(profile, catalog))
     groups = secrets.groups
     argv = [word for group in groups for word in group]
+    # ExecStart= may run SGLang's launch through the launcher that keeps secrets out of its log
+    exec_groups = [[groups[0][0], *secrets.launcher, *groups[0][1:]], *groups[1:]]
     environment = unit_environment(profile)
     text = _template_env().get_template(TEMPLATE_NAME).render(
         unit=profile.deploy.unit,
@@ -201,7 +203,7 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
         secret_env_files=secrets.env_files,
         runtime_directory=secrets.runtime_directory,
         exec_start_pre=secrets.exec_start_pre,
-        exec_groups=groups,
+        exec_groups=exec_groups,
         timeout_start_s=profile.deploy.ready_timeout_s,
         timeout_stop_s=STOP_TIMEOUT_S,
     )

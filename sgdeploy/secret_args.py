@@ -86,6 +86,7 @@ class SecretUnit:
 
     groups: list[list[str]]
     note: str = ""  # a comment in the unit: where the secrets come from
+    launcher: tuple[str, ...] = ()  # words between the interpreter and `-m sglang.launch_server`
     env_files: tuple[str, ...] = ()
     exec_start_pre: list[list[str]] | None = None
     runtime_directory: str | None = None
@@ -96,22 +97,70 @@ def unit_parts(profile: Profile, catalog: Catalog, groups: list[list[str]]) -> S
     secrets = profile.secrets
     if secrets is None:
         return SecretUnit(groups)
+    launcher = ("-c", redacting_launcher(secrets.keys))
+    journal = "; -c keeps their values out of SGLang's log lines (the journal)"
     if mechanism(catalog) == "environment":
         words = [[flag.option, EnvReference(key)] for key in secrets.keys if (flag := catalog.get(key))]
-        return SecretUnit([*groups, *words], env_files=(secrets.file,),
+        return SecretUnit([*groups, *words], env_files=(secrets.file,), launcher=launcher,
                           note=f"[secrets] {', '.join(secrets.keys)}: systemd expands them from {secrets.file} "
-                          f"(SGLang {catalog.version} has no --config; the process list shows them)")
+                          f"(SGLang {catalog.version} has no --config; the process list shows them){journal}")
     own = profile.server.get("config")
     if not isinstance(own, str) or not own:
-        return SecretUnit([*groups, ["--config", secrets.file]],
-                          note=f"[secrets] {', '.join(secrets.keys)}: SGLang reads them from {secrets.file} (--config)")
+        return SecretUnit([*groups, ["--config", secrets.file]], launcher=launcher,
+                          note=f"[secrets] {', '.join(secrets.keys)}: SGLang reads them from {secrets.file} "
+                          f"(--config){journal}")
     unit = profile.deploy.unit
     rest = [group for group in groups if group[0] != "--config"]
     merge = [[profile.deploy.python, "-c", MERGE_SCRIPT], [own, secrets.file, merged_path(unit)]]
-    return SecretUnit([*rest, ["--config", merged_path(unit)]], exec_start_pre=merge,
+    return SecretUnit([*rest, ["--config", merged_path(unit)]], exec_start_pre=merge, launcher=launcher,
                       runtime_directory=runtime_directory(unit),
                       note=f"[secrets] {', '.join(secrets.keys)}: ExecStartPre= merges {own} and {secrets.file} into "
-                      f"{merged_path(unit)} (SGLang takes one --config), readable by the server's user only")
+                      f"{merged_path(unit)} (SGLang takes one --config), readable by the server's user only{journal}")
+
+
+def check_argv(profile: Profile, flags: list[str]) -> list[str]:
+    """SGLang's flags for its own check before the stop. The merged --config exists only once the
+    unit's ExecStartPre= ran, so the check reads the profile's own file there: the secrets add
+    only their values, which SGLang's parser takes as they are."""
+    own, merged = profile.server.get("config"), merged_path(profile.deploy.unit)
+    if profile.secrets is None or not isinstance(own, str) or merged not in flags:
+        return flags
+    return [own if word == merged else word for word in flags]
+
+
+# --------------------------------------------------------------------------- the journal
+# SGLang logs its arguments at startup with the secrets in them (engine.py, every release:
+# `logger.info(f"{server_args=}")` to 0.5.19, `server_args={...resolved_dict()}` from 0.5.20,
+# watermark keys only redacted from 0.5.22). The unit therefore runs `python -c LAUNCHER -m
+# sglang.launch_server FLAGS`: LAUNCHER wraps the logging record factory of SGLang's main
+# process so that a message naming a secret field with a value gets `'<redacted>'` instead,
+# then runs sglang.launch_server as `-m` does (runpy's own entry for -m: the same sys.argv,
+# sys.path[0], __main__ and __spec__, so spawned schedulers start the same way). SGLang's
+# handlers, formats and per-process prefixes stay its own, and only the message text of such
+# a record changes; the value SGLang holds does not. Rejected: SGLANG_LOGGING_CONFIG_PATH
+# (configure_logger then skips its own setup: no " TP0" prefixes, log level or library
+# levels) and systemd's LogFilterPatterns= (drops whole lines, systemd 253 and later only).
+# A dumped value: a str's repr in either quote, or a number. As few backslashes as the unit allows.
+_SECRET_VALUE = r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[0-9][0-9A-Za-z_.+-]*)"""
+_LAUNCHER = (
+    "import logging,os,re,sys;"
+    "logging.setLogRecordFactory(lambda *a,f=logging.getLogRecordFactory(),s=re.compile(r'''{pattern}''').sub,**k:"
+    "(lambda r:(r.args or not isinstance(r.msg,str) or setattr(r,'msg',s(lambda m:m[1]+\"'<redacted>'\",r.msg)),r)[1])"
+    "(f(*a,**k)));"
+    "del sys.argv[:2];getattr(sys.flags,'safe_path',0) or sys.path.__setitem__(0,os.getcwd());"
+    "del logging,os,re,sys;__import__('runpy')._run_module_as_main('sglang.launch_server')"
+)
+
+
+def secret_value_pattern(names: tuple[str, ...] | list[str]) -> str:
+    """A field's value as SGLang's argument dumps print it: `name='v'` (ServerArgs) or `'name': 'v'` (a dict)."""
+    fields = "(?:" + "|".join(map(re.escape, sorted(set(names) | set(SECRET_FIELDS)))) + ")"
+    return rf"""((?<![0-9A-Za-z_]){fields}=|['"]{fields}['"]: ?){_SECRET_VALUE}"""
+
+
+def redacting_launcher(names: tuple[str, ...] | list[str]) -> str:
+    """The `-c` program that runs sglang.launch_server with the values of `names` kept out of its log."""
+    return _LAUNCHER.format(pattern=secret_value_pattern(names))
 
 
 # --------------------------------------------------------------------------- redaction
@@ -474,3 +523,17 @@ def host_secret_diagnostics(remote: RemoteHost, loaded: LoadedProfile, host: str
         return []
     result = remote.run(check_command(profile, catalog), timeout=60)
     return check_diagnostics(loaded, parse_check(result.stdout, result.exit_code), host, catalog)
+
+
+def recorded_secret_diagnostics(remote: RemoteHost, deployment: Deployment, host: str) -> list[Diagnostic]:
+    """The host check of a recorded deployment's `[secrets]` (a rollback), before anything stops."""
+    from sgdeploy.profile import LoadedProfile, Profile
+    from sgdeploy.tomlfile import parse_toml_text
+
+    if not deployment.profile_text:
+        return []
+    doc = parse_toml_text(LoadedProfile(path=f"{deployment.rollback_of or deployment.id}/profile.toml",
+                                        text=deployment.profile_text), Profile)
+    if not isinstance(doc, LoadedProfile) or doc.model is None or doc.model.secrets is None:
+        return []
+    return host_secret_diagnostics(remote, doc, host, deployment.sglang_version)

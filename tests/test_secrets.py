@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,14 +16,17 @@ from sgdeploy.profile import load_profile
 from sgdeploy.render import render_unit
 from sgdeploy.secret_args import (
     SecretCheck,
+    check_argv,
     check_command,
     check_diagnostics,
     key_source,
     parse_check,
     redact,
+    redacting_launcher,
     without_secrets,
 )
 from sgdeploy.sglang.catalog import load_catalog
+from sgdeploy.unitfile import parse_service
 
 PROFILE = """\
 [deploy]
@@ -77,6 +81,67 @@ def test_releases_without_config_expand_from_the_environment_file(tmp_path: Path
     text = unit(tmp_path, "0.5.2")
     assert "EnvironmentFile=/etc/sglang/qwen.secrets.yaml\n" in text
     assert '"--api-key" "${api_key}"' in text and "process list" in text
+
+
+# A stand-in sglang.launch_server: logs its arguments the way SGLang's engine does (f-strings
+# through the module logger, after basicConfig on stderr), then reports how it was run.
+_LAUNCH_SERVER = r"""
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, format="[%(asctime)s TP0] %(message)s", force=True)
+logger = logging.getLogger("sglang.srt.entrypoints.engine")
+for key in (sys.argv[-1], "it's", 'both \' "quotes\\'):
+    logger.info(f"server_args=ServerArgs(model_path='/m', api_key={key!r}, admin_api_key=None, port=1)")
+    logger.info(f"server_args={ {'model_path': '/m', 'api_key': key, 'tp_size': 2} }")
+logger.info("api_key is %s", "set")
+print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "spec": __spec__.name, "name": __name__,
+                  "globals": sorted(k for k in globals() if not k.startswith("__"))}))
+"""
+
+
+def test_launcher_redacts_sglang_log_lines_and_runs_it_as_dash_m(tmp_path: Path) -> None:
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text(_LAUNCH_SERVER)
+    python = sys.executable
+    env = {**os.environ, "PYTHONPATH": ""}
+    plain = subprocess.run([python, "-m", "sglang.launch_server", "--port", "1", VALUE], cwd=tmp_path,
+                           capture_output=True, text=True, check=True, env=env)
+    launched = subprocess.run([python, "-c", redacting_launcher(["api_key"]), "-m", "sglang.launch_server",
+                               "--port", "1", VALUE], cwd=tmp_path, capture_output=True, text=True, check=True,
+                              env=env)
+    assert json.loads(launched.stdout) == json.loads(plain.stdout)  # argv, sys.path[0], __main__, its globals
+    assert VALUE in plain.stderr and VALUE not in launched.stderr and "quotes" not in launched.stderr
+    lines = launched.stderr.splitlines()
+    assert len(lines) == len(plain.stderr.splitlines()) == 7
+    assert all(line.startswith("[") and " TP0] " in line for line in lines)  # SGLang's own format
+    assert lines[0].endswith("server_args=ServerArgs(model_path='/m', api_key='<redacted>', admin_api_key=None, "
+                             "port=1)")
+    assert lines[1].endswith("server_args={'model_path': '/m', 'api_key': '<redacted>', 'tp_size': 2}")
+    assert lines[-1].endswith("api_key is set")
+
+
+def test_unit_runs_sglang_through_the_launcher(tmp_path: Path) -> None:
+    for version, extra in (("0.5.23", ""), ("0.5.11", 'config = "/etc/sglang/base.yaml"\n'), ("0.5.2", "")):
+        rendered = render_unit(load_profile(write(tmp_path, extra)), load_catalog(version), None)
+        words = parse_service(rendered.text).exec_start  # systemd's own word splitting
+        assert words[:5] == ["/root/ml-env/bin/python3", "-c", redacting_launcher(["api_key"]), "-m",
+                             "sglang.launch_server"], version
+        assert rendered.argv[:3] == ("/root/ml-env/bin/python3", "-m", "sglang.launch_server")
+        assert words[5:] == list(rendered.argv[3:]) or version == "0.5.2"  # ${api_key} is systemd's to expand
+    path = write(tmp_path)
+    path.write_text(path.read_text().split("[secrets]")[0])
+    plain = parse_service(render_unit(load_profile(path), load_catalog("0.5.23"), None).text).exec_start
+    assert plain[1:3] == ["-m", "sglang.launch_server"]  # without secrets, SGLang runs as it is
+
+
+def test_sglang_check_reads_the_profile_config_before_the_merge(tmp_path: Path) -> None:
+    loaded = load_profile(write(tmp_path, 'config = "/etc/sglang/base.yaml"\n'))
+    assert loaded.model is not None
+    flags = list(render_unit(loaded, load_catalog("0.5.23"), None).argv[3:])
+    assert "/run/sgdeploy-qwen/config.yaml" in flags
+    assert check_argv(loaded.model, flags) == [w.replace("/run/sgdeploy-qwen/config.yaml", "/etc/sglang/base.yaml")
+                                               for w in flags]
 
 
 def test_redact_server_args_lines() -> None:

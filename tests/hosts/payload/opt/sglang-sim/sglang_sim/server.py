@@ -20,6 +20,7 @@ import datetime
 import hmac
 import importlib.metadata
 import json
+import logging
 import mmap
 import os
 import random
@@ -89,6 +90,26 @@ def _out(fd: int, text: str) -> None:
 def log(msg: str) -> None:
     """SGLang's format: [%Y-%m-%d %H:%M:%S{ TPk}] message (no level name)."""
     _out(2, f"[{_now()}{_RANK_PREFIX}] {msg}\n")
+
+
+class _Stderr:
+    """stderr for Python's logging, through _out (so a log_wrapper wraps these lines too)."""
+
+    def write(self, text: str) -> None:
+        _out(2, text)
+
+    def flush(self) -> None:
+        pass
+
+
+def engine_logger(args: dict) -> logging.Logger:
+    """SGLang's main process logs through Python's logging: configure_logger's basicConfig on
+    stderr (`[%(asctime)s] %(message)s`, the level from --log-level), then the module logger of
+    sglang.srt.entrypoints.engine, which prints the server_args line (an f-string)."""
+    logging.basicConfig(level=getattr(logging, str(args.get("log_level") or "info").upper(), logging.INFO),
+                        format="[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S", stream=_Stderr(),
+                        force=True)
+    return logging.getLogger("sglang.srt.entrypoints.engine")
 
 
 def uv(msg: str, level: str = "INFO") -> None:
@@ -1744,7 +1765,7 @@ def main(argv: list[str], entry: str) -> None:
         _traceback_exit(refusal.frames, refusal.final)
     for line in early:
         log(line)
-    log(args_repr(args))
+    engine_logger(args).info(args_repr(args))
 
     startup_s = float(settings["startup_s"])
     if failure == "slow":
