@@ -29,3 +29,13 @@ def test_log_level_is_a_python_logging_level(version: str, value: str, ok: bool)
     flag = load_catalog(version).get("log_level")
     assert flag is not None
     assert (value_problem(flag, value) is None) == ok
+
+
+@pytest.mark.parametrize(("value", "ok"), [
+    ({"decode": {"backend": "full", "max_bs": 64}}, True), ('{"prefill": {"max_bs": 512}}', True), ({}, True),
+    ({"a": 1}, False), ({"decode": 1}, False), ({"decode": {"max_batch": 8}}, False), ([1], False),
+])
+def test_cuda_graph_config_phases_and_keys(value: object, ok: bool) -> None:
+    flag = load_catalog("0.5.23").get("cuda_graph_config")
+    assert flag is not None and flag.argparse_type == "parse_cuda_graph_config_arg"
+    assert (value_problem(flag, value) is None) == ok

@@ -213,15 +213,36 @@ def _human_readable_int_problem(flag: Flag, item: str) -> str | None:
 
 
 def _json_problem(flag: Flag, value: Any) -> str | None:
-    if isinstance(value, dict | list):
-        return None
     if isinstance(value, str):
         try:
-            json.loads(value)
+            value = json.loads(value)
         except ValueError as exc:
             return f"{flag.option} takes JSON; this string is not valid JSON ({exc})"
-        return None
-    return f"{flag.option} takes a table (rendered as JSON), not {_shown(value)}"
+    elif not isinstance(value, dict | list):
+        return f"{flag.option} takes a table (rendered as JSON), not {_shown(value)}"
+    if flag.argparse_type == "parse_cuda_graph_config_arg":
+        return _cuda_graph_config_problem(flag, value)
+    return None
+
+
+# What parse_cuda_graph_config_arg (0.5.14+) takes: a table of phases, each a table of these keys
+# (the union over releases: 0.5.22 dropped tc_compiler, later releases added prefill keys).
+_GRAPH_PHASE_KEYS = ("backend", "max_bs", "bs", "tc_compiler", "max_context_size", "full_prefill_max_req",
+                     "full_prefill_prefix_chunk_tokens", "max_seq_len")
+
+
+def _cuda_graph_config_problem(flag: Flag, value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return f"{flag.option} must be a JSON object (SGLang's parser refuses {type(value).__name__})"
+    for phase, settings in value.items():
+        if phase not in ("decode", "prefill"):
+            return f"{flag.option}: unknown phase '{phase}', expected one of ('decode', 'prefill')"
+        if not isinstance(settings, dict):
+            return f"{flag.option}['{phase}'] must be a JSON object, got {type(settings).__name__}"
+        unknown = [key for key in settings if key not in _GRAPH_PHASE_KEYS]
+        if unknown:
+            return f"{flag.option}['{phase}']: unknown key '{unknown[0]}'"
+    return None
 
 
 def _kind_words(kind: str) -> str:

@@ -14,15 +14,13 @@ from sgdeploy.sglang.versions import VersionRange
 
 
 @rule("SGD301", "language-only-without-encoders", ERROR,
-      "language_only without encoder_urls: no encoder ever serves this language model.",
-      "add encoder_urls = [\"http://encoder-host:port\"] or remove language_only")
+      "Up to 0.5.12.post1, language_only needs encoder_urls (from 0.5.13 encoders may register dynamically).",
+      "add encoder_urls = [\"http://encoder-host:port\"] or remove language_only", versions=LANGUAGE_ONLY_REFUSED)
 def language_only_without_encoders(ctx: LaunchContext) -> Iterator[Finding]:
     if ctx.on("language_only") and not ctx.get("encoder_urls"):
-        if ctx.version in LANGUAGE_ONLY_REFUSED:
-            why = "SGLang refuses to start ('requires at least one encoder urls to be set via --encoder-urls')"
-        else:
-            why = "SGLang starts and waits for encoders to register, so a standalone server never serves images"
-        yield Finding("server.language_only", f"language_only is set without encoder_urls: {why}")
+        yield Finding("server.language_only", "language_only is set without encoder_urls: SGLang "
+                      f"{ctx.catalog.version} refuses to start ('requires at least one encoder urls to be set via "
+                      "--encoder-urls'); from 0.5.13 encoders may register with it dynamically")
 
 
 @rule("SGD302", "encoder-and-language-only", ERROR, "encoder_only and language_only exclude each other.",
@@ -111,15 +109,24 @@ def _pd_mode(ctx: LaunchContext) -> str | None:
     return None if mode in (None, "null") else str(mode)
 
 
+def _retraction_backup(ctx: LaunchContext) -> object:
+    """The decode retraction backup after resolution: a host receive threshold below 1 (0.5.21+) sets host_pool."""
+    threshold = ctx.get("disaggregation_decode_host_receive_threshold")
+    if isinstance(threshold, int | float) and 0 <= threshold < 1:
+        return "host_pool"
+    return ctx.get("disaggregation_decode_retraction_backup")
+
+
 PD_OPTIONS = (
     Refusal("handle_cache_compatibility: --disaggregation-decode-retraction-backup=host_pool is only supported on a PD "
-            "decode server.", "disaggregation_decode_retraction_backup",
-            lambda ctx: ctx.get("disaggregation_decode_retraction_backup") == "host_pool" and _pd_mode(ctx) != "decode",
+            "decode server.", lambda ctx: "disaggregation_decode_retraction_backup"
+            if ctx.given("disaggregation_decode_retraction_backup") else "disaggregation_decode_host_receive_threshold",
+            lambda ctx: _retraction_backup(ctx) == "host_pool" and _pd_mode(ctx) != "decode",
             "--disaggregation-decode-retraction-backup=host_pool is only supported on a PD decode server.",
             VersionRange(since="0.5.18")),
     Refusal("handle_cache_compatibility: --disaggregation-decode-retraction-backup=host_pool does not support "
             "--dcp-size > 1.", "dcp_size",
-            lambda ctx: ctx.get("disaggregation_decode_retraction_backup") == "host_pool" and _pd_mode(ctx) == "decode"
+            lambda ctx: _retraction_backup(ctx) == "host_pool" and _pd_mode(ctx) == "decode"
             and ctx.int("dcp_size", 1) > 1,
             "--disaggregation-decode-retraction-backup=host_pool does not support --dcp-size > 1.",
             VersionRange(since="0.5.18")),
