@@ -448,6 +448,16 @@ def _tlru(ctx: LaunchContext) -> tuple[float, float] | None:
     return None
 
 
+def _not_json_object(value: object) -> bool:
+    """A value SGLang's json.loads would turn into something other than an object."""
+    if value is None or isinstance(value, dict):
+        return False
+    try:
+        return not isinstance(json.loads(value), dict) if isinstance(value, str) else True
+    except ValueError:
+        return False  # not JSON at all: argparse's json.loads refuses it first
+
+
 def _linker(*conditions: Condition) -> Condition:
     return _with("enable_unified_cache_external_linker", *conditions)
 
@@ -506,6 +516,20 @@ HICACHE = (
        "kv_cache_dtype",
        _with("prefill_only_disable_kv_cache", lambda ctx: ctx.get("kv_cache_dtype") in ("nvfp4", "fp4_mx_block16")),
        VersionRange(since="0.5.16")),
+    _s("handle_hicache: --unified-cache-external-linker-config must be a JSON object.",
+       "unified_cache_external_linker_config",
+       lambda ctx: _not_json_object(ctx.get("unified_cache_external_linker_config")),
+       VersionRange(since="0.5.23")),
+    _s("handle_offload_compatibility: --ple-offload-backend file requires --ple-offload-embedding: the file-backed "
+       "table is the offloaded table.",
+       "ple_offload_embedding",
+       lambda ctx: ctx.get("ple_offload_backend") == "file" and ctx.get("ple_offload_embedding") is False,
+       VersionRange(since="0.5.20")),
+    _s("handle_offload_compatibility: --ple-offload-embedding cannot be combined with --cpu-offload-gb or "
+       "--offload-group-size: generic layer offload would stage the pinned PLE embedding back to the device.",
+       "ple_offload_embedding",
+       lambda ctx: ctx.get("ple_offload_embedding") is True
+       and (ctx.int("cpu_offload_gb", 0) > 0 or ctx.int("offload_group_size", -1) > 0), VersionRange(since="0.5.20")),
     Refusal("handle_prefill_only_disable_kv_cache: --prefill-only-disable-kv-cache currently requires the FA prefill "
             "backend (fa3/fa4), but got prefill backend {}. Other prefill-only workloads and backends may be "
             "supported in a future change.", "attention_backend",

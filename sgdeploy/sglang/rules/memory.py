@@ -135,6 +135,22 @@ CACHE_OPTIONS = (
             both(on("enable_hierarchical_cache"), on("disable_radix_cache")),
             "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot be used "
             "at the same time.", VersionRange(since="0.5.3")),
+    Refusal("ServerArgs.__post_init__: The arguments enable-hierarchical-cache and disable-radix-cache are mutually "
+            "exclusive and cannot be used at the same time. Please use only one of them.", "disable_radix_cache",
+            both(on("enable_hierarchical_cache"), on("disable_radix_cache")),
+            "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot be used "
+            "at the same time.", VersionRange(until="0.5.3")),
+    Refusal(_SITE + "--enable-session-radix-cache requires --radix-eviction-policy priority",
+            "radix_eviction_policy",
+            lambda ctx: ctx.on("enable_session_radix_cache") and ctx.get("radix_eviction_policy", "lru") != "priority",
+            "--enable-session-radix-cache requires --radix-eviction-policy priority",
+            VersionRange(since="0.5.15", until="0.5.17")),
+    Refusal(_SITE + "Spec v2 and decode offload kv cache are incompatible and cannot be enabled together.",
+            "disaggregation_decode_enable_offload_kvcache",
+            lambda ctx: _decode_offload(ctx) and ctx.get("disaggregation_mode") == "decode"
+            and bool(ctx.env_true("SGLANG_ENABLE_SPEC_V2")),
+            "Spec v2 and decode offload kv cache are incompatible and cannot be enabled together.",
+            VersionRange(since="0.5.5.post3", until="0.5.10")),
     Refusal(_SITE + "The argument disaggregation-decode-enable-offload-kvcache is only supported for decode side.",
             "disaggregation_decode_enable_offload_kvcache",
             lambda ctx: _decode_offload(ctx) and ctx.get("disaggregation_mode", "null") != "decode",

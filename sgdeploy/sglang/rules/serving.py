@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Iterator
 
 from sgdeploy.sglang.rule import Finding, LaunchContext
-from sgdeploy.sglang.rules.common import server_field
+from sgdeploy.sglang.rules.common import radix_cache_off, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
 from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
@@ -390,6 +390,9 @@ def _gc_threshold_bad(ctx: LaunchContext) -> bool:
     return isinstance(value, list) and bool(value) and not 1 <= len(value) <= 3
 
 
+# check_server_args' multi-item scoring asserts, before _handle_multi_item_scoring took them over.
+_MULTI_ITEM_CHECKS = VersionRange(since="0.5.3.post1", until="0.5.11")
+
 SERVING_VALUES = (
     Refusal("handle_tokenizer_batching: Cannot enable both --enable-tokenizer-batch-encode and "
             "--enable-dynamic-batch-tokenizer. Please choose one tokenizer batching approach.",
@@ -442,6 +445,16 @@ SERVING_VALUES = (
             lambda ctx: ctx.get("default_chat_template_kwargs") is not None
             and not isinstance(ctx.get("default_chat_template_kwargs"), dict),
             "--default-chat-template-kwargs must decode to a JSON object", VersionRange(since="0.5.18")),
+    Refusal("check_server_args: Multi-item scoring requires radix cache to be disabled. Please set "
+            "--disable-radix-cache when using --multi-item-scoring-delimiter.", "disable_radix_cache",
+            lambda ctx: ctx.get("multi_item_scoring_delimiter") is not None and not radix_cache_off(ctx),
+            "Multi-item scoring requires radix cache to be disabled. Please set --disable-radix-cache when using "
+            "--multi-item-scoring-delimiter.", _MULTI_ITEM_CHECKS),
+    Refusal("check_server_args: Multi-item scoring requires chunked prefill to be disabled. Please set "
+            "--chunked-prefill-size -1 when using --multi-item-scoring-delimiter.", "chunked_prefill_size",
+            lambda ctx: ctx.get("multi_item_scoring_delimiter") is not None and ctx.get("chunked_prefill_size") != -1,
+            "Multi-item scoring requires chunked prefill to be disabled. Please set --chunked-prefill-size -1 when "
+            "using --multi-item-scoring-delimiter.", _MULTI_ITEM_CHECKS),
     Refusal("validate_prefill_decode_interval: --prefill-decode-interval must be non-negative.",
             "prefill_decode_interval", _negative("prefill_decode_interval"),
             "--prefill-decode-interval must be non-negative.", VersionRange(since="0.5.19")),
