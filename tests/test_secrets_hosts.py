@@ -270,3 +270,26 @@ def test_releases_without_config_take_the_key_from_an_environment_file(
     code, out = sgdeploy(host, capsys, "apply", str(old), "--force")
     assert code == 2 and "SGD709" in out and "has mode 0640" in out and KEY not in out
 
+
+
+def test_admin_key_guards_the_admin_routes(host: HostSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """0.5.8 and later: an admin route takes admin_api_key alone when it is set; the others api_key."""
+    admin = "sk-adm-" + "9b1d7e3c5a204f68"
+    both = tmp_path / "qwen3-admin.toml"
+    both.write_text(PROFILE.replace('keys = ["api_key"]', 'keys = ["api_key", "admin_api_key"]'))
+    write_secrets(host, f"api-key: {KEY}\nadmin-api-key: {admin}\n")
+    code, out = sgdeploy(host, capsys, "apply", str(both), "--force")
+    assert code == 0, out
+    assert [curl(host, "/flush_cache", k) for k in (None, KEY, admin)] == [401, 401, 200]
+    assert [curl(host, "/v1/completions", k) for k in (None, admin, KEY)] == [401, 401, 200]
+    assert admin not in host.journal("a6000-new", f"{UNIT}.service") + host.ssh("a6000-new", "ps -eo args").stdout
+    # admin_api_key alone: the ordinary routes stay open and sgdeploy sends no key
+    only = tmp_path / "qwen3-admin-only.toml"
+    only.write_text(PROFILE.replace('keys = ["api_key"]', 'keys = ["admin_api_key"]'))
+    write_secrets(host, f"admin-api-key: {admin}\n")
+    code, out = sgdeploy(host, capsys, "apply", str(only), "--force")
+    assert code == 0, out
+    assert curl(host, "/v1/completions") == 200
+    assert [curl(host, "/flush_cache", k) for k in (None, admin)] == [401, 200]
+    assert admin not in out and admin not in host.journal("a6000-new", f"{UNIT}.service")
+    write_secrets(host, f"api-key: {KEY}\n")

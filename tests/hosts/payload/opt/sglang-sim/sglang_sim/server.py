@@ -1216,6 +1216,12 @@ class State:
     in_flight_lock = threading.Lock()
 
 
+# Admin routes the simulation serves: @auth_level(AuthLevel.ADMIN_OPTIONAL) in http_server.py
+# from 0.5.8 (before, every route took api_key alike). SGLang marks no route ADMIN_FORCE.
+ADMIN_ROUTES = ("/flush_cache",)
+FLUSHED = (b"Cache flushed.\nPlease check backend logs for more details. "
+           b"(When there are running or waiting requests, the operation will not be performed.)\n")
+
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "then", "some", "more", "tokens", "flow", "out", "of", "this", "simulated", "model", "at", "a", "steady", "rate"]
 
 
@@ -1248,17 +1254,20 @@ class Handler(BaseHTTPRequestHandler):
         self._access(status)
 
     def _auth_ok(self, path: str) -> bool:
-        key = State.args.get("api_key")
-        if not key:
-            return True
+        key, admin = State.args.get("api_key"), State.args.get("admin_api_key")  # admin_api_key from 0.5.8
         exempt = ("/health", "/metrics") + (("/ready",) if State.ready_endpoint else ())
         if path.startswith(exempt) or self.command == "OPTIONS":
             return True
         header = self.headers.get("Authorization", "")
-        if V < (0, 5, 8):  # add_api_key_middleware: the exact header
-            return header == f"Bearer {key}"
-        scheme, _, token = header.partition(" ")  # utils/auth.py: any case of "bearer"
-        return scheme.lower() == "bearer" and hmac.compare_digest(token, key)
+        if V < (0, 5, 8):  # add_api_key_middleware: api_key on every route, the exact header
+            return not key or header == f"Bearer {key}"
+        # utils/auth.py decide_request_auth: an ADMIN_OPTIONAL route takes admin_api_key when it is
+        # set (api_key is then refused there), else api_key; every other route takes api_key only
+        want = (admin or key) if path in ADMIN_ROUTES else key
+        if not want:
+            return True
+        scheme, sep, token = header.partition(" ")  # any case of "bearer"
+        return bool(sep) and scheme.lower() == "bearer" and hmac.compare_digest(token, want)
 
     def _body(self) -> dict:
         n = int(self.headers.get("content-length") or 0)
@@ -1273,6 +1282,8 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0]
         if not self._auth_ok(path):
             return self._send(401, {"error": "Unauthorized"})
+        if path == "/flush_cache":
+            return self._send(200, FLUSHED, "text/plain")
         a = State.args
         if path in ("/health", "/health_generate"):
             return self._send(200 if State.ready else 503, b"", "text/plain")
@@ -1378,6 +1389,8 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0]
         if not self._auth_ok(path):
             return self._send(401, {"error": "Unauthorized"})
+        if path == "/flush_cache":
+            return self._send(200, FLUSHED, "text/plain")
         body = self._body()
         if path == "/generate":
             sp = body.get("sampling_params") or {}
