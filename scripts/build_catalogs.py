@@ -1667,6 +1667,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="rebuild only the check-site inventories (catalogs/checks/), from the catalogs on disk",
     )
+    parser.add_argument(
+        "--facts-only",
+        action="store_true",
+        help="rebuild only catalogs/facts.json, from the wheels and the catalogs on disk",
+    )
     args = parser.parse_args(argv)
 
     versions = list(args.versions)
@@ -1694,18 +1699,18 @@ def main(argv: list[str] | None = None) -> int:
     for version in versions:
         try:
             dist = download_dist(args.cache, version, args.offline)
-            if args.checks_only:
+            if args.checks_only or args.facts_only:
                 catalog_path = args.out / catalog_file_name(version)
                 catalog = json.loads(gzip.decompress(catalog_path.read_bytes()))
             else:
                 catalog = build_catalog(version, dist)
-            n_sites = write_check_sites(args.out, version, dist, catalog)
+            n_sites = 0 if args.facts_only else write_check_sites(args.out, version, dist, catalog)
             facts[version] = release_facts(dist, catalog)
         except Exception as exc:
             print(f"{version}: FAILED: {exc}")
             failed.append(version)
             continue
-        if not args.checks_only:
+        if not (args.checks_only or args.facts_only):
             (args.out / catalog_file_name(version)).write_bytes(catalog_bytes(catalog))
         print(
             f"{version}: {len(catalog['flags'])} flags, {len(catalog['fixups'])} fixups, "

@@ -116,6 +116,190 @@ def _literal_bool(node: ast.expr | None) -> bool | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, bool) else None
 
 
+def paged_topk_backends(files: dict[str, str]) -> list[str] | None:
+    """The attention backends EAGLE-family decoding allows with speculative_eagle_topk > 1 and
+    page_size > 1 (the first such check in source order; NGRAM's comes after it)."""
+    for _, tree in _server_args_sources(files):
+        for node, chain in _raises(tree):
+            if not _message(node).startswith("speculative_eagle_topk > 1 with page_size > 1") or not chain:
+                continue
+            for cmp in ast.walk(chain[-1]):
+                if not (isinstance(cmp, ast.Compare) and ast.unparse(cmp.left).endswith("attention_backend")):
+                    continue
+                right = cmp.comparators[0]
+                if isinstance(cmp.ops[0], ast.NotEq) and isinstance(right, ast.Constant):
+                    return [right.value]
+                if isinstance(cmp.ops[0], ast.NotIn):
+                    return sorted(_literal_strings(right, tree))
+    return None
+
+
+def _literal_strings(node: ast.expr, tree: ast.AST) -> list[str]:
+    """A literal list/tuple, or the name of one assigned in the same module."""
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return [str(v) for v in ast.literal_eval(node)]
+    if isinstance(node, ast.Name):
+        for assign in ast.walk(tree):
+            if (isinstance(assign, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id
+                                                       for t in assign.targets)
+                    and isinstance(assign.value, ast.List | ast.Tuple | ast.Set)):
+                return [str(v) for v in ast.literal_eval(assign.value)]
+    return []
+
+
+# --------------------------------------------------------------------------- GPU generation gates
+# Compute-capability majors a simulated host can have (SM7x .. SM12x).
+MAJORS = (7, 8, 9, 10, 11, 12)
+OTHER_DEVICES = ("hip", "gfx", "npu", "xpu", "musa", "hpu", "mps", "cpu")
+UTILS = ("sglang/srt/utils/common.py", "sglang/srt/utils.py", "sglang/srt/layers/utils.py")
+GATE_SOURCES = ("sglang/srt/layers/flashinfer_comm_fusion.py",)
+# Each gate the SGD4xx rules follow, by the words of the refusal it raises (every spelling the
+# releases used): its fact is the compute-capability majors on which SGLang lets it through.
+SM_GATE_MESSAGES: dict[str, tuple[str, ...]] = {
+    "trtllm_mha": ("TRTLLM MHA backend is only supported on",),  # any of the three fields, up to 0.5.9
+    "trtllm_mha_prefill": ("TRTLLM MHA backend for prefill",),
+    "trtllm_mha_decode": ("TRTLLM MHA backend for decode",),
+    "trtllm_mla": ("TRTLLM MLA backend is only supported on",),
+    "cutedsl_mla": ("CuteDSL MLA backend is only supported on",),
+    "tokenspeed_mla": ("tokenspeed_mla backend is only supported on",),
+    "kv_cache_nvfp4": ("--kv-cache-dtype=nvfp4 requires",),
+    "kv_cache_mxfp8": ("--kv-cache-dtype mxfp8 requires",),
+    "quantization_nvfp4_online": ("--quantization nvfp4_online is supported only",),
+    "deepseek_v4_fp4_indexer": ("--enable-deepseek-v4-fp4-indexer requires",),
+    "megamoe_a2a": ("--moe-a2a-backend megamoe needs",),
+    "allreduce_fusion": ("FlashInfer allreduce fusion requires",),
+    "allreduce_fusion_cutedsl": ("FlashInfer allreduce fusion cutedsl backend requires",),
+}
+
+
+def sm_predicates(files: dict[str, str]) -> dict[str, set[int]]:
+    """is_sm90_supported, is_blackwell, ... -> the compute-capability majors each is true on."""
+    out: dict[str, set[int]] = {}
+    for path in UTILS:
+        tree = _tree(files, path)
+        for node in tree.body if tree else ():
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("is_"):
+                majors = _capability_majors(node)
+                if majors:
+                    out.setdefault(node.name, majors)
+            elif isinstance(node, ast.Assign):
+                keyword = next((k for n in ast.walk(node.value) if isinstance(n, ast.Call)
+                                for k in n.keywords if k.arg == "device_capability_majors"), None)
+                if keyword is not None and isinstance(keyword.value, ast.List | ast.Tuple):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            out.setdefault(target.id, set(ast.literal_eval(keyword.value)))
+    return out
+
+
+def _capability_majors(func: ast.FunctionDef) -> set[int] | None:
+    """`get_device_capability(...)[0] == N` / `in [..]` in a predicate's body."""
+    for node in ast.walk(func):
+        if isinstance(node, ast.Compare) and "get_device_capability" in ast.unparse(node.left):
+            right = node.comparators[0]
+            if isinstance(node.ops[0], ast.Eq) and isinstance(right, ast.Constant):
+                return {int(right.value)}
+            if isinstance(node.ops[0], ast.In) and isinstance(right, ast.List | ast.Tuple):
+                return {int(v) for v in ast.literal_eval(right)}
+    return None
+
+
+def _predicate_name(node: ast.expr) -> str | None:
+    target = node.func if isinstance(node, ast.Call) else node
+    name = target.attr if isinstance(target, ast.Attribute) else target.id if isinstance(target, ast.Name) else None
+    return name.lstrip("_") if name and name.lstrip("_").startswith("is_") else None
+
+
+def _holds(node: ast.expr, major: int, predicates: dict[str, set[int]]) -> bool:
+    """The condition on a host of this major, taking every other term of it as true (the gate's
+    own option is set, the host is CUDA)."""
+    if isinstance(node, ast.BoolOp):
+        values = [_holds(v, major, predicates) for v in node.values]
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return not _holds(node.operand, major, predicates) if _mentions_sm(node.operand, predicates) else True
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.comparators[0], ast.Constant):
+        left, limit = ast.unparse(node.left), node.comparators[0].value
+        value = major if "get_device_capability" in left else major * 10 if "get_device_sm" in left else None
+        if value is not None and isinstance(limit, int):
+            return bool(_compare(node.ops[0], value, limit))
+    name = _predicate_name(node)
+    if name is not None:
+        for candidate in (f"{name}_supported", name):
+            if candidate in predicates:
+                return major in predicates[candidate]
+        if any(word in name for word in OTHER_DEVICES):
+            return False  # an AMD, Ascend, Intel, ... probe: false on an NVIDIA host
+    return True
+
+
+def _compare(op: ast.cmpop, left: int, right: int) -> bool:
+    table = {ast.GtE: left >= right, ast.Gt: left > right, ast.Lt: left < right, ast.LtE: left <= right,
+             ast.Eq: left == right, ast.NotEq: left != right}
+    return table.get(type(op), True)
+
+
+def _mentions_sm(node: ast.expr, predicates: dict[str, set[int]]) -> bool:
+    for sub in ast.walk(node):
+        name = _predicate_name(sub) if isinstance(sub, ast.Call | ast.Attribute | ast.Name) else None
+        if name and (f"{name}_supported" in predicates or name in predicates):
+            return True
+        if isinstance(sub, ast.Compare) and any(w in ast.unparse(sub.left) for w in ("get_device_capability",
+                                                                                      "get_device_sm")):
+            return True
+    return False
+
+
+def _raises(tree: ast.AST) -> Iterable[tuple[ast.stmt, list[ast.expr]]]:
+    """Every raise/assert with the if-conditions that lead to it (an else branch as `not test`)."""
+    def walk(node: ast.AST, chain: list[ast.expr]) -> Iterable[tuple[ast.stmt, list[ast.expr]]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If):
+                for stmt in child.body:
+                    yield from walk_stmt(stmt, [*chain, child.test])
+                for stmt in child.orelse:
+                    yield from walk_stmt(stmt, [*chain, ast.UnaryOp(ast.Not(), child.test)])
+            elif isinstance(child, ast.Raise):
+                yield child, chain
+            elif isinstance(child, ast.Assert):
+                yield child, [*chain, ast.UnaryOp(ast.Not(), child.test)]
+            elif not isinstance(child, ast.expr):
+                yield from walk(child, chain)
+
+    def walk_stmt(stmt: ast.stmt, chain: list[ast.expr]) -> Iterable[tuple[ast.stmt, list[ast.expr]]]:
+        yield from walk(ast.Module(body=[stmt], type_ignores=[]), chain)
+
+    yield from walk(tree, [])
+
+
+def _message(node: ast.stmt) -> str:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and len(sub.value) > 15:
+            text = sub.value
+            # adjacent literals ("a " "b") arrive as one constant; f-strings as a JoinedStr
+            return text
+        if isinstance(sub, ast.JoinedStr):
+            return "".join(p.value if isinstance(p, ast.Constant) else "{}" for p in sub.values)
+    return ""
+
+
+def sm_gates(files: dict[str, str]) -> dict[str, dict[str, Any]] | None:
+    """gate -> {"majors": the compute-capability majors SGLang lets it through on, "message"}."""
+    predicates = sm_predicates(files)
+    found: dict[str, dict[str, Any]] = {}
+    sources = [tree for _, tree in _server_args_sources(files)]
+    sources += [t for t in (_tree(files, p) for p in GATE_SOURCES) if t is not None]
+    for tree in sources:
+        for node, chain in _raises(tree):
+            text = _message(node)
+            gate = next((g for g, words in SM_GATE_MESSAGES.items() if any(text.startswith(w) for w in words)), None)
+            if gate is None or gate in found or not any(_mentions_sm(t, predicates) for t in chain):
+                continue
+            allowed = [m for m in MAJORS if not all(_holds(t, m, predicates) for t in chain)]
+            found[gate] = {"majors": allowed, "message": text}
+    return dict(sorted(found.items())) or None
+
+
 EXTRACTORS: dict[str, Callable[[dict[str, str]], Any]] = {
     "multimodal_archs": lambda f: module_list(f, MODEL_CONFIG, "multimodal_model_archs"),
     "breakable_prefill_graph_archs": lambda f: module_list(
@@ -125,12 +309,16 @@ EXTRACTORS: dict[str, Callable[[dict[str, str]], Any]] = {
     "encoder_disagg_archs": encoder_disagg_archs,
     "mixed_chunk_speculative_algorithms": mixed_chunk_algorithms,
     "mamba_radix_cache_archs": mamba_radix_cache,
+    "paged_topk_backends": paged_topk_backends,
 }
 
 
 def extract_facts(files: dict[str, str]) -> dict[str, Any]:
     """Every fact of one release (None where the release does not have it)."""
-    return {name: extract(files) for name, extract in EXTRACTORS.items()}
+    facts = {name: extract(files) for name, extract in EXTRACTORS.items()}
+    # one fact per gate, so that each keeps its own release ranges
+    facts.update({f"sm_gate:{gate}": value for gate, value in (sm_gates(files) or {}).items()})
+    return facts
 
 
 def alias_facts(catalog: dict[str, Any]) -> dict[str, Any]:

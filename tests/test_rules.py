@@ -311,13 +311,16 @@ def test_reference_without_enforce_warns_about_the_piecewise_graph(
 
 @pytest.mark.parametrize(
     ("sglang", "dp_size", "fires"),
-    [("0.5.11", 1, True), ("0.5.21", 1, True), ("0.5.22", 1, False), ("0.5.23", 1, False), ("0.5.23", 2, True)],
+    [("0.5.11", 1, False), ("0.5.11", 2, True), ("0.5.21", 1, False), ("0.5.21", 2, True), ("0.5.22", 1, False),
+     ("0.5.23", 1, False), ("0.5.23", 2, True)],
 )
 def test_standalone_dp_attention_follows_each_versions_check(
     tmp_path: Path, sglang: str, dp_size: int, fires: bool
 ) -> None:
-    """Up to 0.5.21 SGLang refuses the enable_dp_attention flag itself; from 0.5.22 only an
-    attention-DP size above one (the deprecated flag with dp_size 1 resolves to size one)."""
+    """SGLang checks DP attention after it has resolved the data-parallel layout: with dp_size 1 it
+    has switched enable_dp_attention off (every release; 0.5.22+ resolve the deprecated flag to
+    attn_dp_size = dp_size), so only more than one attention-DP rank is refused (0.5.11 and 0.5.23
+    measured with SGLang's own resolution)."""
     path = tmp_path / "standalone.toml"
     text = (RULES_DIR / "SGD209-standalone-with-dp-attention.ok.toml").read_text(encoding="utf-8")
     path.write_text(text + f"enable_dp_attention = true\ndp_size = {dp_size}\n", encoding="utf-8")

@@ -12,7 +12,8 @@ V1X = VersionRange(until="0.5.14")
 V2X = VersionRange(since="0.5.14")
 PIECEWISE_DEFAULT_ON = VersionRange(since="0.5.10", until="0.5.14")  # --enforce-piecewise-cuda-graph era
 LANGUAGE_ONLY_REFUSED = VersionRange(until="0.5.13")  # 'requires at least one encoder urls'
-TBO_NEEDS_A2A = VersionRange(until="0.5.15")  # "moe_a2a_backend cannot be 'none'"
+TBO_NEEDS_A2A = VersionRange(since="0.5.7", until="0.5.15")  # "moe_a2a_backend cannot be 'none'"
+TBO_UNCHECKED = VersionRange(until="0.5.7")  # two-batch overlap has no layout check yet
 TRTLLM_MHA_PREFILL_BLACKWELL_ONLY = VersionRange(until="0.5.19")
 # The prefill CUDA graph on CUDA: tc_piecewise by default in 0.5.14, breakable from 0.5.15
 # (cuda_graph_config.default_prefill_backend); 0.5.16-0.5.21 move a multimodal model on the

@@ -22,9 +22,10 @@ from sgdeploy.sglang.versions import VersionRange
 # Pairs SGLang accepts together, and what it does with them (read from 0.5.11 and 0.5.23).
 _CONTRADICTIONS = (
     ("enforce_piecewise_cuda_graph", "disable_piecewise_cuda_graph",
-     "enforce_piecewise_cuda_graph wins: SGLang sets disable_piecewise_cuda_graph back to false"),
+     "enforce_piecewise_cuda_graph wins: SGLang sets disable_piecewise_cuda_graph back to false (0.5.10-0.5.13; "
+     "0.5.14-0.5.19 take both as aliases of cuda_graph_backend_prefill and keep one value)"),
     ("enforce_piecewise_cuda_graph", "disable_cuda_graph",
-     "SGLang accepts both and follows its own precedence"),
+     "the piecewise (prefill) CUDA graph still runs: disable_cuda_graph turns off only the decode graph"),
     ("disable_prefill_cuda_graph", "cuda_graph_backend_prefill",
      "the explicit cuda_graph_backend_prefill wins: disable_prefill_cuda_graph is ignored"),
     ("disable_decode_cuda_graph", "cuda_graph_backend_decode",

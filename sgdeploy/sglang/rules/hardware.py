@@ -1,4 +1,10 @@
-"""SGD4xx: options that need a GPU generation (compute capability) the host may not have."""
+"""SGD4xx: options that need a GPU generation (compute capability) the host may not have.
+
+SGLang gates an option on the compute-capability major (`is_sm90_supported()` is SM9x only,
+`is_sm100_supported()` SM10x only, `is_blackwell_supported()` SM10x-SM12x), so an RTX PRO 6000
+(SM120) fails a gate an H200 passes. Which majors each gate lets through is read from each
+release (`sm_gate:<gate>` in catalogs/facts.json); a gate the release does not have never fires.
+"""
 
 from __future__ import annotations
 
@@ -6,48 +12,81 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
-from sgdeploy.sglang.rules.common import TRTLLM_MHA_PREFILL_BLACKWELL_ONLY, V1X, V2X, server_field
+from sgdeploy.sglang.rules.common import V1X, V2X, server_field
+from sgdeploy.sglang.rules.parallelism import attn_dp_size, ep_size
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
-from sgdeploy.sglang.versions import ALL_VERSIONS, VersionRange
 
 
 @dataclass(frozen=True)
 class SmGate:
+    """An option SGLang refuses on some GPU generations: which ones is the fact
+    `sm_gate:<gate>` of the release."""
+
+    gate: str
     fields: tuple[str, ...]
-    value: Any  # the value that needs the GPU generation (True for switches)
-    min_sm: int
-    need: str
-    versions: VersionRange = ALL_VERSIONS
+    values: tuple[Any, ...]  # the values that need the GPU generation (True for switches)
+    # "any": each field is checked; "first": SGLang reads the first field that is set (the prefill
+    # and decode backends fall back to attention_backend)
+    read: str = "any"
+    alias_of: str | None = None  # the gate that applies where SGLang maps the value to another one
 
 
+_BACKENDS = ("attention_backend", "decode_attention_backend")
 SM_GATES: tuple[SmGate, ...] = (
-    SmGate(("attention_backend", "prefill_attention_backend"), "trtllm_mha", 100, "Blackwell (SM100)",
-           TRTLLM_MHA_PREFILL_BLACKWELL_ONLY),
-    SmGate(("attention_backend", "prefill_attention_backend"), "trtllm_mha", 90, "Hopper (SM90) or newer",
-           VersionRange(since="0.5.19")),
-    SmGate(("decode_attention_backend",), "trtllm_mha", 90, "Hopper (SM90) or newer"),
-    # SGLang checks the attention and decode backends only (a prefill backend equal to the decode
-    # one becomes the attention backend, which the decode field already covers).
-    SmGate(("attention_backend", "decode_attention_backend"), "trtllm_mla", 100, "Blackwell (SM100/SM12x)"),
-    SmGate(("attention_backend", "decode_attention_backend"), "cutedsl_mla", 100, "Blackwell (SM100)"),
-    SmGate(("attention_backend", "decode_attention_backend"), "tokenspeed_mla", 100, "Blackwell (SM100)"),
-    SmGate(("kv_cache_dtype",), "nvfp4", 100, "Blackwell SM100 or SM120"),
-    SmGate(("kv_cache_dtype",), "mxfp8", 100, "an SM100+ (Blackwell) GPU"),
-    SmGate(("kv_cache_dtype",), "fp4_mx_block16", 100, "an SM100+ (Blackwell) GPU"),
-    SmGate(("quantization",), "nvfp4_online", 100, "an SM100+ (Blackwell) GPU"),
-    SmGate(("enable_deepseek_v4_fp4_indexer",), True, 100, "SM100/SM120"),
-    SmGate(("moe_a2a_backend", "moe_runner_backend"), "megamoe", 90, "SM90 or SM100"),
+    SmGate("trtllm_mha", (*_BACKENDS, "prefill_attention_backend"), ("trtllm_mha",)),  # up to 0.5.9
+    SmGate("trtllm_mha_prefill", ("prefill_attention_backend", "attention_backend"), ("trtllm_mha",), "first"),
+    SmGate("trtllm_mha_decode", ("decode_attention_backend", "attention_backend"), ("trtllm_mha",), "first"),
+    SmGate("trtllm_mla", _BACKENDS, ("trtllm_mla",)),
+    SmGate("cutedsl_mla", _BACKENDS, ("cutedsl_mla",)),
+    SmGate("tokenspeed_mla", _BACKENDS, ("tokenspeed_mla",), alias_of="cutedsl_mla"),  # an alias from 0.5.23
+    SmGate("kv_cache_nvfp4", ("kv_cache_dtype",), ("nvfp4",)),
+    SmGate("kv_cache_mxfp8", ("kv_cache_dtype",), ("mxfp8",)),
+    SmGate("quantization_nvfp4_online", ("quantization",), ("nvfp4_online",)),
+    SmGate("deepseek_v4_fp4_indexer", ("enable_deepseek_v4_fp4_indexer",), (True,)),
+    SmGate("megamoe_a2a", ("moe_a2a_backend",), ("megamoe",)),
 )
 
 
-def _below(ctx: LaunchContext, min_sm: int) -> bool:
-    return ctx.host is not None and ctx.host.sm is not None and ctx.host.sm < min_sm
+def major(ctx: LaunchContext) -> int | None:
+    """The host's compute-capability major (SM86 -> 8), what SGLang's is_sm*_supported() read."""
+    return ctx.host.sm // 10 if ctx.host is not None and ctx.host.sm is not None else None
+
+
+def gate_fact(gate: str, ctx: LaunchContext) -> dict[str, Any] | None:
+    """{"majors": where SGLang lets the option through, "message": its refusal}, or None where
+    this release has no such gate."""
+    value = fact(f"sm_gate:{gate}", ctx.version)
+    return value if isinstance(value, dict) else None
+
+
+def refused_here(gate: str, ctx: LaunchContext) -> dict[str, Any] | None:
+    """The gate's fact when the host's GPU generation is outside the majors it lets through."""
+    found, host_major = gate_fact(gate, ctx), major(ctx)
+    return found if found is not None and host_major is not None and host_major not in found["majors"] else None
+
+
+def _gated_fields(ctx: LaunchContext, gate: SmGate) -> Iterator[str]:
+    if gate.read == "first":
+        name = next((n for n in gate.fields if ctx.get(n) is not None), None)
+        if name is not None and ctx.given(name) and ctx.server[name] in gate.values:
+            yield name
+        return
+    yield from (n for n in gate.fields if ctx.given(n) and ctx.server[n] in gate.values)
+
+
+def _majors_words(majors: list[int]) -> str:
+    return ", ".join(f"SM{m}x" for m in majors) or "no NVIDIA GPU"
 
 
 def _gpu_words(ctx: LaunchContext) -> str:
     assert ctx.host is not None
     return f"{ctx.host.name} has {ctx.host.gpu or 'GPUs'} (SM{ctx.host.sm})"
+
+
+def _below(ctx: LaunchContext, min_sm: int) -> bool:
+    return ctx.host is not None and ctx.host.sm is not None and ctx.host.sm < min_sm
 
 
 @rule("SGD401", "nccl-nvls-needs-sm90", WARNING,
@@ -60,43 +99,99 @@ def nccl_nvls(ctx: LaunchContext) -> Iterator[Finding]:
                       f"NVSwitch and {_gpu_words(ctx)}; SGLang exports NCCL_NVLS_ENABLE=1 and NCCL falls back silently")
 
 
+# Where SGLang runs the FlashInfer all-reduce fusion: SM9x and SM10x (0.5.1x: communicator.py
+# `_is_sm90_supported or _is_sm100_supported`; 0.5.14+: flashinfer_comm_fusion._resolve_backend).
+FUSION_MAJORS_V1X = (9, 10)
+
+
+def _fusion_backend(ctx: LaunchContext) -> str | None:
+    """The fusion backend SGLang resolves: the deprecated switch becomes "auto"; deterministic
+    inference and the enforce-disable switch turn it off (0.5.2x)."""
+    backend = ctx.get("flashinfer_allreduce_fusion_backend")
+    if backend is None and ctx.on("enable_flashinfer_allreduce_fusion"):
+        backend = "auto"
+    if ctx.on("enforce_disable_flashinfer_allreduce_fusion"):
+        return None
+    if ctx.on("enable_deterministic_inference") and ctx.has_flag("enforce_disable_flashinfer_allreduce_fusion"):
+        return None
+    return backend if isinstance(backend, str) else None
+
+
+def _fusion_group_wider_than_one(ctx: LaunchContext) -> bool:
+    """The workspace is set up (and the backend resolved) only for an attention-TP or MoE-TP group
+    of more than one rank."""
+    tp = ctx.int("tp_size", 1)
+    return tp // max(attn_dp_size(ctx), 1) > 1 or tp // max(ep_size(ctx), 1) > 1
+
+
 @rule("SGD402", "allreduce-fusion-needs-sm90", ERROR,
-      "FlashInfer all-reduce fusion requires SM90 or SM10x GPUs; SGLang raises when the model runner starts.",
+      "FlashInfer all-reduce fusion runs on SM9x and SM10x GPUs only (the cutedsl backend on SM10x): on any "
+      "other GPU (SM8x, SM12x) SGLang 0.5.14+ raises when the model runner starts with tp_size > 1.",
       "remove flashinfer_allreduce_fusion_backend / enable_flashinfer_allreduce_fusion on this host",
       versions=V2X)
 def allreduce_fusion_v2(ctx: LaunchContext) -> Iterator[Finding]:
-    for name in ("flashinfer_allreduce_fusion_backend", "enable_flashinfer_allreduce_fusion"):
-        if ctx.given(name) and ctx.server[name] not in (None, False) and _below(ctx, 90):
-            yield Finding(server_field(name), f"FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs; "
-                          f"{_gpu_words(ctx)}")
+    backend = _fusion_backend(ctx)
+    if backend is None:
+        return
+    gate = refused_here("allreduce_fusion_cutedsl", ctx) if backend == "cutedsl" else None
+    if gate is None and (backend == "cutedsl" or _fusion_group_wider_than_one(ctx)):
+        gate = refused_here("allreduce_fusion", ctx)
+    if gate is None:
+        return
+    name = next((n for n in ("flashinfer_allreduce_fusion_backend", "enable_flashinfer_allreduce_fusion")
+                 if ctx.given(n)), "flashinfer_allreduce_fusion_backend")
+    yield Finding(server_field(name), f"SGLang {ctx.catalog.version} raises when the model runner starts: "
+                  f"'{gate['message']}' (it runs on {_majors_words(gate['majors'])}); {_gpu_words(ctx)}")
 
 
 @rule("SGD403", "allreduce-fusion-ignored", WARNING,
-      "On GPUs below SM90, SGLang 0.5.1x accepts enable_flashinfer_allreduce_fusion but never uses it.",
+      "SGLang 0.5.1x accepts enable_flashinfer_allreduce_fusion on any GPU but uses it only on SM9x and SM10x.",
       "remove enable_flashinfer_allreduce_fusion on this host", versions=V1X)
 def allreduce_fusion_v1(ctx: LaunchContext) -> Iterator[Finding]:
-    if ctx.on("enable_flashinfer_allreduce_fusion") and _below(ctx, 90):
+    host_major = major(ctx)
+    if ctx.on("enable_flashinfer_allreduce_fusion") and host_major is not None and host_major not in FUSION_MAJORS_V1X:
         yield Finding("server.enable_flashinfer_allreduce_fusion", "enable_flashinfer_allreduce_fusion has no "
-                      f"effect: the fused path needs SM90/SM100 and {_gpu_words(ctx)}")
+                      f"effect: the fused path runs on SM9x/SM10x only and {_gpu_words(ctx)}")
 
 
-@rule("SGD404", "needs-newer-gpu", ERROR, "An option SGLang accepts only on a newer GPU generation.",
+@rule("SGD404", "needs-newer-gpu", ERROR, "An option SGLang accepts only on some GPU generations.",
       "choose another backend or dtype for this GPU")
 def needs_newer_gpu(ctx: LaunchContext) -> Iterator[Finding]:
     for gate in SM_GATES:
-        if ctx.version not in gate.versions or not _below(ctx, gate.min_sm):
+        fields = list(_gated_fields(ctx, gate))
+        name = gate.gate if gate_fact(gate.gate, ctx) is not None or gate.alias_of is None else gate.alias_of
+        found = refused_here(name, ctx) if fields else None
+        if found is None:
             continue
-        for name in gate.fields:
-            if ctx.given(name) and ctx.server[name] == gate.value:
-                shown = f"{name} = {gate.value!r}" if gate.value is not True else name
-                yield Finding(server_field(name), f"{shown} requires {gate.need}; {_gpu_words(ctx)}")
+        for field_name in fields:
+            value = ctx.server[field_name]
+            shown = f"{field_name} = {value!r}" if value is not True else field_name
+            yield Finding(server_field(field_name), f"{shown}: SGLang {ctx.catalog.version} refuses it on this GPU "
+                          f"('{found['message']}'; it runs on {_majors_words(found['majors'])}); {_gpu_words(ctx)}")
+
+
+def _uses_mla(ctx: LaunchContext) -> bool:
+    """An MLA model (kv_lora_rank in its config, or a DeepSeek architecture): SGLang's default
+    attention backend for it is not flashinfer on SM8x."""
+    if ctx.model_config is not None:
+        return ctx.model_config.value("kv_lora_rank") is not None
+    return bool(ctx.architecture and ctx.architecture.startswith(("Deepseek", "KimiK", "MistralLarge3")))
 
 
 @rule("SGD405", "mis-needs-flashinfer", ERROR,
-      "enable_mis needs the flashinfer attention backend, which is the default only below SM90.",
-      "set attention_backend = \"flashinfer\"")
+      "enable_mis needs flashinfer as both the prefill and the decode attention backend; SGLang's default is "
+      "flashinfer only on SM8x for a non-MLA model.",
+      "set attention_backend = \"flashinfer\" (and no other prefill_/decode_attention_backend)")
 def mis_needs_flashinfer(ctx: LaunchContext) -> Iterator[Finding]:
-    backend = ctx.get("attention_backend")
-    sm = ctx.host.sm if ctx.host else None
-    if ctx.on("enable_mis") and (backend not in (None, "flashinfer") or (backend is None and sm and sm >= 90)):
-        yield Finding("server.enable_mis", "Multi-item scoring requires the flashinfer attention backend")
+    if not ctx.on("enable_mis"):
+        return
+    base = ctx.get("attention_backend")
+    prefill = ctx.get("prefill_attention_backend") or base
+    decode = ctx.get("decode_attention_backend") or base
+    host_major = major(ctx)
+    default_flashinfer = host_major is None or (host_major < 9 and not _uses_mla(ctx))
+    resolved = [b if b is not None else ("flashinfer" if default_flashinfer else "default") for b in (prefill, decode)]
+    if any(b != "flashinfer" for b in resolved):
+        shown = f"prefill={resolved[0]}, decode={resolved[1]}".replace("default", "SGLang's default for this GPU")
+        yield Finding("server.enable_mis", "SGLang refuses it: 'Multi-item scoring requires flashinfer attention "
+                      f"backend for custom attention mask support' ({shown})")

@@ -20,11 +20,16 @@ def served_name_colon(ctx: LaunchContext) -> Iterator[Finding]:
         yield Finding("server.served_model_name", f"served_model_name '{name}' contains ':'")
 
 
-@rule("SGD504", "grpc-port-equals-port", ERROR, "grpc_port must differ from port.",
-      "pick another grpc_port")
+@rule("SGD504", "grpc-port-equals-port", ERROR,
+      "The native gRPC port (grpc_port, or SGLANG_GRPC_PORT) must differ from port (0.5.16+; not checked in the "
+      "legacy smg_grpc_mode / grpc_mode).", "pick another grpc_port", versions=VersionRange(since="0.5.16"))
 def grpc_port(ctx: LaunchContext) -> Iterator[Finding]:
-    if ctx.given("grpc_port") and ctx.get("grpc_port") == ctx.get("port", 30000):
-        yield Finding("server.grpc_port", f"grpc_port ({ctx.get('grpc_port')}) must differ from port")
+    if _legacy_grpc(ctx):
+        return
+    port, grpc = ctx.int("port", 30000), _grpc_port(ctx)
+    if grpc is not None and grpc == port:
+        where = "server.grpc_port" if ctx.given("grpc_port") else "env.SGLANG_GRPC_PORT"
+        yield Finding(where, f"SGLang refuses it: '--grpc-port ({grpc}) must differ from --port ({port})'")
 
 
 @rule("SGD506", "positive-counts", ERROR, "Worker counts and GPU ids must be in range.",

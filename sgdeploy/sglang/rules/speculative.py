@@ -11,12 +11,10 @@ from sgdeploy.sglang.rules.common import (
     MIXED_CHUNK_BY_ALGORITHM,
     PP_SPEC_ON_PREFILL,
     SPECULATIVE_ALGORITHMS,
-    V1X,
-    V2X,
     algorithm,
-    attention_dp,
     server_field,
 )
+from sgdeploy.sglang.rules.parallelism import attention_dp_on
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
 from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
@@ -70,21 +68,49 @@ def draft_tokens_adjusted(ctx: LaunchContext) -> Iterator[Finding]:
                       f"set speculative_num_draft_tokens = {steps + 1}")
 
 
+# SGLANG_ENABLE_SPEC_V2 is read from 0.5.4.post1 to 0.5.13 (off by default up to 0.5.10, on from
+# 0.5.11); 0.5.14-0.5.20 only log that it was removed; 0.5.21+ never look at it.
+SPEC_V2_ENV_READ = VersionRange(since="0.5.4.post1", until="0.5.14")
+SPEC_V2_ENV_DEFAULT_ON = VersionRange(since="0.5.11")
+SPEC_V2_REMOVAL_NOTICE = VersionRange(since="0.5.14", until="0.5.21")
+
+
 @rule("SGD204", "spec-v2-env-ignored", WARNING, "SGLANG_ENABLE_SPEC_V2 is not read by this SGLang version.",
-      "remove SGLANG_ENABLE_SPEC_V2; spec v2 is the only EAGLE path now", versions=V2X)
+      "remove SGLANG_ENABLE_SPEC_V2; to run speculative decoding without the overlap scheduler, set "
+      "disable_overlap_schedule = true")
 def spec_v2_ignored(ctx: LaunchContext) -> Iterator[Finding]:
-    if "SGLANG_ENABLE_SPEC_V2" in ctx.env:
-        yield Finding("env.SGLANG_ENABLE_SPEC_V2", f"SGLANG_ENABLE_SPEC_V2 has no effect in SGLang "
-                      f"{ctx.catalog.version}: it is not read anywhere and gives no warning")
+    if "SGLANG_ENABLE_SPEC_V2" not in ctx.env or ctx.version in SPEC_V2_ENV_READ:
+        return
+    if ctx.version in SPEC_V2_REMOVAL_NOTICE:
+        said = ("SGLang only logs 'SGLANG_ENABLE_SPEC_V2 has been removed: speculative decoding always runs the "
+                "V2 worker. Use --disable-overlap-schedule to select the non-overlap (synchronous) path.'")
+    elif ctx.version in SPEC_V2_ENV_DEFAULT_ON:
+        said = "it is not read anywhere and gives no warning"
+    else:
+        said = "this release predates it (it is read from 0.5.4.post1 to 0.5.13)"
+    yield Finding("env.SGLANG_ENABLE_SPEC_V2", f"SGLANG_ENABLE_SPEC_V2 has no effect in SGLang "
+                  f"{ctx.catalog.version}: {said}")
 
 
 @rule("SGD205", "spec-v1-overlap-off", WARNING,
-      "SGLANG_ENABLE_SPEC_V2=0 with EAGLE-family decoding turns the overlap scheduler off (spec v1).",
-      "set SGLANG_ENABLE_SPEC_V2 = \"1\" (or leave it unset) to keep the overlap scheduler", versions=V1X)
+      "SGLANG_ENABLE_SPEC_V2=0 with EAGLE-family decoding turns the overlap scheduler off (0.5.4.post1-0.5.13).",
+      "set SGLANG_ENABLE_SPEC_V2 = \"1\" (0.5.11-0.5.13: or leave it unset) to keep the overlap scheduler",
+      versions=SPEC_V2_ENV_READ)
 def spec_v1_overlap_off(ctx: LaunchContext) -> Iterator[Finding]:
-    if algorithm(ctx) in EAGLE_FAMILY and ctx.env_true("SGLANG_ENABLE_SPEC_V2") is False:
-        yield Finding("env.SGLANG_ENABLE_SPEC_V2", "SGLANG_ENABLE_SPEC_V2 is false: SGLang will silently "
-                      "set disable_overlap_schedule = true (spec v1)")
+    if algorithm(ctx) not in EAGLE_FAMILY or ctx.env_true("SGLANG_ENABLE_SPEC_V2") is not False:
+        return
+    if ctx.on("disable_overlap_schedule"):
+        return  # the profile asks for the synchronous path itself
+    topk = ctx.get("speculative_eagle_topk")
+    if ctx.version in SPEC_V2_ENV_DEFAULT_ON:
+        hint = "remove SGLANG_ENABLE_SPEC_V2 (on by default in this release) to keep the overlap scheduler"
+    elif isinstance(topk, int) and topk > 1:
+        hint = ("keep it: this release refuses spec v2 with speculative_eagle_topk > 1 ('Spec v2 currently only "
+                "supports topk = 1'); set speculative_eagle_topk = 1 first to use it")
+    else:
+        hint = "set SGLANG_ENABLE_SPEC_V2 = \"1\" (off by default up to 0.5.10) to turn the overlap scheduler on"
+    yield Finding("env.SGLANG_ENABLE_SPEC_V2", "SGLANG_ENABLE_SPEC_V2 is false: SGLang will silently set "
+                  "disable_overlap_schedule = true (spec v1, no overlap scheduler)", hint)
 
 
 @rule("SGD206", "speculative-with-pp", ERROR,
@@ -119,28 +145,29 @@ def dflash_draft(ctx: LaunchContext) -> Iterator[Finding]:
                       "speculative_draft_model_path")
 
 
-@rule("SGD209", "standalone-with-dp-attention", ERROR, "STANDALONE speculative decoding does not support DP attention.",
+@rule("SGD209", "standalone-with-dp-attention", ERROR,
+      "STANDALONE and NGRAM speculative decoding do not support DP attention.",
       "turn DP attention off or use another algorithm")
 def standalone_dp(ctx: LaunchContext) -> Iterator[Finding]:
-    # Up to 0.5.21 SGLang checks the enable_dp_attention flag itself; from 0.5.22 the resolved
-    # attention-DP size, so enable_dp_attention with dp_size 1 passes there.
-    dp_attention = attention_dp(ctx) if ctx.has_flag("attn_dp_size") else ctx.on("enable_dp_attention")
-    if algorithm(ctx) in {"STANDALONE", "NGRAM"} and dp_attention:
+    if algorithm(ctx) in {"STANDALONE", "NGRAM"} and attention_dp_on(ctx):
         yield Finding("server.speculative_algorithm", f"{algorithm(ctx)} speculative decoding does not "
-                      "support dp attention")
+                      "support dp attention (SGLang raises 'Currently "
+                      f"{'standalone' if algorithm(ctx) == 'STANDALONE' else 'ngram'} speculative decoding does "
+                      "not support dp attention.')")
 
 
 @rule("SGD210", "topk-page-size-backend", ERROR,
-      "speculative_eagle_topk > 1 with page_size > 1 needs a backend that supports it.",
-      "use page_size = 1, topk = 1, or attention_backend flashinfer")
+      "speculative_eagle_topk > 1 with page_size > 1 needs an attention backend SGLang lists for it "
+      "(flashinfer; fa3 from 0.5.6; triton from 0.5.13).",
+      "use page_size = 1, speculative_eagle_topk = 1, or attention_backend = \"flashinfer\"")
 def topk_page_size(ctx: LaunchContext) -> Iterator[Finding]:
     topk, page = ctx.get("speculative_eagle_topk"), ctx.int("page_size", 1)
     backend = ctx.get("attention_backend")
-    allowed = {"flashinfer", "fa3", "triton"} if ctx.version in V2X else {"flashinfer", "fa3"}
-    if (algorithm(ctx) in EAGLE_FAMILY and isinstance(topk, int) and topk > 1 and page > 1
+    allowed = fact("paged_topk_backends", ctx.version)
+    if (allowed and algorithm(ctx) in EAGLE_FAMILY and isinstance(topk, int) and topk > 1 and page > 1
             and backend is not None and backend not in allowed):
-        yield Finding("server.page_size", f"speculative_eagle_topk > 1 with page_size > 1 is only supported on "
-                      f"{', '.join(sorted(allowed))}; got attention_backend = {backend}")
+        yield Finding("server.page_size", f"SGLang {ctx.catalog.version} refuses speculative_eagle_topk > 1 with "
+                      f"page_size > 1 on attention_backend = {backend} (it allows {', '.join(allowed)})")
 
 
 @rule("SGD211", "mixed-chunk-off-with-speculative", WARNING,
