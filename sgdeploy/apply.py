@@ -38,6 +38,7 @@ from sgdeploy.facts import (
     facts_command,
     gpu_strangers,
     gpus_idle,
+    idle_check_sh,
     parse_compute_apps,
     parse_facts,
     parse_gpu_owners,
@@ -105,6 +106,8 @@ _LOCK_HOLDER = (
     f"echo {LOCKED_MARKER}; cat >/dev/null; : > \"$d/lock\""
 )
 UNIT_FILE_MARKER = "@@sgdeploy:unit-file@@"
+SWAP_INSTALL_FAILED = "@@sgdeploy:install-failed@@"
+SWAP_WINDOW_S = 5.0  # how long `HostSession.swap` waits on the host for the GPUs to be idle
 
 
 class Exit(enum.IntEnum):
@@ -232,6 +235,17 @@ def build_deployment(
 
 
 # --------------------------------------------------------------------------- the host side
+@dataclass
+class Swap:
+    """What `HostSession.swap` did: the unit installed, the GPUs' state after the stop, started."""
+
+    result: CommandResult
+    installed: bool
+    verdict: IdleVerdict | None = None
+    started: bool = False
+    invocation: str | None = None
+
+
 @dataclass
 class UnitLock:
     """The per-unit lock: held (release it when done) or refused, with what taking it found."""
@@ -406,6 +420,62 @@ class HostSession:
         _, _, tail = result.stdout.partition("@@invocation@@\n")
         invocation = tail.strip() or None
         return result, invocation
+
+    def swap(self, deployment: Deployment, stop_first: bool, window_s: float) -> Swap:
+        """Install the staged unit (rename, daemon-reload) while the old server still serves; then,
+        in the same round trip, stop it, wait up to `window_s` on the host until the GPUs are idle
+        (`gpus_idle`'s rule, decided there by `idle_check_sh`) and start the new unit. The downtime
+        is the stop, the GPUs' release and the start. GPUs still busy leave it installed, stopped."""
+        self.report("step", step="install", path=deployment.unit_path)
+        if stop_first:
+            self.report("step", step="stop", unit=deployment.unit)
+        self.report("step", step="wait_gpus_idle", gpus=list(deployment.gpus))
+        unit_q = shlex.quote(f"{deployment.unit}.service")
+        tries = max(1, int(window_s / 0.1))
+        live = shlex.quote(deployment.unit_path)
+        command = (
+            f'l={live}; b="$l.sgdeploy-prev"; rm -f "$b"; [ ! -e "$l" ] || cp -p "$l" "$b" || exit 1; '
+            f'mv -f {shlex.quote(deployment.staged_unit_path)} "$l" || {{ rm -f "$b"; echo {SWAP_INSTALL_FAILED}; '
+            "exit 1; }; systemctl daemon-reload; "
+            f"systemctl reset-failed {unit_q} 2>/dev/null; systemctl enable --quiet --no-reload {unit_q} 2>/dev/null; "
+            # Nothing stops once sgdeploy is gone (this write fails): the unit file that was there goes back.
+            '[ ! -e "$b" ] || trap \'mv -f "$b" "$l"; systemctl daemon-reload; exit 1\' PIPE; '
+            'echo @@installed@@ || exit 1; trap - PIPE; rm -f "$b"; '
+            + (f"systemctl stop {unit_q}; " if stop_first else "")
+            + f"{idle_check_sh(deployment.gpus)}; d=$(mktemp -d) || exit 1; i=0; idle=0; "
+            f"while :; do nvidia-smi --query-compute-apps={','.join(APPS_QUERY_FIELDS)} "
+            f'--format=csv,noheader,nounits >"$d/a" 2>/dev/null & '
+            f"nvidia-smi --query-gpu={','.join(GPU_QUERY_FIELDS)} --format=csv,noheader,nounits "
+            f'>"$d/g" 2>/dev/null; wait; if sgd_idle "$d/g" "$d/a"; then idle=1; break; fi; '
+            f"i=$((i + 1)); [ $i -lt {tries} ] || break; sleep 0.1; done; rc=0; "
+            f'if [ $idle = 1 ]; then systemctl start {unit_q} || rc=$?; echo @@invocation@@; '
+            f"systemctl show -p InvocationID --value {unit_q}; fi; "
+            f'echo @@gpus@@; cat "$d/g"; echo @@apps@@; cat "$d/a"; echo @@owners@@; '
+            f'[ $idle = 1 ] || {GPU_OWNERS_SH} "$d/a"; rm -rf "$d"; exit $rc'
+        )
+        self.report("step", step="start", unit=deployment.unit)
+        result = self.remote.run(command, timeout=600 + window_s)
+        if SWAP_INSTALL_FAILED in result.stdout:
+            return Swap(result, installed=False)
+        head, _, state = result.stdout.partition("@@gpus@@\n")
+        gpus_text, _, rest = state.partition("@@apps@@\n")
+        apps_text, _, owners_text = rest.partition("@@owners@@\n")
+        apps = with_owners(parse_compute_apps(apps_text), parse_gpu_owners(owners_text))
+        verdict = gpus_idle(parse_query_gpu(gpus_text), apps, deployment.gpus)
+        _, started, invocation = head.partition("@@invocation@@\n")
+        if started and not verdict.idle:  # the host's rule and gpus_idle disagree: never run on busy GPUs
+            self.remote.run(f"systemctl stop {unit_q}")
+            started, invocation = "", ""
+        return Swap(result, True, verdict, bool(started), invocation.strip() or None)
+
+    def start_installed(self, deployment: Deployment) -> tuple[CommandResult, str | None]:
+        """Start the unit `swap` installed and left stopped (its GPUs were freed later)."""
+        self.report("step", step="start", unit=deployment.unit)
+        unit_q = shlex.quote(f"{deployment.unit}.service")
+        result = self.remote.run(f"set -e; systemctl reset-failed {unit_q} 2>/dev/null || true; "
+                                 f"systemctl start {unit_q}; echo @@invocation@@; "
+                                 f"systemctl show -p InvocationID --value {unit_q}")
+        return result, result.stdout.partition("@@invocation@@\n")[2].strip() or None
 
     def follow(
         self,
@@ -680,19 +750,14 @@ class Transaction:
         if refused is not None:
             refused.seconds = time.monotonic() - began
             return refused
-        if stop_first:
-            self.session.stop(deployment.unit)
         if takeover:
-            self.session.take_over(takeover)
-        verdict = self.session.wait_gpus_idle(deployment.gpus, self.options.gpu_idle_timeout_s)
-        if not verdict.idle:
-            detail = f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: {verdict.describe()}"
-            if best_effort_idle:
-                # Started into held GPUs it would crash and restart in a loop: install, do not start.
-                self.session.install_and_start(deployment, start=False)
-                detail += f"; {deployment.unit}.service is installed but left stopped"
-            return StartupResult(False, reason=detail, failure_kind="gpus_busy", seconds=time.monotonic() - began)
-        result, invocation = self.session.install_and_start(deployment)
+            result, invocation, busy = self._stop_and_start_adopting(deployment, stop_first, takeover,
+                                                                     best_effort_idle)
+        else:
+            result, invocation, busy = self._swap(deployment, stop_first)
+        if busy is not None:
+            busy.seconds = time.monotonic() - began
+            return busy
         if not result.ok or not invocation:
             return StartupResult(False, reason="installing or starting the unit failed: "
                                  + (result.stderr.strip() or f"exit {result.exit_code}"),
@@ -711,6 +776,42 @@ class Transaction:
                                                      deployment.server)
         startup.seconds = time.monotonic() - began
         return startup
+
+    def _swap(self, deployment: Deployment, stop_first: bool) -> tuple[CommandResult, str | None, StartupResult | None]:
+        """Install, stop, start in one round trip when the GPUs free at once; else wait for them."""
+        swap = self.session.swap(deployment, stop_first, min(SWAP_WINDOW_S, self.options.gpu_idle_timeout_s))
+        if not swap.installed:
+            return swap.result, None, StartupResult(
+                False, reason=f"cannot install {deployment.unit_path} (nothing was stopped): "
+                f"{swap.result.stderr.strip() or 'exit ' + str(swap.result.exit_code)}", failure_kind="stage_failed")
+        if swap.started:
+            return swap.result, swap.invocation, None
+        left = max(self.options.gpu_idle_timeout_s - SWAP_WINDOW_S, 0.0)
+        verdict = self.session.wait_gpus_idle(deployment.gpus, left) if left else swap.verdict
+        if verdict is None or not verdict.idle:
+            # Started into held GPUs it would crash and restart in a loop: installed, left stopped.
+            detail = (f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: "
+                      f"{verdict.describe() if verdict else 'unknown'}; {deployment.unit}.service is installed "
+                      "but left stopped")
+            return swap.result, None, StartupResult(False, reason=detail, failure_kind="gpus_busy")
+        result, invocation = self.session.start_installed(deployment)
+        return result, invocation, None
+
+    def _stop_and_start_adopting(self, deployment: Deployment, stop_first: bool, takeover: tuple[Takeover, ...],
+                                 best_effort_idle: bool) -> tuple[CommandResult, str | None, StartupResult | None]:
+        """`--adopt`: stop the unit and the servers outside it, wait for the GPUs, install, start."""
+        if stop_first:
+            self.session.stop(deployment.unit)
+        self.session.take_over(takeover)
+        verdict = self.session.wait_gpus_idle(deployment.gpus, self.options.gpu_idle_timeout_s)
+        if not verdict.idle:
+            detail = f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: {verdict.describe()}"
+            if best_effort_idle:
+                self.session.install_and_start(deployment, start=False)
+                detail += f"; {deployment.unit}.service is installed but left stopped"
+            return CommandResult("", 1, "", ""), None, StartupResult(False, reason=detail, failure_kind="gpus_busy")
+        result, invocation = self.session.install_and_start(deployment)
+        return result, invocation, None
 
     def measure(self, deployment: Deployment, startup: StartupResult, baseline: dict[str, Any] | None) -> None:
         """Run the throughput probe on a ready server; below --min-ratio the start counts as failed."""

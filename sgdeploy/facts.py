@@ -1061,6 +1061,35 @@ def gpus_idle(
     return IdleVerdict(not (holders or residue or unknown), holders, residue, unknown)
 
 
+# `gpus_idle`'s verdict on the host, for a decision that cannot wait a round trip (start right
+# after the stop): exit 0 when idle. $1 is `--query-gpu=GPU_QUERY_FIELDS` output, $2
+# `--query-compute-apps=APPS_QUERY_FIELDS` output; memory.used is the next-to-last column and
+# gpu_uuid the last, so a GPU or process name with a comma in it changes nothing.
+_IDLE_AWK = r"""
+function trim(s) { gsub(/^[ \t]+|[ \t\r]+$/, "", s); return s }
+BEGIN { n = split(want, w, " "); for (i = 1; i <= n; i++) need[w[i]] = 1; busy = 0 }
+FILENAME == ARGV[1] {
+  if (NF < 3) next
+  idx = trim($1); id = trim($2); mem = trim($(NF - 1))
+  if (n > 0 && !(idx in need) && !(id in need)) next
+  chosen[id] = 1; found[idx] = 1; found[id] = 1
+  if (mem ~ /^[0-9]+(\.[0-9]+)?$/ && mem + 0 > base) busy = 1
+  next
+}
+NF >= 2 && (trim($NF) in chosen) { busy = 1 }
+END { for (k in need) if (!(k in found)) busy = 1; exit busy }
+"""
+
+
+def idle_check_sh(selected: Iterable[int | str] | None, baseline_mib: int = DEFAULT_IDLE_BASELINE_MIB) -> str:
+    """A shell function `sgd_idle GPUS_FILE APPS_FILE` deciding as `gpus_idle` does (exit 0: idle)."""
+    want = " ".join(str(s).strip() for s in selected or ())
+    if not re.fullmatch(r"[A-Za-z0-9 -]*", want):
+        raise ValueError(f"not a GPU index or UUID: {want!r}")
+    return (f"sgd_idle() {{ awk -F, -v want={shlex.quote(want)} -v base={int(baseline_mib)} "
+            f"{shlex.quote(_IDLE_AWK)} \"$1\" \"$2\"; }}")
+
+
 def gpu_strangers(
     gpus: Sequence[GpuInfo],
     processes: Sequence[GpuProcess],
