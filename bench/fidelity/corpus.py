@@ -16,7 +16,7 @@ Kinds of case, all drawn from the bundled catalog and check-site inventory of th
   condition name, set together (in-range values), a few draws each.
 - `group`: random combinations inside hand-picked groups of related flags (parallelism,
   speculative decoding, disaggregation, hardware generation, CUDA graphs, memory, LoRA,
-  serving), where SGLang's resolution order matters.
+  serving, elastic EP), where SGLang's resolution order matters.
 
     .venv/bin/python bench/fidelity/corpus.py --version 0.5.23 -o /tmp/c.jsonl [--seed 1]
 
@@ -69,6 +69,7 @@ SPECIAL: dict[str, list[Any]] = {
     "lora_paths": [["adapter=/adapters/a"]], "max_lora_rank": [8, 64], "max_loras_per_batch": [1, 8],
     "context_length": [4096, 131072, 10_000_000], "schedule_conservativeness": [0.3, 1.0, -1.0],
     "swa_full_tokens_ratio": [0.5, 1.5, -0.5], "ep_num_redundant_experts": [0, 8],
+    "max_ep_size": [4, 16], "elastic_ep_initial_size": [2, 4, 8], "ep_join_rank_offset": [0, 4, 8],
 }
 SMALL_INTS = (1, 2, 4, 8, 64)
 FLOATS = (0.5, 1.0, 0.0, -0.5, 1.5)
@@ -127,6 +128,12 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "export_metrics_to_file", "export_metrics_to_file_dir", "enable_metrics", "tokenizer_worker_num",
         "skip_tokenizer_init", "grpc_mode", "schedule_policy", "schedule_conservativeness",
         "enable_priority_scheduling", "served_model_name", "reasoning_parser", "tool_call_parser",
+    ),
+    "elastic_ep": (
+        "elastic_ep_backend", "max_ep_size", "ep_join_mode", "ep_join_rank_offset", "elastic_ep_initial_size",
+        "enable_eplb", "eplb_algorithm", "pp_size", "attn_dp_size", "enable_dp_attention", "dp_size",
+        "enable_dp_lm_head", "moe_a2a_backend", "node_rank", "load_balance_method", "tp_size", "moe_dense_tp_size",
+        "cuda_graph_backend_decode", "cuda_graph_backend_prefill", "disable_cuda_graph",
     ),
 }
 GROUP_DRAWS = 60  # combinations per group

@@ -714,3 +714,208 @@ refusal_rule("SGD118", "parallel-options-together",
              "A parallelism option SGLang refuses without the setting it depends on (layernorm SP, all-to-all and "
              "DCP options, dispatch algorithm, DWDP, elastic EP).",
              "set what SGLang's message names, or drop the option", PARALLEL_OPTIONS)
+
+
+# --------------------------------------------------------------------------- elastic EP
+def _scale_join(ctx: LaunchContext) -> bool:
+    return _elastic_backend(ctx) and ctx.get("ep_join_mode") == "scale"
+
+
+def _initial(ctx: LaunchContext) -> int | None:
+    value = ctx.get("elastic_ep_initial_size")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _decode_graph_full(ctx: LaunchContext) -> bool:
+    """The decode CUDA graph stays `full` (its default) unless the profile turns it off or picks another backend."""
+    return ctx.get("cuda_graph_backend_decode") in (None, "full") and not ctx.on("disable_cuda_graph") \
+        and not ctx.on("disable_decode_cuda_graph")
+
+
+def _scaling_and(condition: Callable[[LaunchContext], bool]) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: _elastic_scaling(ctx) and condition(ctx)
+
+
+def _recapture(condition: Callable[[LaunchContext], bool]) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: _elastic_scaling(ctx) and _decode_graph_full(ctx) and condition(ctx)
+
+
+_SCALE = VersionRange(since="0.5.16")
+_RECAPTURE = VersionRange(since="0.5.21")
+ELASTIC_EP = (
+    Refusal("handle_elastic_ep: Elastic EP requires eplb_algorithm to be set to 'auto' or 'elasticity_aware'.",
+            "eplb_algorithm", lambda ctx: _elastic_backend(ctx) and ctx.on("enable_eplb")
+            and ctx.get("eplb_algorithm", "auto") not in ("auto", "elasticity_aware"),
+            "Elastic EP requires eplb_algorithm to be set to 'auto' or 'elasticity_aware'.",
+            VersionRange(since="0.5.4", until="0.5.10")),
+    Refusal("handle_elastic_ep: Elastic EP requires eplb_algorithm to be set to 'auto' or "
+            "'elasticity_aware(_hierarchical)'.", "eplb_algorithm",
+            lambda ctx: _elastic_backend(ctx) and ctx.on("enable_eplb") and ctx.get("eplb_algorithm", "auto")
+            not in ("auto", "elasticity_aware", "elasticity_aware_hierarchical"),
+            "Elastic EP requires eplb_algorithm to be set to 'auto' or 'elasticity_aware(_hierarchical)'.",
+            VersionRange(since="0.5.10")),
+    Refusal("handle_elastic_ep: PP size should be set to 1 under elastic EP", "pp_size",
+            lambda ctx: _elastic_backend(ctx) and ctx.int("pp_size", 1) != 1,
+            "PP size should be set to 1 under elastic EP", VersionRange(since="0.5.11")),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires one joining TP group at --node-rank 1 (got {}).",
+            "node_rank", lambda ctx: _scale_join(ctx) and ctx.int("node_rank", 0) != 1,
+            lambda ctx: f"Elastic EP scale-up requires one joining TP group at --node-rank 1 (got "
+                        f"{ctx.int('node_rank', 0)}).", _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP scale joiners require --elastic-ep-join-rank-offset set to the current "
+            "effective EP size.", "ep_join_rank_offset",
+            lambda ctx: _scale_join(ctx) and ctx.int("ep_join_rank_offset", 0) <= 0,
+            "Elastic EP scale joiners require --elastic-ep-join-rank-offset set to the current effective EP size.",
+            _SCALE),
+    Refusal("handle_elastic_ep: elastic EP join rank offset must be >= 0.", "ep_join_rank_offset",
+            lambda ctx: ctx.get("ep_join_mode") == "scale" and ctx.int("ep_join_rank_offset", 0) < 0,
+            "elastic EP join rank offset must be >= 0.", _SCALE),
+    Refusal("handle_elastic_ep: --elastic-ep-scale-timeout must be greater than zero.", "elastic_ep_scale_timeout",
+            _scaling_and(lambda ctx: isinstance(ctx.get("elastic_ep_scale_timeout"), int | float)
+                         and ctx.get("elastic_ep_scale_timeout") <= 0),
+            "--elastic-ep-scale-timeout must be greater than zero.", _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP runtime scale-up currently requires --tokenizer-worker-num 1.",
+            "tokenizer_worker_num", _scaling_and(lambda ctx: ctx.int("tokenizer_worker_num", 1) != 1),
+            "Elastic EP runtime scale-up currently requires --tokenizer-worker-num 1.", _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP runtime scale-up does not support --use-ray.", "use_ray",
+            _scaling_and(lambda ctx: ctx.on("use_ray")), "Elastic EP runtime scale-up does not support --use-ray.",
+            _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP runtime scale-up does not support --enable-elastic-expert-backup.",
+            "enable_elastic_expert_backup", _scaling_and(lambda ctx: ctx.on("enable_elastic_expert_backup")),
+            "Elastic EP runtime scale-up does not support --enable-elastic-expert-backup.", _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP scale joiners require --elastic-ep-initial-size set to the primary "
+            "deployment's launch-time EP size.", "elastic_ep_initial_size",
+            _scaling_and(lambda ctx: _scale_join(ctx) and _initial(ctx) is None),
+            "Elastic EP scale joiners require --elastic-ep-initial-size set to the primary deployment's launch-time "
+            "EP size.", _SCALE),
+    Refusal("handle_elastic_ep: --elastic-ep-initial-size cannot exceed the current EP size (initial={}, current={}).",
+            "elastic_ep_initial_size",
+            _scaling_and(lambda ctx: _scale_join(ctx) and (_initial(ctx) or 0) > ctx.int("ep_join_rank_offset", 0)),
+            lambda ctx: f"--elastic-ep-initial-size cannot exceed the current EP size (initial={_initial(ctx)}, "
+                        f"current={ctx.int('ep_join_rank_offset', 0)}).", _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP joining group exceeds --max-ep-size (join_target={}, max_ep_size={}).",
+            "max_ep_size", _scaling_and(lambda ctx: _scale_join(ctx) and ctx.int("ep_join_rank_offset", 0)
+                                        + ctx.int("tp_size", 1) > ctx.int("max_ep_size", 0)),
+            lambda ctx: "Elastic EP joining group exceeds --max-ep-size (join_target="
+                        f"{ctx.int('ep_join_rank_offset', 0) + ctx.int('tp_size', 1)}, max_ep_size="
+                        f"{ctx.int('max_ep_size', 0)}).", _SCALE),
+    Refusal("handle_elastic_ep: A single-rank Elastic EP joining group requires --moe-dense-tp-size 1.",
+            "moe_dense_tp_size", _scaling_and(lambda ctx: _scale_join(ctx) and ctx.int("tp_size", 1) == 1
+                                              and ctx.get("moe_dense_tp_size") != 1),
+            "A single-rank Elastic EP joining group requires --moe-dense-tp-size 1.", _SCALE),
+    Refusal("handle_elastic_ep: The primary --elastic-ep-initial-size must equal its launch-time TP size ({}).",
+            "elastic_ep_initial_size",
+            _scaling_and(lambda ctx: not _scale_join(ctx) and _initial(ctx) not in (None, ctx.int("tp_size", 1))),
+            lambda ctx: f"The primary --elastic-ep-initial-size must equal its launch-time TP size "
+                        f"({ctx.int('tp_size', 1)}).", _SCALE),
+    Refusal("handle_elastic_ep: assert elastic_ep_initial_size > 0", "elastic_ep_initial_size",
+            _scaling_and(lambda ctx: _initial(ctx) is not None and (_initial(ctx) or 0) <= 0),
+            "assert elastic_ep_initial_size > 0", _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires --load-balance-method round_robin; load-aware methods "
+            "require global-rank load snapshots after scale (got {}).", "load_balance_method",
+            _scaling_and(lambda ctx: ctx.get("load_balance_method", "auto") not in ("auto", "round_robin")),
+            lambda ctx: "Elastic EP scale-up requires --load-balance-method round_robin; load-aware methods require "
+                        f"global-rank load snapshots after scale (got {ctx.get('load_balance_method')}).", _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP runtime scale-up requires --elastic-ep-backend mooncake (got "
+            "elastic_ep_backend={}).", "elastic_ep_backend",
+            _scaling_and(lambda ctx: ctx.get("elastic_ep_backend") != "mooncake"),
+            lambda ctx: "Elastic EP runtime scale-up requires --elastic-ep-backend mooncake (got elastic_ep_backend="
+                        f"{ctx.get('elastic_ep_backend')}).", _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires --pp-size 1 (got pp_size={}); WORLD must not span PP "
+            "stages.", "pp_size", _scaling_and(lambda ctx: ctx.int("pp_size", 1) != 1),
+            lambda ctx: f"Elastic EP scale-up requires --pp-size 1 (got pp_size={ctx.int('pp_size', 1)})", _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP runtime scale-up requires decode and prefill CUDA graphs to be disabled.",
+            "disable_cuda_graph", _scaling_and(lambda ctx: not ctx.on("disable_cuda_graph") and not (
+                ctx.get("cuda_graph_backend_decode") == "disabled"
+                and ctx.get("cuda_graph_backend_prefill") == "disabled")),
+            "Elastic EP runtime scale-up requires decode and prefill CUDA graphs to be disabled.",
+            VersionRange(since="0.5.16", until="0.5.21")),
+    Refusal("handle_elastic_ep: Elastic EP runtime scale-up supports decode CUDA graph backend 'full' or 'disabled' "
+            "(got {}).", "cuda_graph_backend_decode",
+            _scaling_and(lambda ctx: ctx.get("cuda_graph_backend_decode") == "breakable"),
+            "Elastic EP runtime scale-up supports decode CUDA graph backend 'full' or 'disabled' (got 'breakable').",
+            _RECAPTURE),
+    Refusal("handle_elastic_ep: Elastic EP runtime scale-up requires prefill CUDA graph to be disabled.",
+            "cuda_graph_backend_prefill",
+            _scaling_and(lambda ctx: ctx.get("cuda_graph_backend_prefill") in ("full", "breakable")),
+            "Elastic EP runtime scale-up requires prefill CUDA graph to be disabled.", _RECAPTURE),
+    Refusal("handle_elastic_ep: Elastic EP CUDA graph recapture requires CUDA (got device={}).", "device",
+            _recapture(lambda ctx: ctx.get("device") not in (None, "cuda", "auto")),
+            lambda ctx: f"Elastic EP CUDA graph recapture requires CUDA (got device={ctx.get('device')!r}).",
+            _RECAPTURE),
+    Refusal("handle_elastic_ep: Elastic EP CUDA graph recapture does not support speculative decoding.",
+            "speculative_algorithm", _recapture(lambda ctx: bool(ctx.get("speculative_algorithm"))),
+            "Elastic EP CUDA graph recapture does not support speculative decoding.", _RECAPTURE),
+    Refusal("handle_elastic_ep: Elastic EP CUDA graph recapture does not support embedding models.", "is_embedding",
+            _recapture(lambda ctx: ctx.on("is_embedding")),
+            "Elastic EP CUDA graph recapture does not support embedding models.", _RECAPTURE),
+    Refusal("handle_elastic_ep: Elastic EP CUDA graph recapture does not support diffusion models.", "dllm_algorithm",
+            _recapture(lambda ctx: ctx.get("dllm_algorithm") is not None),
+            "Elastic EP CUDA graph recapture does not support diffusion models.", _RECAPTURE),
+    Refusal("handle_elastic_ep: Elastic EP CUDA graph recapture does not support encoder-only models.", "encoder_only",
+            _recapture(lambda ctx: ctx.on("encoder_only")),
+            "Elastic EP CUDA graph recapture does not support encoder-only models.", _RECAPTURE),
+    Refusal("handle_elastic_ep: Elastic EP CUDA graph recapture does not support forward hooks.", "forward_hooks",
+            _recapture(lambda ctx: bool(ctx.get("forward_hooks"))),
+            "Elastic EP CUDA graph recapture does not support forward hooks.", _RECAPTURE),
+    Refusal("handle_elastic_ep: Elastic EP CUDA graph recapture does not support PDMux.", "enable_pdmux",
+            _recapture(lambda ctx: ctx.on("enable_pdmux")),
+            "Elastic EP CUDA graph recapture does not support PDMux.", _RECAPTURE),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires --enable-dp-attention; without it the TP group is not "
+            "equivalent to WORLD and the post-scale collective path is invalid.", "enable_dp_attention",
+            _scaling_and(lambda ctx: attn_dp_size(ctx) <= 1), "Elastic EP scale-up requires --enable-dp-attention",
+            VersionRange(since="0.5.16", until="0.5.22")),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires attention DP (--attn-dp-size); without it the TP group is "
+            "not equivalent to WORLD and the post-scale collective path is invalid.", "attn_dp_size",
+            _scaling_and(lambda ctx: attn_dp_size(ctx) <= 1 and not ep_scale_joiner(ctx)),
+            "Elastic EP scale-up requires attention DP (--attn-dp-size)", VersionRange(since="0.5.22")),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires --enable-dp-lm-head so output projection does not depend "
+            "on the joining group's TP size.", "enable_dp_lm_head",
+            _scaling_and(lambda ctx: not _dp_lm_head_kept(ctx)),
+            "Elastic EP scale-up requires --enable-dp-lm-head so output projection does not depend on the joining "
+            "group's TP size.", _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires --attn-cp-size 1 (got attn_cp_size={}).", "attn_cp_size",
+            _scaling_and(lambda ctx: ctx.int("attn_cp_size", 1) != 1),
+            lambda ctx: f"Elastic EP scale-up requires --attn-cp-size 1 (got attn_cp_size="
+                        f"{ctx.int('attn_cp_size', 1)}).", _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires --moe-dp-size 1 (got moe_dp_size={}).", "moe_dp_size",
+            _scaling_and(lambda ctx: ctx.int("moe_dp_size", 1) != 1),
+            lambda ctx: f"Elastic EP scale-up requires --moe-dp-size 1 (got moe_dp_size={ctx.int('moe_dp_size', 1)}).",
+            _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires ep_size == tp_size (got ep_size={}, tp_size={}); EP, TP "
+            "and the attention DP group must all coincide with WORLD.", "ep_size",
+            _scaling_and(lambda ctx: ep_size(ctx) != ctx.int("tp_size", 1)),
+            lambda ctx: f"Elastic EP scale-up requires ep_size == tp_size (got ep_size={ep_size(ctx)}, tp_size="
+                        f"{ctx.int('tp_size', 1)})", VersionRange(since="0.5.16", until="0.5.23")),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires ep_size == tp_size (got ep_size={}, tp_size={}); "
+            "physical EP membership must coincide with the launch-time TP span.", "ep_size",
+            _scaling_and(lambda ctx: ep_size(ctx) != ctx.int("tp_size", 1)),
+            lambda ctx: f"Elastic EP scale-up requires ep_size == tp_size (got ep_size={ep_size(ctx)}, tp_size="
+                        f"{ctx.int('tp_size', 1)})", VersionRange(since="0.5.23")),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires dp_size == tp_size (got dp_size={}, tp_size={}).",
+            "dp_size", _scaling_and(lambda ctx: attn_dp_size(ctx) > 1 and attn_dp_size(ctx) != ctx.int("tp_size", 1)),
+            lambda ctx: f"Elastic EP scale-up requires dp_size == tp_size (got dp_size={attn_dp_size(ctx)}, tp_size="
+                        f"{ctx.int('tp_size', 1)}).", VersionRange(since="0.5.16", until="0.5.22")),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires attn_dp_size == tp_size (got attn_dp_size={}, "
+            "tp_size={}).", "attn_dp_size",
+            _scaling_and(lambda ctx: attn_dp_size(ctx) > 1 and attn_dp_size(ctx) != ctx.int("tp_size", 1)),
+            lambda ctx: f"Elastic EP scale-up requires attn_dp_size == tp_size (got attn_dp_size={attn_dp_size(ctx)}, "
+                        f"tp_size={ctx.int('tp_size', 1)}).", VersionRange(since="0.5.22", until="0.5.23")),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires --moe-a2a-backend nixl (got moe_a2a_backend={}).",
+            "moe_a2a_backend", _scaling_and(lambda ctx: ctx.get("moe_a2a_backend", "none") != "nixl"),
+            lambda ctx: f"Elastic EP scale-up requires --moe-a2a-backend nixl (got moe_a2a_backend="
+                        f"{ctx.get('moe_a2a_backend', 'none')}).", _SCALE),
+    Refusal("handle_elastic_ep: Elastic EP scale-up with attention TP greater than one requires --moe-dense-tp-size 1 "
+            "(got moe_dense_tp_size={}).", "moe_dense_tp_size",
+            _scaling_and(lambda ctx: _attn_tp(ctx) > 1 and ctx.get("moe_dense_tp_size") != 1),
+            lambda ctx: "Elastic EP scale-up with attention TP greater than one requires --moe-dense-tp-size 1 (got "
+                        f"moe_dense_tp_size={ctx.get('moe_dense_tp_size')}).", VersionRange(since="0.5.23")),
+    Refusal("handle_elastic_ep: Elastic EP scale-up requires --dcp-size to divide the fixed attention TP width (got "
+            "dcp_size={}, attn_tp_size={}).", "dcp_size",
+            _scaling_and(lambda ctx: _dcp(ctx) > 0 and _attn_tp(ctx) % _dcp(ctx) != 0),
+            lambda ctx: "Elastic EP scale-up requires --dcp-size to divide the fixed attention TP width (got dcp_size="
+                        f"{_dcp(ctx)}, attn_tp_size={_attn_tp(ctx)}).", VersionRange(since="0.5.23")),
+)
+refusal_rule("SGD119", "elastic-ep-layout",
+             "An elastic-EP launch SGLang refuses: the EPLB algorithm, PP, and for runtime scale-up (max_ep_size > "
+             "tp_size) the joining group, the all-to-all backend, attention DP and the CUDA graphs it needs.",
+             "set what SGLang's message names, or drop the elastic-EP options", ELASTIC_EP)
