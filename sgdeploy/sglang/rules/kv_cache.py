@@ -432,7 +432,8 @@ refusal_rule("SGD555", "mamba-state-options", "Mamba and linear-attention state 
 
 # --------------------------------------------------------------------------- SGD556 HiCache and cache policies
 def _tlru(ctx: LaunchContext) -> tuple[float, float] | None:
-    """(threshold, next_prompt_estimate) of a tlru policy config, when both are numbers."""
+    """(threshold, next_prompt_estimate) of a tlru policy config (SGLang reads 0 for a missing key),
+    when both are numbers."""
     if ctx.get("radix_eviction_policy") != "tlru":
         return None
     raw = ctx.get("radix_eviction_policy_config")
@@ -440,11 +441,12 @@ def _tlru(ctx: LaunchContext) -> tuple[float, float] | None:
         config = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
         return None
+    config = config or {}
     if not isinstance(config, dict):
         return None
-    values = config.get("threshold"), config.get("next_prompt_estimate")
+    values = config.get("threshold", 0), config.get("next_prompt_estimate", 0)
     if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        return float(values[0]), float(values[1])  # type: ignore[arg-type]
+        return float(values[0]), float(values[1])
     return None
 
 
@@ -469,9 +471,15 @@ HICACHE = (
     _s("handle_hicache: --enable-unified-cache-external-linker does not use --hicache-storage-backend.",
        "hicache_storage_backend", _linker(lambda ctx: not ctx.on("enable_hierarchical_cache"),
                                           given("hicache_storage_backend")), VersionRange(since="0.5.20")),
+    _s("handle_hicache: --enable-unified-cache-external-linker requires the default UnifiedRadixCache with radix "
+       "caching enabled.",
+       "enable_unified_cache_external_linker",
+       _linker(lambda ctx: ctx.on("disable_radix_cache") or ctx.get("radix_cache_backend") is not None),
+       VersionRange(since="0.5.23")),
     _s("handle_hicache: --enable-linker-mla-dedup requires the Mooncake linker.", "enable_linker_mla_dedup",
        both(on("enable_linker_mla_dedup"),
-            lambda ctx: ctx.get("unified_cache_external_linker_backend", "mooncake") != "mooncake"),
+            lambda ctx: not ctx.on("enable_unified_cache_external_linker")
+            or ctx.get("unified_cache_external_linker_backend", "mooncake") != "mooncake"),
        VersionRange(since="0.5.21")),
     Refusal("handle_cache_compatibility: --radix-eviction-policy tlru requires non-negative 'threshold' and "
             "'next_prompt_estimate' in --radix-eviction-policy-config, got {} and {}.", "radix_eviction_policy_config",
@@ -549,6 +557,16 @@ def _load_publish(ctx: LaunchContext) -> bool:
     return bool(mode) and mode.lower() != "off"
 
 
+def _not_json(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        json.loads(value)
+    except ValueError:
+        return True
+    return False
+
+
 def _watermark(*conditions: Condition) -> Condition:
     return _with("enable_watermark", *conditions)
 
@@ -559,6 +577,11 @@ EVENTS_AND_WATERMARKS = (
     _s("check_load_publish_args: --load-publish-endpoint requires --kv-events-config: routers discover the load "
        "range through /server_info's kv_events block, absent without a publisher.", "load_publish_endpoint",
        lambda ctx: _load_publish(ctx) and not ctx.get("kv_events_config"), VersionRange(since="0.5.19")),
+    Refusal("check_load_publish_args: --kv-events-config is not parseable: {}", "kv_events_config",
+            lambda ctx: _load_publish(ctx) and bool(ctx.get("kv_events_config"))
+            and _not_json(ctx.get("kv_events_config")),
+            "--kv-events-config is not parseable: it must be the publisher's JSON settings",
+            VersionRange(since="0.5.19")),
     _s("check_watermark_server_args: --watermark-config requires --enable-watermark", "watermark_config",
        lambda ctx: ctx.get("watermark_config") is not None and not ctx.on("enable_watermark"), _WATERMARK),
     _s("check_watermark_server_args: --enable-watermark is incompatible with --enable-custom-logit-processor",

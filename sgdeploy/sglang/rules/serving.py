@@ -533,6 +533,21 @@ def _default_may_be_trtllm_mha(ctx: LaunchContext) -> bool:
             and ctx.host.sm // 10 == 10)
 
 
+# DeepSeek V3/R1 (not DSA) on SM100 with no attention backend given gets trtllm_mla from its model
+# branch (0.5.3.post2 and later), before the deterministic check reads it.
+_DEEPSEEK_TRTLLM_MLA = VersionRange(since="0.5.3.post2")
+
+
+def _deepseek_v3_default(ctx: LaunchContext) -> bool:
+    config = ctx.model_config
+    arch = config.architecture if config else ctx.architecture
+    return (ctx.on("enable_deterministic_inference") and ctx.version in _DEEPSEEK_TRTLLM_MLA
+            and arch == "DeepseekV3ForCausalLM" and config is not None and config.value("index_topk") is None
+            and not any(ctx.get(f) for f in ("attention_backend", "prefill_attention_backend",
+                                             "decode_attention_backend"))
+            and ctx.host is not None and ctx.host.sm is not None and ctx.host.sm // 10 == 10)
+
+
 def _plain_mha(ctx: LaunchContext) -> bool:
     """A dense MHA model whose default SGLang picks without a model-specific branch, no speculative decoding."""
     arch = ctx.model_config.architecture if ctx.model_config else ctx.architecture
@@ -552,6 +567,12 @@ def deterministic_attention_backend(ctx: LaunchContext) -> Iterator[Finding]:
         where = "attention_backend" if ctx.given("attention_backend") else "prefill_attention_backend"
         yield Finding(server_field(where), f"Currently only {list(allowed)} attention backends are supported for "
                       f"deterministic inference, but you explicitly specified '{backend}' (SGLang 0.5.3 and later)")
+    elif _deepseek_v3_default(ctx):
+        yield Finding("server.enable_deterministic_inference", f"SGLang {ctx.catalog.version} picks trtllm_mla for "
+                      "DeepseekV3ForCausalLM on an SM100 GPU when no attention backend is given, then refuses it: "
+                      f"'Currently only {list(allowed)} attention backends are supported for deterministic inference, "
+                      "but you explicitly specified 'trtllm_mla'.' (SGLang 0.5.3.post2 and later)",
+                      "set attention_backend = \"triton\" (SGLang's choice for DeepSeek models in deterministic mode)")
     elif _default_may_be_trtllm_mha(ctx) and _plain_mha(ctx):
         yield Finding("server.enable_deterministic_inference", f"SGLang {ctx.catalog.version} picks trtllm_mha for "
                       f"this model on {ctx.host.gpu if ctx.host else 'the host'} (SM{ctx.host.sm if ctx.host else ''}) "
@@ -566,7 +587,7 @@ def deterministic_attention_backend(ctx: LaunchContext) -> Iterator[Finding]:
       "set attention_backend explicitly to one of the deterministic backends (e.g. \"flashinfer\" or \"triton\")",
       _DEFAULT_TRTLLM_MHA)
 def deterministic_default_backend(ctx: LaunchContext) -> Iterator[Finding]:
-    if _default_may_be_trtllm_mha(ctx) and not _plain_mha(ctx):
+    if _default_may_be_trtllm_mha(ctx) and not _plain_mha(ctx) and not _deepseek_v3_default(ctx):
         sm = ctx.host.sm if ctx.host else ""
         yield Finding("server.enable_deterministic_inference", f"attention_backend is unset: SGLang "
                       f"{ctx.catalog.version} resolves it by model and speculative settings on SM{sm} "
