@@ -105,7 +105,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 def apply(fleet: Fleet, capsys: pytest.CaptureFixture[str], path: Path, *extra: str,
           inventory: Path | None = None) -> tuple[int, dict[str, Any]]:
     code = cli.main(["apply", str(path), "--inventory", str(inventory or fleet.inventory), "--json",
-                     "--settle", "0.5", *extra])
+                     "--settle", "0.5", "--no-sglang-check", *extra])
     out = capsys.readouterr().out
     return code, json.loads(out) if out.strip() else {}
 
@@ -126,6 +126,14 @@ def deployed(fleet: Fleet, capsys: pytest.CaptureFixture[str], max_running: int)
 def test_drained_rollout_under_client_load_fails_no_request(fleet: Fleet, capsys: pytest.CaptureFixture[str]
                                                            ) -> None:
     deployed(fleet, capsys, 16)  # the first rollout adds the workers to the empty gateway
+    code = cli.main(["plan", str(fleet.profile(12)), "--inventory", str(fleet.inventory), "--json",
+                     "--no-sglang-check"])
+    planned = json.loads(capsys.readouterr().out)
+    assert code == 0, planned
+    first = planned["rollout"]["hosts"][0]
+    assert first["before"]["state"] == "ready"
+    assert [s["step"] for s in first["steps"]][:2] == ["gateway_remove", "wait_drained"]
+    assert fleet.states() == dict.fromkeys(NAMES, "ready")  # plan changed nothing
     load = ClientLoad(fleet.gateway.url, rate=20.0, api_key=fleet.gateway.api_key).start()
     time.sleep(1.0)
     code, result = apply(fleet, capsys, fleet.profile(12))

@@ -59,6 +59,7 @@ DEFAULT_SETTINGS = {
     "broken_import": "",
     "ready_endpoint": True,
     "log_wrapper": "",
+    "sigterm_drain": False,
 }
 
 VERSION = importlib.metadata.version("sglang")
@@ -1373,7 +1374,7 @@ class Handler(BaseHTTPRequestHandler):
     def _loads(self) -> dict:
         """GET /v1/loads as the host's SGLang answers it (0.5.8..0.5.1x, or 0.5.2x's shape)."""
         row = self._load_row()
-        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        stamp = datetime.datetime.now(datetime.UTC).isoformat()
         if NEW:
             tp = int(State.args.get("tp_size") or 1) * int(State.args.get("pp_size") or 1)
             return {"timestamp": stamp, "version": VERSION, "accelerator": None, "num_accelerators": tp,
@@ -1926,13 +1927,36 @@ def main(argv: list[str], entry: str) -> None:
     scheme = "https" if args.get("ssl_certfile") else "http"
     uv(f"Uvicorn running on {scheme}://{shown}:{port} (Press CTRL+C to quit)")
 
-    def on_term(signum: int, frame: object) -> None:
+    def exit_now() -> None:
         uv("Shutting down")
         uv("Waiting for application shutdown.")
         uv("Application shutdown complete.")
         uv(f"Finished server process [{os.getpid()}]")
         kill_children()
         os._exit(0)
+
+    def drain_then_exit() -> None:
+        # TokenizerManager.sigterm_watchdog: it looks every 5 s, and exits once no request remains
+        time.sleep(random.uniform(0.0, 5.0))
+        while True:
+            remaining = State.in_flight
+            log(f"Gracefully exiting... Remaining number of requests {remaining}. "
+                f"Remaining requests remaining_rids={[f'{random.getrandbits(64):016x}' for _ in range(remaining)]}.")
+            if not remaining:
+                break
+            time.sleep(5.0)
+        exit_now()
+
+    def on_term(signum: int, frame: object) -> None:
+        if signum != signal.SIGTERM or not settings.get("sigterm_drain") or not (State.ready or draining):
+            exit_now()
+        if not draining:  # the first SIGTERM: /health answers 503 from now on, requests still run
+            draining.append(True)
+            State.ready = False
+            log(f"SIGTERM received. signum={signum} frame={frame!r}. Draining requests and shutting down...")
+            threading.Thread(target=drain_then_exit, daemon=True).start()
+
+    draining: list[bool] = []
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
