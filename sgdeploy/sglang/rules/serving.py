@@ -42,8 +42,16 @@ def positive_counts(ctx: LaunchContext) -> Iterator[Finding]:
         if isinstance(value, int) and value < minimum:
             yield Finding(server_field(name), f"{name} = {value} must be at least {minimum}")
     port = ctx.server.get("port")
-    if isinstance(port, int) and not 1 <= port <= 65535:
+    if isinstance(port, int) and port != 0 and not 1 <= port <= 65535:
         yield Finding("server.port", f"port = {port} is not a TCP port")
+
+
+@rule("SGD537", "port-zero", ERROR, "port = 0 lets the OS pick the server's port at start; sgdeploy needs a fixed one.",
+      "give the server a fixed port, e.g. port = 30000")
+def port_zero(ctx: LaunchContext) -> Iterator[Finding]:
+    if ctx.server.get("port") == 0:
+        yield Finding("server.port", "port = 0: SGLang accepts it and binds a port the kernel picks, which the unit, "
+                      "the readiness probe and routers cannot know (sgdeploy policy)")
 
 
 @rule("SGD508", "priority-scheduling-policy", ERROR,
