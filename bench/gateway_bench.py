@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench._common import code_state  # noqa: E402
+from bench.fleet_bench import profile  # noqa: E402
 from tests.hosts import HostSet, HostSpec, SimSettings, skip_reason, start_hosts  # noqa: E402
 from tests.hosts.gateway import ClientLoad, Gateway, smg_missing, start_gateway  # noqa: E402
 
@@ -51,20 +52,6 @@ NAMES = ("g1", "g2", "g3")
 ANSIBLE = REPO / "bench" / ".venv-ansible" / "bin" / "ansible-playbook"
 PLAYBOOK = REPO / "bench" / "ansible" / "apply.yml"
 KEY = "bench-gateway-key"
-
-
-def profile(max_running: int) -> str:
-    return f"""[deploy]
-host = "all"
-unit = "sglang"
-python = "/root/ml-env/bin/python3"
-
-[server]
-model_path = "{MODEL}"
-host = "0.0.0.0"
-port = 30000
-max_running_requests = {max_running}
-"""
 
 
 def sgdeploy_apply(inventory: Path, path: Path) -> dict[str, Any]:
@@ -188,7 +175,7 @@ def main() -> int:
         paths = {}
         for running in (16, 12, 8, 24):
             paths[running] = folder / f"p{running}.toml"
-            paths[running].write_text(profile(running))
+            paths[running].write_text(profile("all", running))
         sgdeploy_apply(fronted, paths[16])  # first deployment; adds the workers to the gateway
         settle(gateway, hs)
         runs = results["runs"]
