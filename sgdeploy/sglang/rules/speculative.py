@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
@@ -296,3 +296,276 @@ refusal_rule("SGD215", "speculative-options-together",
              "A speculative-decoding option SGLang refuses without the setting it depends on (auxiliary hidden-state "
              "capture, draft window and sink, block verification).",
              "set what SGLang's message names, or drop the option", SPECULATIVE_OPTIONS)
+
+
+def _algorithm_is(*names: str) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: algorithm(ctx) in names
+
+
+def _device_not(*prefixes: str) -> Callable[[LaunchContext], bool]:
+    """The profile names a device SGLang's check refuses (unset resolves to cuda on these hosts)."""
+    def check(ctx: LaunchContext) -> bool:
+        device = ctx.get("device")
+        return isinstance(device, str) and device not in ("", "auto") and not device.startswith(prefixes)
+    return check
+
+
+def _both(*conditions: Callable[[LaunchContext], bool]) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: all(c(ctx) for c in conditions)
+
+
+def _attn_dp(ctx: LaunchContext) -> bool:
+    return attention_dp_on(ctx)
+
+
+def _given_below(name: str, minimum: int) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: _below(_number(ctx, name), minimum)
+
+
+def _differs(first: str, second: str) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: _number(ctx, first) is not None and _number(ctx, second) is not None and \
+        _number(ctx, first) != _number(ctx, second)
+
+
+def _window_below_draft(ctx: LaunchContext) -> bool:
+    window, draft = _number(ctx, "speculative_draft_window_size"), _number(ctx, "speculative_num_draft_tokens")
+    return window is not None and draft is not None and 0 < window < draft
+
+
+def _rejection(ctx: LaunchContext) -> bool:
+    return ctx.on("speculative_use_rejection_sampling")
+
+
+def _thresholds_set(ctx: LaunchContext) -> bool:
+    names = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
+    return any(ctx.get(n, 1.0) != 1.0 for n in names)
+
+
+def _uno_tree(ctx: LaunchContext) -> bool:
+    return algorithm(ctx) == "UNO" and (_number(ctx, "speculative_eagle_topk") or 1) > 1
+
+
+def _uno_default_backend_not_fa3(ctx: LaunchContext) -> bool:
+    """UNO needs FA3 for prefill and decode; unset, SGLang picks FA3 only on Hopper (SM90)."""
+    given = [ctx.get(n) for n in ("prefill_attention_backend", "decode_attention_backend", "attention_backend")]
+    if any(b is not None for b in given):
+        prefill = given[0] or given[2]
+        decode = given[1] or given[2]
+        return (prefill not in (None, "fa3")) or (decode not in (None, "fa3"))
+    sm = ctx.host.sm if ctx.host else None
+    return sm is not None and sm // 10 != 9
+
+
+_DFLASH_V1 = VersionRange(since="0.5.11", until="0.5.13")  # the checks lived in handle_speculative_decoding
+_DFLASH = VersionRange(since="0.5.13")
+_DSPARK = VersionRange(since="0.5.16")
+_UNO = VersionRange(since="0.5.20")
+_REJECTION = VersionRange(since="0.5.14")
+DFLASH, DSPARK, NGRAM, UNO = (_algorithm_is(n) for n in ("DFLASH", "DSPARK", "NGRAM", "UNO"))
+ALGORITHM_REQUIREMENTS = (
+    Refusal("handle_speculative_decoding: Currently DFLASH speculative decoding does not support dp attention.",
+            "speculative_algorithm", _both(DFLASH, _attn_dp),
+            "Currently DFLASH speculative decoding does not support dp attention.", _DFLASH_V1),
+    Refusal("handle_dflash: Currently DFLASH speculative decoding does not support dp attention.",
+            "speculative_algorithm", _both(DFLASH, _attn_dp),
+            "Currently DFLASH speculative decoding does not support dp attention.",
+            VersionRange(since="0.5.13", until="0.5.20")),
+    Refusal("handle_dflash: Currently DFLASH speculative decoding does not support dp attention on non-NPU devices.",
+            "speculative_algorithm", _both(DFLASH, _attn_dp, lambda ctx: ctx.get("device") != "npu"),
+            "Currently DFLASH speculative decoding does not support dp attention on non-NPU devices.",
+            VersionRange(since="0.5.20", until="0.5.23")),
+    Refusal("handle_dflash: DFLASH with dp attention requires --enable-dp-lm-head.", "enable_dp_lm_head",
+            _both(DFLASH, _attn_dp, lambda ctx: ctx.get("device") != "npu",
+                  lambda ctx: not ctx.on("enable_dp_lm_head")),
+            "DFLASH with dp attention requires --enable-dp-lm-head.", VersionRange(since="0.5.23")),
+    Refusal("handle_dflash: DFLASH with dp attention does not support context parallel.", "attn_cp_size",
+            _both(DFLASH, _attn_dp, lambda ctx: ctx.get("device") != "npu", lambda ctx: ctx.on("enable_dp_lm_head"),
+                  lambda ctx: ctx.int("attn_cp_size", 1) != 1),
+            "DFLASH with dp attention does not support context parallel.", VersionRange(since="0.5.23")),
+    Refusal("handle_speculative_decoding: Currently DFLASH speculative decoding only supports pp_size == 1.",
+            "pp_size", _both(DFLASH, lambda ctx: ctx.int("pp_size", 1) != 1),
+            "Currently DFLASH speculative decoding only supports pp_size == 1.", _DFLASH_V1),
+    Refusal("handle_dflash: Currently DFLASH speculative decoding only supports pp_size == 1.", "pp_size",
+            _both(DFLASH, lambda ctx: ctx.int("pp_size", 1) != 1),
+            "Currently DFLASH speculative decoding only supports pp_size == 1.", _DFLASH),
+    Refusal("handle_speculative_decoding: DFLASH requires --speculative-dflash-block-size to be positive, got {}.",
+            "speculative_dflash_block_size", _both(DFLASH, _given_below("speculative_dflash_block_size", 1)),
+            lambda ctx: "DFLASH requires --speculative-dflash-block-size to be positive, got "
+                        f"{_number(ctx, 'speculative_dflash_block_size')}.", _DFLASH_V1),
+    Refusal("handle_dflash: DFLASH requires --speculative-dflash-block-size to be positive, got {}.",
+            "speculative_dflash_block_size", _both(DFLASH, _given_below("speculative_dflash_block_size", 1)),
+            lambda ctx: "DFLASH requires --speculative-dflash-block-size to be positive, got "
+                        f"{_number(ctx, 'speculative_dflash_block_size')}.", _DFLASH),
+    Refusal("handle_speculative_decoding: Both --speculative-num-draft-tokens and --speculative-dflash-block-size are "
+            "set but they differ. For DFLASH they must match. speculative_num_draft_tokens={}, "
+            "speculative_dflash_block_size={}.", "speculative_dflash_block_size",
+            _both(DFLASH, _differs("speculative_num_draft_tokens", "speculative_dflash_block_size")),
+            "Both --speculative-num-draft-tokens and --speculative-dflash-block-size are set but they differ. For "
+            "DFLASH they must match.", _DFLASH_V1),
+    Refusal("handle_dflash: Both --speculative-num-draft-tokens and --speculative-dflash-block-size are set but they "
+            "differ. For DFLASH they must match. speculative_num_draft_tokens={}, speculative_dflash_block_size={}.",
+            "speculative_dflash_block_size",
+            _both(DFLASH, _differs("speculative_num_draft_tokens", "speculative_dflash_block_size")),
+            "Both --speculative-num-draft-tokens and --speculative-dflash-block-size are set but they differ. For "
+            "DFLASH they must match.", _DFLASH),
+    Refusal("handle_dflash: --speculative-draft-window-size must be >= --speculative-num-draft-tokens (block_size). "
+            "window_size={}, block_size={}.", "speculative_draft_window_size", _both(DFLASH, _window_below_draft),
+            "--speculative-draft-window-size must be >= --speculative-num-draft-tokens (block_size).", _DFLASH),
+    Refusal("handle_dflash: DFLASH speculative decoding only supports CUDA device.", "device",
+            _both(DFLASH, _device_not("cuda")), "DFLASH speculative decoding only supports CUDA device.",
+            VersionRange(since="0.5.16", until="0.5.17")),
+    Refusal("handle_dflash: DFLASH speculative decoding only supports CUDA and NPU devices.", "device",
+            _both(DFLASH, _device_not("cuda", "npu")),
+            "DFLASH speculative decoding only supports CUDA and NPU devices.",
+            VersionRange(since="0.5.17", until="0.5.20")),
+    Refusal("handle_dflash: DFLASH speculative decoding only supports CUDA, NPU and XPU devices.", "device",
+            _both(DFLASH, _device_not("cuda", "npu", "xpu")),
+            "DFLASH speculative decoding only supports CUDA, NPU and XPU devices.",
+            VersionRange(since="0.5.20", until="0.5.21")),
+    Refusal("handle_dflash: {} speculative decoding is not supported by {} on device {}.", "device",
+            _both(DFLASH, _device_not("cuda", "npu", "xpu")),
+            lambda ctx: f"DFLASH speculative decoding is not supported on device {ctx.get('device')!r}.",
+            VersionRange(since="0.5.21")),
+    Refusal("handle_dspark: DSpark speculative decoding only supports CUDA device.", "device",
+            _both(DSPARK, _device_not("cuda")), "DSpark speculative decoding only supports CUDA device.",
+            VersionRange(since="0.5.16", until="0.5.18")),
+    Refusal("handle_dspark: DSpark speculative decoding only supports CUDA or NPU device.", "device",
+            _both(DSPARK, _device_not("cuda", "npu")), "DSpark speculative decoding only supports CUDA or NPU device.",
+            VersionRange(since="0.5.18", until="0.5.23")),
+    Refusal("handle_dspark: DSpark speculative decoding only supports CUDA, NPU or XPU device.", "device",
+            _both(DSPARK, _device_not("cuda", "npu", "xpu")),
+            "DSpark speculative decoding only supports CUDA, NPU or XPU device.", VersionRange(since="0.5.23")),
+    Refusal("handle_dspark: DSpark with dp attention requires --enable-dp-lm-head.", "enable_dp_lm_head",
+            _both(DSPARK, _attn_dp, lambda ctx: not ctx.on("enable_dp_lm_head")),
+            "DSpark with dp attention requires --enable-dp-lm-head.", _DSPARK),
+    Refusal("handle_dspark: DSpark with dp attention does not support context parallel (attn_cp_size={}).",
+            "attn_cp_size", _both(DSPARK, _attn_dp, lambda ctx: ctx.on("enable_dp_lm_head"),
+                                  lambda ctx: ctx.int("attn_cp_size", 1) > 1),
+            lambda ctx: f"DSpark with dp attention does not support context parallel (attn_cp_size="
+                        f"{ctx.int('attn_cp_size', 1)}).", _DSPARK),
+    Refusal("handle_dspark: DSpark with dp attention only supports the built-in TP MoE (moe_a2a_backend='none'), got "
+            "{}.", "moe_a2a_backend", _both(DSPARK, _attn_dp, lambda ctx: ctx.get("moe_a2a_backend", "none") != "none"),
+            lambda ctx: "DSpark with dp attention only supports the built-in TP MoE (moe_a2a_backend='none'), got "
+                        f"{ctx.get('moe_a2a_backend')}.", VersionRange(since="0.5.16", until="0.5.18")),
+    Refusal("handle_dspark: Currently DSpark speculative decoding only supports pp_size == 1.", "pp_size",
+            _both(DSPARK, lambda ctx: ctx.int("pp_size", 1) != 1),
+            "Currently DSpark speculative decoding only supports pp_size == 1.",
+            VersionRange(since="0.5.16", until="0.5.21")),
+    Refusal("handle_dspark: DSpark pipeline parallelism requires PD prefill; decode and non-disaggregated serving "
+            "require pp_size == 1.", "pp_size",
+            _both(DSPARK, lambda ctx: ctx.int("pp_size", 1) != 1,
+                  lambda ctx: ctx.get("disaggregation_mode") != "prefill"),
+            "DSpark pipeline parallelism requires PD prefill; decode and non-disaggregated serving require pp_size == "
+            "1.", VersionRange(since="0.5.21")),
+    Refusal("handle_dspark: DSpark requires --speculative-dspark-block-size to be positive, got {}.",
+            "speculative_dspark_block_size", _both(DSPARK, _given_below("speculative_dspark_block_size", 1)),
+            lambda ctx: "DSpark requires --speculative-dspark-block-size to be positive, got "
+                        f"{_number(ctx, 'speculative_dspark_block_size')}.", _DSPARK),
+    Refusal("handle_ngram: --speculative-ngram-external-corpus-max-tokens must be positive when "
+            "--speculative-ngram-external-corpus-path is set.", "speculative_ngram_external_corpus_max_tokens",
+            _both(NGRAM, lambda ctx: bool(ctx.get("speculative_ngram_external_corpus_path")),
+                  _given_below("speculative_ngram_external_corpus_max_tokens", 1)),
+            "--speculative-ngram-external-corpus-max-tokens must be positive when "
+            "--speculative-ngram-external-corpus-path is set.", VersionRange(since="0.5.13")),
+    Refusal("handle_ngram: --speculative-ngram-external-sam-budget must be positive when "
+            "--speculative-ngram-external-corpus-path is set.", "speculative_ngram_external_sam_budget",
+            _both(NGRAM, lambda ctx: bool(ctx.get("speculative_ngram_external_corpus_path")),
+                  _given_below("speculative_ngram_external_sam_budget", 1)),
+            "--speculative-ngram-external-sam-budget must be positive when --speculative-ngram-external-corpus-path "
+            "is set.", VersionRange(since="0.5.13")),
+    Refusal("handle_ngram: Ngram speculative decoding only supports CUDA device.", "device",
+            _both(NGRAM, _device_not("cuda")), "Ngram speculative decoding only supports CUDA device.",
+            VersionRange(since="0.5.13", until="0.5.16")),
+    Refusal("handle_ngram: Ngram speculative decoding only supports CUDA or CPU devices.", "device",
+            _both(NGRAM, _device_not("cuda", "cpu")), "Ngram speculative decoding only supports CUDA or CPU devices.",
+            VersionRange(since="0.5.16", until="0.5.21")),
+    Refusal("handle_ngram: Ngram speculative decoding only supports CUDA, CPU, or XPU devices.", "device",
+            _both(NGRAM, _device_not("cuda", "cpu", "xpu")),
+            "Ngram speculative decoding only supports CUDA, CPU, or XPU devices.", VersionRange(since="0.5.21")),
+    Refusal("handle_speculative_decoding: Ngram speculative decoding only supports CUDA device.", "device",
+            _both(NGRAM, _device_not("cuda")), "Ngram speculative decoding only supports CUDA device.",
+            VersionRange(since="0.5.3", until="0.5.13")),
+    Refusal("handle_eagle_family: --speculative-use-rejection-sampling is only supported for EAGLE / EAGLE3 / NEXTN, "
+            "not speculative_algorithm={}.", "speculative_use_rejection_sampling",
+            _both(_rejection, _algorithm_is("STANDALONE")),
+            lambda ctx: "--speculative-use-rejection-sampling is only supported for EAGLE / EAGLE3 / NEXTN, not "
+                        f"speculative_algorithm={algorithm(ctx)}.", _REJECTION),
+    Refusal("handle_eagle_family: --speculative-use-rejection-sampling requires --speculative-eagle-topk=1.",
+            "speculative_eagle_topk", _both(_rejection, _algorithm_is("EAGLE", "EAGLE3", "NEXTN"),
+                                            lambda ctx: (_number(ctx, "speculative_eagle_topk") or 1) > 1,
+                                            lambda ctx: not ctx.on("enable_multi_layer_eagle")),
+            "--speculative-use-rejection-sampling requires --speculative-eagle-topk=1.", _REJECTION),
+    Refusal("handle_eagle_family: --speculative-use-rejection-sampling is incompatible with "
+            "--speculative-accept-threshold-single / --speculative-accept-threshold-acc; rejection sampling ignores "
+            "the accept thresholds.", "speculative_use_rejection_sampling",
+            _both(_rejection, _algorithm_is("EAGLE", "EAGLE3", "NEXTN"), _thresholds_set),
+            "--speculative-use-rejection-sampling is incompatible with --speculative-accept-threshold-single / "
+            "--speculative-accept-threshold-acc", _REJECTION),
+    Refusal("handle_eagle_family: --speculative-use-rejection-sampling is incompatible with "
+            "--enable-deterministic-inference; the sampling kernel draws coins from the global RNG and is not "
+            "batch-invariant.", "speculative_use_rejection_sampling",
+            _both(_rejection, _algorithm_is("EAGLE", "EAGLE3", "NEXTN"),
+                  lambda ctx: ctx.on("enable_deterministic_inference")),
+            "--speculative-use-rejection-sampling is incompatible with --enable-deterministic-inference",
+            VersionRange(since="0.5.14", until="0.5.23")),
+    Refusal("handle_eagle_family: --speculative-use-rejection-sampling is not supported with multi-layer EAGLE "
+            "(--enable-multi-layer-eagle).", "enable_multi_layer_eagle",
+            _both(_rejection, _algorithm_is("EAGLE", "EAGLE3", "NEXTN"),
+                  lambda ctx: ctx.on("enable_multi_layer_eagle")),
+            "--speculative-use-rejection-sampling is not supported with multi-layer EAGLE "
+            "(--enable-multi-layer-eagle).",
+            VersionRange(since="0.5.14", until="0.5.16")),
+    Refusal("handle_uno: UNO only supports CUDA.", "device", _both(UNO, _device_not("cuda")),
+            "UNO only supports CUDA.", _UNO),
+    Refusal("handle_uno: UNO reuses the target model and does not accept --speculative-draft-model-path.",
+            "speculative_draft_model_path", _both(UNO, lambda ctx: ctx.get("speculative_draft_model_path") is not None),
+            "UNO reuses the target model and does not accept --speculative-draft-model-path.", _UNO),
+    Refusal("handle_uno: UNO requires --uno-lora-path.", "speculative_algorithm",
+            _both(UNO, lambda ctx: ctx.get("uno_lora_path") is None), "UNO requires --uno-lora-path.", _UNO),
+    Refusal("handle_uno: UNO does not support --enable-deterministic-inference because its sampling path does not use "
+            "per-request seeds.", "enable_deterministic_inference",
+            _both(UNO, lambda ctx: ctx.on("enable_deterministic_inference")),
+            "UNO does not support --enable-deterministic-inference", _UNO),
+    Refusal("handle_uno: UNO does not support --enable-strict-thinking because it requires grammar decoding.",
+            "enable_strict_thinking", _both(UNO, lambda ctx: ctx.on("enable_strict_thinking")),
+            "UNO does not support --enable-strict-thinking because it requires grammar decoding.", _UNO),
+    Refusal("handle_uno: UNO requires --speculative-num-draft-tokens to be a positive integer denoting the linear "
+            "width or tree verify width Q.", "speculative_num_draft_tokens",
+            _both(UNO, lambda ctx: (_number(ctx, "speculative_num_draft_tokens") or 0) < 1),
+            "UNO requires --speculative-num-draft-tokens to be a positive integer denoting the linear width or tree "
+            "verify width Q.", _UNO),
+    Refusal("handle_uno: UNO requires --speculative-eagle-topk to be at least 1, got {}.", "speculative_eagle_topk",
+            _both(UNO, _given_below("speculative_eagle_topk", 1)),
+            lambda ctx: f"UNO requires --speculative-eagle-topk to be at least 1, got "
+                        f"{_number(ctx, 'speculative_eagle_topk')}.", _UNO),
+    Refusal("handle_uno: UNO tree mode requires --speculative-num-steps so its draft width F can be derived as "
+            "speculative_num_steps + 1.", "speculative_num_steps",
+            _both(_uno_tree, lambda ctx: ctx.get("speculative_num_steps") is None),
+            "UNO tree mode requires --speculative-num-steps", _UNO),
+    Refusal("handle_uno: UNO tree mode does not yet support PDMux.", "enable_pdmux",
+            _both(_uno_tree, lambda ctx: ctx.on("enable_pdmux")), "UNO tree mode does not yet support PDMux.", _UNO),
+    Refusal("handle_uno: UNO tree mode does not yet support two-batch overlap.", "enable_two_batch_overlap",
+            _both(_uno_tree, lambda ctx: ctx.on("enable_two_batch_overlap")),
+            "UNO tree mode does not yet support two-batch overlap.", _UNO),
+    Refusal("handle_uno: UNO requires TP=PP=1.", "tp_size",
+            _both(UNO, lambda ctx: (ctx.int("tp_size", 1), ctx.int("pp_size", 1)) != (1, 1)),
+            "UNO requires TP=PP=1.", _UNO),
+    Refusal("handle_uno: UNO does not support DP attention or context parallelism.", "speculative_algorithm",
+            _both(UNO, lambda ctx: _attn_dp(ctx) or ctx.int("attn_cp_size", 1) != 1),
+            "UNO does not support DP attention or context parallelism.", _UNO),
+    Refusal("handle_uno: UNO does not support public Multi-LoRA serving.", "enable_lora",
+            _both(UNO, lambda ctx: ctx.on("enable_lora") or bool(ctx.get("lora_paths"))),
+            "UNO does not support public Multi-LoRA serving.", _UNO),
+    Refusal("handle_uno: UNO manages its own stochastic verification and does not use "
+            "--speculative-use-rejection-sampling.", "speculative_use_rejection_sampling", _both(UNO, _rejection),
+            "UNO manages its own stochastic verification and does not use --speculative-use-rejection-sampling.",
+            _UNO),
+    Refusal("handle_uno: UNO requires FA3 for both prefill and decode attention; got prefill={}, decode={}.",
+            "attention_backend", _both(UNO, _uno_default_backend_not_fa3),
+            "UNO requires FA3 for both prefill and decode attention (SGLang picks FA3 by itself only on Hopper).",
+            _UNO),
+)
+refusal_rule("SGD216", "speculative-algorithm-requirements",
+             "What a speculative algorithm requires (DFLASH, DSpark, NGRAM, UNO, rejection sampling): devices, DP "
+             "attention, PP, block and draft sizes, companion flags.",
+             "set what SGLang's message names, or choose another algorithm", ALGORITHM_REQUIREMENTS)
