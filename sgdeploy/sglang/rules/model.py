@@ -304,3 +304,64 @@ def quantize_and_serve(ctx: LaunchContext) -> Iterator[Finding]:
     else:
         words = "quantize_and_serve requires ModelOpt quantization (set with --quantization {modelopt, ...})"
     yield Finding("server.quantize_and_serve", f"SGLang 0.5.4 and later refuses: '{words}'")
+
+
+# --------------------------------------------------------------------------- language-model-only
+# ServerArgs.LANGUAGE_MODEL_ONLY_ARCHITECTURES per release, read from the wheels.
+_LANGUAGE_MODEL_ONLY = (
+    (VersionRange(since="0.5.18", until="0.5.20"), ("MuseGlimmerForConditionalGeneration",)),
+    (VersionRange(since="0.5.20", until="0.5.22"), ("Cosmos3EdgeForConditionalGeneration",
+                                                    "Cosmos3ForConditionalGeneration",
+                                                    "MuseGlimmerForConditionalGeneration")),
+    (VersionRange(since="0.5.22"), ("Cosmos3EdgeForConditionalGeneration", "Cosmos3ForConditionalGeneration",
+                                    "DeepseekV4ForCausalLM", "MuseGlimmerForConditionalGeneration")),
+)
+_LANGUAGE_MODEL_ONLY_CHECK = VersionRange(since="0.5.18")
+_WITHOUT_LANGUAGE_MODEL_ONLY = ("encoder_only", "language_only", "enable_prefix_mm_cache",
+                                "enable_broadcast_mm_inputs_process", "mm_enable_dp_encoder")
+
+
+def _architectures(ctx: LaunchContext) -> list[str]:
+    if ctx.model_config is not None:
+        names = ctx.model_config.raw.get("architectures")
+        return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+    return [ctx.architecture] if ctx.architecture else []
+
+
+def _lmo_supported(ctx: LaunchContext) -> tuple[str, ...]:
+    return next((names for versions, names in _LANGUAGE_MODEL_ONLY if ctx.version in versions), ())
+
+
+def _lmo_unsupported(ctx: LaunchContext) -> bool:
+    archs = _architectures(ctx)
+    return bool(archs) and not any(a in _lmo_supported(ctx) for a in archs)
+
+
+def _lmo_combined(ctx: LaunchContext) -> str | None:
+    return next((f for f in _WITHOUT_LANGUAGE_MODEL_ONLY if ctx.on(f)), None)
+
+
+def _lmo(condition: Callable[[LaunchContext], bool]) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: ctx.on("language_model_only") and condition(ctx)
+
+
+LANGUAGE_MODEL_ONLY = (
+    Refusal("handle_language_model_only: --language-model-only cannot be combined with {}",
+            lambda ctx: _lmo_combined(ctx) or "language_model_only", _lmo(lambda ctx: _lmo_combined(ctx) is not None),
+            lambda ctx: "--language-model-only cannot be combined with "
+            f"--{str(_lmo_combined(ctx)).replace('_', '-')}", _LANGUAGE_MODEL_ONLY_CHECK),
+    Refusal("handle_language_model_only: --language-model-only is incompatible with --disaggregation-mode "
+            "prefill/decode", "disaggregation_mode",
+            _lmo(lambda ctx: ctx.get("disaggregation_mode", "null") not in (None, "null")
+                 and ctx.model_config is not None and ctx.model_config.raw.get("model_type") != "deepseek_v41"),
+            "--language-model-only is incompatible with --disaggregation-mode prefill/decode",
+            _LANGUAGE_MODEL_ONLY_CHECK),
+    Refusal("handle_language_model_only: --language-model-only does not support {}. Supported: {}.",
+            "language_model_only", _lmo(_lmo_unsupported),
+            lambda ctx: f"--language-model-only does not support {_architectures(ctx)}. Supported: "
+            f"{list(_lmo_supported(ctx))}.", _LANGUAGE_MODEL_ONLY_CHECK),
+)
+
+refusal_rule("SGD591", "language-model-only", "language_model_only serves the language model of the few "
+             "architectures SGLang lists for it, without the encoder and multimodal options.",
+             "remove language_model_only, or the option it cannot be combined with", LANGUAGE_MODEL_ONLY)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Callable, Iterator
 
@@ -496,6 +497,44 @@ SERVING_VALUES = (
 refusal_rule("SGD534", "serving-values", "Scheduling, tokenizer, multimodal and API values SGLang refuses: "
              "ranges, shapes and options that exclude each other.", "fix the value as the message says",
              SERVING_VALUES)
+
+
+# configure_media_url_security (utils/common.py, called by resolution from 0.5.18): the size limit
+# and each allowed media domain, normalised to a bare hostname or IP address.
+_MEDIA_URL_CHECKS = VersionRange(since="0.5.18")
+
+
+def _media_domain_problem(domain: object) -> str | None:
+    if not isinstance(domain, str):
+        return "allowed media domains must be strings"
+    name = domain.strip().rstrip(".")
+    if not name:
+        return "allowed media domains cannot be empty"
+    if "://" in name or any(char in name for char in "/?#@"):
+        return f"Invalid allowed media domain {name!r}: provide a hostname only"
+    bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+    try:
+        ipaddress.ip_address(bare)
+    except ValueError:
+        if ":" in bare:
+            return f"Invalid allowed media domain {name!r}: ports are not supported"
+    return None
+
+
+@rule("SGD538", "media-url-options", ERROR,
+      "media_url_max_file_size_mb must be non-negative and allowed_media_domains bare hostnames or IP addresses.",
+      "give hostnames only (no scheme, path or port) and a size limit of 0 or more", _MEDIA_URL_CHECKS)
+def media_url_options(ctx: LaunchContext) -> Iterator[Finding]:
+    size = ctx.server.get("media_url_max_file_size_mb")
+    if isinstance(size, int | float) and not isinstance(size, bool) and size < 0:
+        yield Finding("server.media_url_max_file_size_mb", "SGLang 0.5.18 and later refuses: "
+                      "'media_url_max_file_size_mb must be non-negative'")
+    domains = ctx.server.get("allowed_media_domains")
+    for domain in domains if isinstance(domains, list) else [domains] if domains is not None else []:
+        problem = _media_domain_problem(domain)
+        if problem:
+            yield Finding("server.allowed_media_domains", f"SGLang 0.5.18 and later refuses: '{problem}'")
+            break
 
 
 # DETERMINISTIC_ATTENTION_BACKEND_CHOICES per release, read from the wheels.
