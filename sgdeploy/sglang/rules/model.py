@@ -142,12 +142,22 @@ def mamba_strategy_without_state(ctx: LaunchContext) -> Iterator[Finding]:
                       "layers; SGLang 0.5.21 and later)")
 
 
-def _override_possible(given: str, declared: str) -> bool:
+_GPTQ_AWQ = ("gptq", "awq", "marlin", "gptq_marlin", "awq_marlin")
+
+
+def _override_possible(given: str, declared: str, config: ModelConfig | None) -> bool:
     """Whether one of SGLang's checkpoint detections (override_quantization_method) may replace the
-    given method before the comparison: the Marlin conversions of GPTQ/AWQ checkpoints, ModelOpt's
-    own detection, humming and moe_wna16 on request, online requantization (quark_mxfp4)."""
-    return ("marlin" in given or given in ("gptq", "modelopt", "moe_wna16", "humming", "quark_mxfp4")
-            or declared.startswith("modelopt"))
+    given method before the comparison: the Marlin conversions and moe_wna16 take only GPTQ/AWQ
+    checkpoints, ModelOpt's detection a checkpoint with quant_algo or a ModelOpt method, humming
+    anything but MXFP4; quark_mxfp4 requantizes whatever the checkpoint holds (0.5.18+)."""
+    if declared.startswith("modelopt") or given in ("humming", "quark_mxfp4"):
+        return True
+    if "marlin" in given or given == "moe_wna16":
+        return declared in _GPTQ_AWQ
+    if given == "modelopt":
+        quant = config.value("quantization_config") if config else None
+        return isinstance(quant, dict) and bool(quant.get("quant_algo"))
+    return False
 
 
 def _quantization_mismatch(ctx: LaunchContext) -> tuple[str, str] | None:
@@ -172,7 +182,7 @@ def _mismatch_words(given: str, declared: str) -> str:
       "remove quantization (SGLang reads the checkpoint's method) or use one compatible with it")
 def quantization_differs(ctx: LaunchContext) -> Iterator[Finding]:
     mismatch = _quantization_mismatch(ctx)
-    if mismatch and not _override_possible(*mismatch):
+    if mismatch and not _override_possible(*mismatch, ctx.model_config):
         yield Finding("server.quantization", f"the checkpoint declares quant_method '{mismatch[1]}' "
                       f"({ctx.model_config.source if ctx.model_config else 'config.json'}); SGLang refuses: "
                       f"{_mismatch_words(*mismatch)} (all releases)")
@@ -184,7 +194,7 @@ def quantization_differs(ctx: LaunchContext) -> Iterator[Finding]:
       "remove quantization and let SGLang read the checkpoint's method, or check that the detection applies")
 def quantization_may_differ(ctx: LaunchContext) -> Iterator[Finding]:
     mismatch = _quantization_mismatch(ctx)
-    if mismatch and _override_possible(*mismatch):
+    if mismatch and _override_possible(*mismatch, ctx.model_config):
         yield Finding("server.quantization", f"the checkpoint declares quant_method '{mismatch[1]}'; unless "
                       f"SGLang's detection for '{mismatch[0]}' takes this checkpoint it raises "
                       f"{_mismatch_words(*mismatch)}")
