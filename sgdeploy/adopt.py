@@ -20,6 +20,7 @@ from typing import Any
 from sgdeploy.diagnostics import Diagnostic, Severity
 from sgdeploy.plan import Takeover
 from sgdeploy.profile import ENV_NAME, UNIT_NAME
+from sgdeploy.secret_args import ENV_LOOKALIKE, SECRET_FIELDS, creation_steps, default_file
 from sgdeploy.sglang.argv import ArgvFinding, ParsedArgv, parse_server_argv
 from sgdeploy.sglang.catalog import Catalog
 
@@ -115,6 +116,7 @@ class Imported:
     launch: Launch
     notes: list[str] = field(default_factory=list)
     withheld_env: list[str] = field(default_factory=list)
+    secret_flags: list[str] = field(default_factory=list)  # ServerArgs fields moved to [secrets]
 
     @property
     def findings(self) -> list[ArgvFinding]:
@@ -158,14 +160,62 @@ def import_launch(observed: Observed, catalog: Catalog, target: Target) -> Impor
         env["CUDA_VISIBLE_DEVICES"] = sglang_env(observed.environ)["CUDA_VISIBLE_DEVICES"]
     withheld = sorted(k for k in env if f"env.{k}" in target.secrets)
     server = {k: v for k, v in parsed.server.items() if f"server.{k}" not in target.secrets}
-    withheld_flags = [k for k in parsed.server if k not in server]
-    for key in withheld_flags:
-        notes.append(f"--{key.replace('_', '-')} holds a secret: it is not written into the profile; put "
-                     f"{key.upper()}=... into the env file on the host")
+    secret_flags = [k for k in parsed.server if k not in server]
+    notes += _secret_notes(observed, catalog, target, secret_flags)
     env = {k: v for k, v in env.items() if k not in withheld}
-    text = _render(observed, launch, parsed, catalog, target, env, gpus, server,
-                   withheld + [k.upper() for k in withheld_flags])
-    return Imported(text, server, parsed, launch, notes, withheld)
+    text = _render(observed, launch, parsed, catalog, target, env, gpus, server, withheld, secret_flags)
+    return Imported(text, server, parsed, launch, notes, withheld, secret_flags)
+
+
+def _secret_notes(observed: Observed, catalog: Catalog, target: Target, secret_flags: list[str]) -> list[str]:
+    """What to do about the secrets the launch carried: the file to create, and variables SGLang ignores."""
+    notes = [f"{name} is set in the server's environment, but SGLang reads no {name}: the server runs without "
+             f"{match.group(1).lower()} (list it in [secrets] to set one)"
+             for name in sorted(observed.environ)
+             if (match := ENV_LOOKALIKE.match(name)) and match.group(1).lower() not in secret_flags]
+    if secret_flags:
+        flags = " and ".join(f"--{k.replace('_', '-')}" for k in secret_flags)
+        path = default_file(_unit_name(target), catalog)
+        notes.append(f"{flags} {'holds a secret' if len(secret_flags) == 1 else 'hold secrets'}: not written into "
+                     f"the profile; its [secrets] names {path}. Before `sgdeploy apply --adopt`, "
+                     + creation_steps(secret_flags, catalog, path, observed.user or "root", target.host))
+    return notes
+
+
+# Secret options by their full spelling, also where this release does not know them (a refused
+# --admin-api-key before 0.5.8 still carries a key).
+_SECRET_OPTIONS = tuple("--" + name.replace("_", "-") for name in (*SECRET_FIELDS, "hf_token"))
+
+
+def shown_flags(flags: Sequence[str], parsed: ParsedArgv) -> list[str]:
+    """SGLang's flags as they may be shown: the value of a secret option is `<redacted>`."""
+    shown = list(flags)
+    values = {use.index: len(use.written) - 1 for use in parsed.uses if use.field in (*SECRET_FIELDS, "hf_token")}
+    parsed_at = {use.index for use in parsed.uses}
+    for i, word in enumerate(flags):
+        name, eq, _ = word.partition("=")
+        if i not in values and (i in parsed_at or len(name) < 5
+                                or not any(option.startswith(name) for option in _SECRET_OPTIONS)):
+            continue
+        if eq:
+            shown[i] = f"{name}=<redacted>"
+        for k in range(i + 1, min(len(flags), i + 1 + values.get(i, 0 if eq else 1))):
+            shown[k] = "<redacted>"
+    return shown
+
+
+def _without(text: str, hidden: list[str]) -> str:
+    """`text` with the hidden words' values taken out (a short one only where it is quoted)."""
+    for word in hidden:
+        value = word.partition("=")[2] if word.startswith("--") else word
+        if value:
+            text = text.replace(value if len(value) >= 4 else f"'{value}'", "'<redacted>'" if len(value) < 4
+                                else "<redacted>")
+    return text
+
+
+def _unit_name(target: Target) -> str:
+    return target.unit if re.match(UNIT_NAME, target.unit) else "sglang"
 
 
 def _launch_notes(launch: Launch, observed: Observed) -> list[str]:
@@ -205,7 +255,7 @@ def _comment(text: str) -> str:
 
 def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Catalog, target: Target,
             env: dict[str, str], gpus: list[int | str] | None, server: dict[str, Any],
-            withheld: list[str]) -> str:
+            withheld: list[str], secret_flags: list[str]) -> str:
     source = f"pid {observed.pid}" if observed.pid else "a command line"
     if observed.unit:
         source = f"{source} of {observed.unit}" if observed.pid else f"the unit file of {observed.unit}"
@@ -213,7 +263,7 @@ def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Cat
              f"{catalog.version}'s flags.",
              "# Check it, then `sgdeploy apply --adopt` takes the running server over without changing its launch.",
              "", "[deploy]", f"host = {toml_value(target.host)}"]
-    unit = target.unit if re.match(UNIT_NAME, target.unit) else "sglang"
+    unit = _unit_name(target)
     lines.append(f"unit = {toml_value(unit)}")
     python = observed.interpreter or launch.interpreter or "python3"
     inferred = " # inferred: the console script's interpreter" if (
@@ -250,9 +300,15 @@ def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Cat
         lines.append(f"{key} = {toml_value(value)}{tail}")
     refused = sorted({f.index for f in parsed.findings if f.severity == "error" and f.index is not None})
     if refused:
-        words = " ".join(shlex.quote(launch.flags[i]) for i in refused if i < len(launch.flags))
+        shown = shown_flags(launch.flags, parsed)
+        words = " ".join(shlex.quote(shown[i]) for i in refused if i < len(shown))
         lines.append(f"# not imported, SGLang {catalog.version} refuses them (see the import's report): "
                      + _comment(words))
+    if secret_flags:
+        lines += ["", "[secrets]",
+                  f"file = {toml_value(default_file(unit, catalog))} # create it on the host (the import's notes "
+                  "say how); the values were not copied",
+                  f"keys = {toml_value(secret_flags)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -447,13 +503,14 @@ def import_text(result: ImportResult, profile_path: str) -> str:
     from sgdeploy.report import finding_line
 
     imported = result.imported
+    shown = shown_flags(imported.launch.flags, imported.parsed)
+    hidden = [word for word, seen in zip(imported.launch.flags, shown, strict=True) if word != seen]
     lines = [f"read with SGLang {result.version}'s flags: {len(imported.parsed.uses)} flag(s)"]
     for finding in imported.findings:
         where = f"argument {finding.index + 1} of SGLang's flags" if finding.index is not None else "command line"
-        word = (f" ({imported.launch.flags[finding.index]!r})"
-                if finding.index is not None and finding.index < len(imported.launch.flags) else "")
-        lines.append(f"{where}{word}: {finding.severity}: {finding.message}"
-                     + (f" (hint: {finding.hint})" if finding.hint else ""))
+        word = (f" ({shown[finding.index]!r})" if finding.index is not None and finding.index < len(shown) else "")
+        lines.append(f"{where}{word}: {finding.severity}: {_without(finding.message, hidden)}"
+                     + (f" (hint: {_without(finding.hint, hidden)})" if finding.hint else ""))
     lines += [f"note: {note}" for note in imported.notes]
     if imported.withheld_env:
         lines.append(f"note: secrets kept out of the profile: {', '.join(imported.withheld_env)}")

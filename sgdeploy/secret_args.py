@@ -411,6 +411,24 @@ def _create_hint(profile: Profile, catalog: Catalog) -> str:
     return f"create {secrets.file} as {form}, owned by {user}, mode 0600"
 
 
+def default_file(unit: str, catalog: Catalog) -> str:
+    """Where an imported profile's `[secrets]` points: YAML for --config, else an environment file."""
+    return f"/etc/sglang/{unit}.secrets." + ("yaml" if mechanism(catalog) == "config" else "env")
+
+
+def creation_steps(keys: list[str], catalog: Catalog, path: str, user: str, host: str) -> str:
+    """How to create the secrets file on the host (names and placeholders only, never a value)."""
+    if mechanism(catalog) == "config":
+        lines = [f"`{file_key(flag)}: '<the {flag.option} value>'`" for key in keys if (flag := catalog.get(key))]
+        how = "each value in single quotes, a ' inside it written twice; SGLang reads the file through --config"
+    else:
+        lines = [f"`{key}=<the {flag.option} value>`" for key in keys if (flag := catalog.get(key))]
+        how = (f"SGLang {catalog.version} has no --config: systemd expands the values into the command line, "
+               "where the process list shows them")
+    return (f"create {path} on {host} as root, owned by {user} with mode 0600 (`install -D -m 600 -o {user} "
+            f"/dev/null {path}`), with one line per key: {' and '.join(lines)} ({how})")
+
+
 def _env_file_notes(loaded: LoadedProfile, check: SecretCheck, host: str) -> list[Diagnostic]:
     profile = loaded.model
     assert profile is not None

@@ -29,6 +29,7 @@ from sgdeploy.adopt import (
     finish_import,
     gpus_from,
     import_launch,
+    import_text,
     observed_from_command,
     split_launch,
 )
@@ -216,9 +217,55 @@ def test_secrets_never_reach_the_profile() -> None:
     result = finish_import(observed, C23, Target("ct129"), INVENTORY)
     text = result.imported.text
     assert "hf_abcdefghij" not in text and "sk-abcdefghij" not in text
-    assert "HF_TOKEN" in text and "API_KEY" in text  # named in the env_file note
+    assert "HF_TOKEN" in text  # named in the env_file note
     assert result.imported.withheld_env == ["HF_TOKEN"]
     assert tomllib.loads(text)["deploy"]["env_file"] == "/etc/sgdeploy/sglang.env"
+    assert tomllib.loads(text)["secrets"]["keys"] == ["api_key"]
+
+
+KEY = "sk-" + "abcdefghijklmnopqrstuvwxyz"
+ADMIN = "adm-" + "0123456789abcdef"
+
+
+def test_secret_flags_become_a_secrets_section_and_the_notes_say_how() -> None:
+    observed = Observed(("/v/bin/python3", "-m", "sglang.launch_server", "--model-path", "/m", "--api-k", KEY,
+                         f"--admin-api-key={ADMIN}"), {"SGLANG_API_KEY": "x"}, user="svc")
+    result = finish_import(observed, C23, Target("ct129", unit="qwen"), INVENTORY)
+    report = import_text(result, "qwen.toml")
+    for text in (result.imported.text, report):
+        assert KEY not in text and ADMIN not in text
+    data = tomllib.loads(result.imported.text)
+    assert data["secrets"] == {"file": "/etc/sglang/qwen.secrets.yaml", "keys": ["api_key", "admin_api_key"]}
+    assert "api_key" not in data["server"] and "admin_api_key" not in data["server"]
+    assert result.validation.ok and result.roundtrip == [], (result.validation.diagnostics, result.roundtrip)
+    note = next(line for line in report.splitlines() if "hold secrets" in line)
+    assert ("create /etc/sglang/qwen.secrets.yaml on ct129 as root, owned by svc with mode 0600 (`install -D -m 600 "
+            "-o svc /dev/null /etc/sglang/qwen.secrets.yaml`)") in note
+    assert "`api-key: '<the --api-key value>'` and `admin-api-key: '<the --admin-api-key value>'`" in note
+    assert "SGLANG_API_KEY is set" not in report  # the key it has comes from --api-key
+
+
+def test_secrets_of_a_release_without_config_go_to_an_environment_file() -> None:
+    observed = Observed(("/v/bin/python3", "-m", "sglang.launch_server", "--model-path", "/m", "--api-key", KEY,
+                         "--admin-api-key", ADMIN), {"API_KEY": "x"})
+    result = finish_import(observed, load_catalog("0.5.2"), Target("ct129"), INVENTORY)
+    report = import_text(result, "p.toml")
+    for text in (result.imported.text, report):  # 0.5.2 refuses --admin-api-key: its value is still a secret
+        assert KEY not in text and ADMIN not in text
+    assert tomllib.loads(result.imported.text)["secrets"] == {"file": "/etc/sglang/sglang.secrets.env",
+                                                              "keys": ["api_key"]}
+    assert "`api_key=<the --api-key value>`" in report and "the process list shows them" in report
+    assert "--admin-api-key '<redacted>'" in result.imported.text
+    assert "API_KEY is set in the server's environment, but SGLang reads no API_KEY" not in report
+
+
+def test_an_api_key_variable_sglang_ignores_is_named() -> None:
+    observed = Observed(("/v/bin/python3", "-m", "sglang.launch_server", "--model-path", "/m"), {"API_KEY": KEY})
+    result = finish_import(observed, C23, Target("ct129"), INVENTORY)
+    report = import_text(result, "p.toml")
+    assert ("note: API_KEY is set in the server's environment, but SGLang reads no API_KEY: the server runs "
+            "without api_key") in report
+    assert KEY not in report + result.imported.text and "[secrets]" not in result.imported.text
 
 
 @pytest.mark.parametrize("value", ['a "quoted" value', "two  spaces", "ünïcödé ✓", "$HOME and $$ and %s %%",

@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import threading
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -97,12 +98,12 @@ def sgdeploy(host: HostSet, capsys: pytest.CaptureFixture[str], *args: str) -> t
     return code, captured.out + captured.err
 
 
-def curl(host: HostSet, path: str, key: str | None = None, name: str = "a6000-new", body_to: str = "/dev/null"
-         ) -> int:
+def curl(host: HostSet, path: str, key: str | None = None, name: str = "a6000-new", body_to: str = "/dev/null",
+         port: int | None = None) -> int:
     auth = f"-H {shlex.quote('Authorization: Bearer ' + key)} " if key else ""
     body = shlex.quote(json.dumps({"model": "default", "prompt": "hi", "max_tokens": 2}))
     post = f"-H 'Content-Type: application/json' -d {body} " if path.startswith("/v1/") else ""
-    port = OLD_PORT if name == OLD else PORT
+    port = port or (OLD_PORT if name == OLD else PORT)
     out = host.ssh(name, f"curl -s -o {body_to} -w '%{{http_code}}' {auth}{post}"
                    f"http://127.0.0.1:{port}{path}", check=False).stdout
     return int(out.strip() or 0)
@@ -293,3 +294,42 @@ def test_admin_key_guards_the_admin_routes(host: HostSet, tmp_path: Path, capsys
     assert [curl(host, "/flush_cache", k) for k in (None, admin)] == [401, 200]
     assert admin not in out and admin not in host.journal("a6000-new", f"{UNIT}.service")
     write_secrets(host, f"api-key: {KEY}\n")
+
+
+def test_a_server_run_with_keys_is_imported_and_adopted(host: HostSet, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`import` of a hand-run server started with --api-key/--admin-api-key: [secrets] names a file and the
+    notes say what to write in it; after doing exactly that, `apply --adopt` takes the server over."""
+    host.ssh("a6000-new", f"systemctl stop {UNIT}.service")
+    admin, unit = "sk-adm-" + "4e8a2c6b1d3f5a79", "sglang-imp"
+    port = next(p for p in iter(free_port, None) if p not in (PORT, OLD_PORT))
+    host.ssh("a6000-new", "cd /root; setsid nohup /root/ml-env/bin/python3 -m sglang.launch_server --model-path "
+             f"/root/models/Qwen3-8B --host 127.0.0.1 --port {port} --api-key {KEY} --admin-api-key={admin} "
+             ">/root/hand.log 2>&1 </dev/null &")
+    deadline = time.monotonic() + 60
+    while host.ssh("a6000-new", f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/health",
+                   check=False).stdout.strip() != "200":
+        assert time.monotonic() < deadline, host.ssh("a6000-new", "tail -n 20 /root/hand.log").stdout
+        time.sleep(0.3)
+    profile = tmp_path / "imported.toml"
+    code = cli.main(["import", "a6000-new", "--name", unit, "--output", str(profile),
+                     "--inventory", str(host.inventory_path)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    text = profile.read_text()
+    assert KEY not in text + err and admin not in text + err
+    path = f"/etc/sglang/{unit}.secrets.yaml"
+    assert tomllib.loads(text)["secrets"] == {"file": path, "keys": ["api_key", "admin_api_key"]}
+    note = next(line for line in err.splitlines() if "hold secrets" in line)
+    install = note.split("(`", 1)[1].split("`)", 1)[0]
+    assert install == f"install -D -m 600 -o root /dev/null {path}"
+    # what the note says: that command, then one line per key, each value single-quoted
+    host.ssh("a6000-new", f"{install} && printf '%s\\n' \"api-key: '{KEY}'\" \"admin-api-key: '{admin}'\" > {path}")
+    code, out = sgdeploy(host, capsys, "apply", str(profile), "--adopt")
+    assert code == 0, out
+    assert "hand.log" not in out and KEY not in out and admin not in out
+    assert [curl(host, "/v1/completions", key, port=port) for key in (None, KEY)] == [401, 200]
+    assert [curl(host, "/flush_cache", key, port=port) for key in (KEY, admin)] == [401, 200]
+    journal = host.journal("a6000-new", f"{unit}.service")
+    assert "server_args=" in journal and KEY not in journal and admin not in journal
+    host.ssh("a6000-new", f"systemctl stop {unit}.service")
