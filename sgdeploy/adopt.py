@@ -20,7 +20,7 @@ from typing import Any
 from sgdeploy.diagnostics import Diagnostic, Severity
 from sgdeploy.plan import Takeover
 from sgdeploy.profile import ENV_NAME, UNIT_NAME
-from sgdeploy.secret_args import ENV_LOOKALIKE, SECRET_FIELDS, creation_steps, default_file
+from sgdeploy.secret_args import ENV_LOOKALIKE, SECRET_FIELDS, creation_steps, default_file, redact
 from sgdeploy.sglang.argv import ArgvFinding, ParsedArgv, parse_server_argv
 from sgdeploy.sglang.catalog import Catalog
 
@@ -633,7 +633,10 @@ def describe(server: Any) -> str:
     process = server.process
     where = ", ".join(x for x in (f"unit {process.unit}" if process.unit else "",
                                   f"GPUs {','.join(map(str, server.gpus))}" if server.gpus else "") if x)
-    command = " ".join(shlex.quote(w) for w in process.argv)
+    words = list(process.argv)
+    if words[1:2] == ["-c"] and words[3:5] == ["-m", LAUNCH_MODULE]:
+        words[2] = "..."  # a unit's log launcher (sgdeploy.secret_args.redacting_launcher)
+    command = redact(" ".join(shlex.quote(w) for w in words))
     return f"pid {process.pid}{f' ({where})' if where else ''}: {command[:160]}"
 
 

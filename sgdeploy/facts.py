@@ -401,7 +401,9 @@ class PortHolder:
     command: str  # its command line (/proc/PID/cmdline, NULs as spaces)
 
     def describe(self) -> str:
-        return f"pid {self.pid} ({self.command or '?'}{', user ' + self.user if self.user else ''})"
+        from sgdeploy.secret_args import redact  # another server's --api-key is no less a secret
+
+        return f"pid {self.pid} ({redact(self.command) or '?'}{', user ' + self.user if self.user else ''})"
 
 
 def parse_port_holders(text: str) -> tuple[PortHolder, ...]:

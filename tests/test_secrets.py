@@ -238,3 +238,17 @@ def test_env_file_names_sglang_ignores_are_a_warning(tmp_path: Path) -> None:
     found = messages(tmp_path, check)
     assert any("SGD709 warning: deploy.env_file on ct129 sets SGLANG_API_KEY" in m for m in found)
     assert not any("HF_TOKEN" in m for m in found)
+
+
+def test_other_servers_command_lines_are_shown_without_their_keys() -> None:
+    from types import SimpleNamespace
+
+    from sgdeploy.adopt import describe
+    from sgdeploy.facts import PortHolder
+
+    holder = PortHolder(7, "root", f"/v/python3 -m sglang.launch_server --api-key {VALUE} --port 30000")
+    assert VALUE not in holder.describe() and "--port 30000" in holder.describe()
+    argv = ("/v/python3", "-c", redacting_launcher(["api_key"]), "-m", "sglang.launch_server", "--api-key=" + VALUE)
+    server = SimpleNamespace(process=SimpleNamespace(pid=9, unit="qwen", argv=argv), gpus=(0,))
+    shown = describe(server)
+    assert shown == "pid 9 (unit qwen, GPUs 0): /v/python3 -c ... -m sglang.launch_server --api-key=<redacted>"
