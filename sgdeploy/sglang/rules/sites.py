@@ -17,7 +17,7 @@ from sgdeploy.diagnostics import Severity
 from sgdeploy.sglang.rule import Finding, LaunchContext, Rule
 from sgdeploy.sglang.rules.common import server_field
 from sgdeploy.sglang.rules.registry import ERROR, RULES
-from sgdeploy.sglang.versions import ALL_VERSIONS, VersionRange
+from sgdeploy.sglang.versions import ALL_VERSIONS, Version, VersionRange
 
 Condition = Callable[[LaunchContext], bool]
 Message = str | Callable[[LaunchContext], str]
@@ -57,8 +57,9 @@ def version_words(versions: VersionRange) -> str:
 
 
 def findings(ctx: LaunchContext, refusals: Sequence[Refusal], said: str = "refuses") -> Iterator[Finding]:
+    """The findings of the entries that fire; `refusals` holds only entries for ctx's release."""
     for refusal in refusals:
-        if ctx.version in refusal.versions and refusal.fires(ctx):
+        if refusal.fires(ctx):
             yield Finding(refusal.where(ctx), f"{version_words(refusal.versions)} {said}: '{refusal.text(ctx)}'",
                           refusal.hint)
 
@@ -80,9 +81,14 @@ def refusal_rule(
     table = tuple(refusals)
     TABLES[rule_id] = table
     said = "refuses" if severity is ERROR else "changes"
+    # The entries of each release, picked once: a table is long and most entries are for other releases.
+    by_version: dict[Version, tuple[Refusal, ...]] = {}
 
     def check(ctx: LaunchContext) -> Iterator[Finding]:
-        yield from findings(ctx, table, said)
+        entries = by_version.get(ctx.version)
+        if entries is None:
+            entries = by_version[ctx.version] = tuple(r for r in table if ctx.version in r.versions)
+        yield from findings(ctx, entries, said)
 
     return RULES.add(Rule(rule_id, name, severity, summary, hint, check, versions))
 
