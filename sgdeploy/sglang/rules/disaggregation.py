@@ -144,3 +144,117 @@ PD_OPTIONS = (
 refusal_rule("SGD308", "pd-options-together",
              "A PD-disaggregation option SGLang refuses outside the mode it belongs to, or out of range.",
              "set disaggregation_mode as SGLang's message names, or drop the option", PD_OPTIONS)
+
+
+def _decode_radix(ctx: LaunchContext) -> bool:
+    return _pd_mode(ctx) == "decode" and ctx.on("disaggregation_decode_enable_radix_cache")
+
+
+def _transfer(ctx: LaunchContext) -> object:
+    return ctx.get("disaggregation_transfer_backend", "mooncake")
+
+
+def _host_receive(ctx: LaunchContext) -> bool:
+    threshold = ctx.get("disaggregation_decode_host_receive_threshold")
+    return isinstance(threshold, int | float) and 0 <= threshold < 1
+
+
+def _decode_dcp(ctx: LaunchContext) -> bool:
+    return _pd_mode(ctx) == "decode" and ctx.int("dcp_size", 1) > 1
+
+
+def _staging(ctx: LaunchContext) -> bool:
+    return bool(ctx.env_true("SGLANG_DISAGG_STAGING_BUFFER")) and _pd_mode(ctx) in ("prefill", "decode")
+
+
+def _spec_name(ctx: LaunchContext) -> str | None:
+    value = ctx.get("speculative_algorithm")
+    return str(value).upper() if value else None
+
+
+PD_TRANSFER = (
+    Refusal("handle_pd_disaggregation: --disaggregation-decode-enable-radix-cache is incompatible with "
+            "--enable-hisparse",
+            "disaggregation_decode_enable_radix_cache", lambda ctx: _decode_radix(ctx) and ctx.on("enable_hisparse"),
+            "--disaggregation-decode-enable-radix-cache is incompatible with --enable-hisparse",
+            VersionRange(since="0.5.11")),
+    Refusal("handle_pd_disaggregation: --disaggregation-decode-enable-radix-cache currently requires "
+            "--disaggregation-transfer-backend nixl", "disaggregation_transfer_backend",
+            lambda ctx: _decode_radix(ctx) and not ctx.on("enable_hisparse") and _transfer(ctx) != "nixl",
+            "--disaggregation-decode-enable-radix-cache currently requires --disaggregation-transfer-backend nixl",
+            VersionRange(since="0.5.11", until="0.5.12")),
+    Refusal("handle_pd_disaggregation: --disaggregation-decode-enable-radix-cache currently requires "
+            "--disaggregation-transfer-backend in ('nixl', 'mooncake'), but got {}", "disaggregation_transfer_backend",
+            lambda ctx: _decode_radix(ctx) and not ctx.on("enable_hisparse")
+            and _transfer(ctx) not in ("nixl", "mooncake"),
+            lambda ctx: "--disaggregation-decode-enable-radix-cache currently requires "
+                        f"--disaggregation-transfer-backend in ('nixl', 'mooncake'), but got {_transfer(ctx)}",
+            VersionRange(since="0.5.12", until="0.5.14")),
+    Refusal("handle_pd_disaggregation: --disaggregation-decode-enable-radix-cache is incompatible with "
+            "--disaggregation-transfer-backend fake", "disaggregation_transfer_backend",
+            lambda ctx: _decode_radix(ctx) and not ctx.on("enable_hisparse") and _transfer(ctx) == "fake",
+            "--disaggregation-decode-enable-radix-cache is incompatible with --disaggregation-transfer-backend fake",
+            VersionRange(since="0.5.14")),
+    Refusal("handle_pd_disaggregation: --disaggregation-decode-enable-radix-cache is incompatible with speculative "
+            "decoding (--speculative-algorithm {})", "speculative_algorithm",
+            lambda ctx: _decode_radix(ctx) and _spec_name(ctx) not in (None, "DSPARK"),
+            lambda ctx: "--disaggregation-decode-enable-radix-cache is incompatible with speculative decoding "
+                        f"(--speculative-algorithm {ctx.get('speculative_algorithm')})",
+            VersionRange(since="0.5.11", until="0.5.23")),
+    Refusal("handle_speculative_decoding: --disaggregation-decode-enable-radix-cache is incompatible with speculative "
+            "decoding (--speculative-algorithm {})", "speculative_algorithm",
+            lambda ctx: _decode_radix(ctx) and _spec_name(ctx) not in (None, "DSPARK", "EAGLE", "EAGLE3", "NEXTN"),
+            lambda ctx: "--disaggregation-decode-enable-radix-cache is incompatible with speculative decoding "
+                        f"(--speculative-algorithm {ctx.get('speculative_algorithm')})", VersionRange(since="0.5.23")),
+    Refusal("handle_pd_disaggregation: Prefill server does not support 'fake' as the transfer backend",
+            "disaggregation_transfer_backend", lambda ctx: _pd_mode(ctx) == "prefill" and _transfer(ctx) == "fake",
+            "Prefill server does not support 'fake' as the transfer backend", VersionRange(since="0.5.10")),
+    Refusal("handle_pd_disaggregation: SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend="
+            "'mooncake', got '{}'.", "disaggregation_transfer_backend",
+            lambda ctx: _staging(ctx) and _transfer(ctx) != "mooncake",
+            lambda ctx: f"SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake', got "
+                        f"'{_transfer(ctx)}'.", VersionRange(since="0.5.10", until="0.5.12")),
+    Refusal("handle_pd_disaggregation: SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend="
+            "'mooncake' or 'nixl', got '{}'.", "disaggregation_transfer_backend",
+            lambda ctx: _staging(ctx) and _transfer(ctx) not in ("mooncake", "nixl"),
+            lambda ctx: "SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', "
+                        f"got '{_transfer(ctx)}'.", VersionRange(since="0.5.12")),
+    Refusal("handle_pd_disaggregation: Decode host receive does not yet support HiSparse or role switching",
+            "disaggregation_decode_host_receive_threshold",
+            lambda ctx: _host_receive(ctx) and (ctx.on("enable_hisparse") or ctx.on("enable_pd_role_switch")),
+            "Decode host receive does not yet support HiSparse or role switching", VersionRange(since="0.5.21")),
+    Refusal("handle_pd_disaggregation: Decode host KV buffering requires host_pool retraction",
+            "disaggregation_decode_retraction_backup",
+            lambda ctx: _host_receive(ctx) and not (ctx.on("enable_hisparse") or ctx.on("enable_pd_role_switch"))
+            and ctx.get("disaggregation_decode_retraction_backup") == "cpu_tensor",
+            "Decode host KV buffering requires host_pool retraction", VersionRange(since="0.5.21")),
+    Refusal("handle_pd_disaggregation: PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, "
+            "got {}.", "disaggregation_transfer_backend",
+            lambda ctx: _decode_dcp(ctx) and _transfer(ctx) not in ("mooncake", "nixl"),
+            lambda ctx: f"PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, got "
+                        f"{_transfer(ctx)}.", VersionRange(since="0.5.17", until="0.5.19")),
+    Refusal("handle_pd_disaggregation: PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, or "
+            "fake for synthetic benchmarking, got {}.", "disaggregation_transfer_backend",
+            lambda ctx: _decode_dcp(ctx) and _transfer(ctx) not in ("mooncake", "nixl", "fake"),
+            lambda ctx: "PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, or fake, got "
+                        f"{_transfer(ctx)}.", VersionRange(since="0.5.19", until="0.5.22")),
+    Refusal("handle_pd_disaggregation: PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, mori, "
+            "ascend, or fake for synthetic benchmarking, got {}.", "disaggregation_transfer_backend",
+            lambda ctx: _decode_dcp(ctx) and _transfer(ctx) not in ("mooncake", "nixl", "mori", "ascend", "fake"),
+            lambda ctx: "PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, mori, ascend, or "
+                        f"fake, got {_transfer(ctx)}.", VersionRange(since="0.5.22")),
+    Refusal("handle_pd_disaggregation: PD decode DCP currently requires chunk cache; "
+            "--disaggregation-decode-enable-radix-cache is not supported.", "disaggregation_decode_enable_radix_cache",
+            lambda ctx: _decode_dcp(ctx) and ctx.on("disaggregation_decode_enable_radix_cache"),
+            "PD decode DCP currently requires chunk cache; --disaggregation-decode-enable-radix-cache is not "
+            "supported.", VersionRange(since="0.5.17", until="0.5.21")),
+    Refusal("handle_pd_disaggregation: PD decode DCP currently requires chunk cache; --enable-hierarchical-cache is "
+            "not supported.", "enable_hierarchical_cache",
+            lambda ctx: _decode_dcp(ctx) and ctx.on("enable_hierarchical_cache"),
+            "PD decode DCP currently requires chunk cache; --enable-hierarchical-cache is not supported.",
+            VersionRange(since="0.5.17", until="0.5.21")),
+)
+refusal_rule("SGD309", "pd-transfer-requirements",
+             "What a PD-disaggregated node requires of its transfer backend and caches (decode radix cache, the fake "
+             "backend, the staging buffer, decode host receive, decode DCP).",
+             "choose the transfer backend or cache SGLang's message names, or drop the option", PD_TRANSFER)

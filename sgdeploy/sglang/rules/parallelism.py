@@ -919,3 +919,91 @@ refusal_rule("SGD119", "elastic-ep-layout",
              "An elastic-EP launch SGLang refuses: the EPLB algorithm, PP, and for runtime scale-up (max_ep_size > "
              "tp_size) the joining group, the all-to-all backend, attention DP and the CUDA graphs it needs.",
              "set what SGLang's message names, or drop the elastic-EP options", ELASTIC_EP)
+
+
+# --------------------------------------------------------------------------- pipeline parallelism and DWDP
+def _pp(ctx: LaunchContext) -> bool:
+    return ctx.int("pp_size", 1) > 1
+
+
+def _resolved_algorithm(ctx: LaunchContext) -> str | None:
+    """The speculative algorithm after SGLang renames NEXTN to EAGLE."""
+    value = ctx.get("speculative_algorithm")
+    name = str(value).upper() if value else None
+    return "EAGLE" if name == "NEXTN" else name
+
+
+def _pp_spec_env(ctx: LaunchContext) -> bool:
+    return _pp(ctx) and bool(ctx.env_true("SGLANG_ENABLE_PP_SPEC")) and _resolved_algorithm(ctx) not in (None, "DSPARK")
+
+
+def _dwdp(ctx: LaunchContext) -> bool:
+    return ctx.int("dwdp_size", 1) > 1
+
+
+_PP_COMPAT = VersionRange(since="0.5.21")
+_DWDP = VersionRange(since="0.5.17")
+PIPELINE_AND_DWDP = (
+    Refusal("check_server_args: Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative "
+            "decoding", "speculative_algorithm",
+            lambda ctx: _pp(ctx) and _resolved_algorithm(ctx) is not None
+            and (_resolved_algorithm(ctx) != "EAGLE" or ctx.on("enable_multi_layer_eagle")),
+            "Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative decoding",
+            VersionRange(since="0.5.20", until="0.5.21")),
+    Refusal("check_pipeline_parallel_compat: Pipeline parallelism currently only supports EAGLE (non-multi-layer) "
+            "speculative decoding", "speculative_algorithm",
+            lambda ctx: _pp(ctx) and _resolved_algorithm(ctx) not in (None, "DSPARK")
+            and (_resolved_algorithm(ctx) != "EAGLE" or ctx.on("enable_multi_layer_eagle")),
+            "Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative decoding", _PP_COMPAT),
+    Refusal("check_pipeline_parallel_compat: Pipeline parallel DSPARK requires disaggregation-mode=prefill",
+            "disaggregation_mode",
+            lambda ctx: _pp(ctx) and _resolved_algorithm(ctx) == "DSPARK"
+            and ctx.get("disaggregation_mode") != "prefill",
+            "Pipeline parallel DSPARK requires disaggregation-mode=prefill", _PP_COMPAT),
+    Refusal("check_pipeline_parallel_compat: SGLANG_ENABLE_PP_SPEC does not support DSPARK PD prefill",
+            "pp_size",
+            lambda ctx: _pp(ctx) and _resolved_algorithm(ctx) == "DSPARK"
+            and bool(ctx.env_true("SGLANG_ENABLE_PP_SPEC")),
+            "SGLANG_ENABLE_PP_SPEC does not support DSPARK PD prefill", _PP_COMPAT),
+    Refusal("check_pipeline_parallel_compat: SGLANG_ENABLE_PP_SPEC is not compatible with --disaggregation-mode",
+            "disaggregation_mode",
+            lambda ctx: _pp_spec_env(ctx) and ctx.get("disaggregation_mode", "null") not in (None, "null"),
+            "SGLANG_ENABLE_PP_SPEC is not compatible with --disaggregation-mode", _PP_COMPAT),
+    Refusal("check_pipeline_parallel_compat: SGLANG_ENABLE_PP_SPEC is not compatible with --speculative-adaptive",
+            "speculative_adaptive", lambda ctx: _pp_spec_env(ctx) and ctx.on("speculative_adaptive"),
+            "SGLANG_ENABLE_PP_SPEC is not compatible with --speculative-adaptive", _PP_COMPAT),
+    Refusal("check_pipeline_parallel_compat: SGLANG_ENABLE_PP_SPEC is not compatible with --enable-dp-attention",
+            "enable_dp_attention", lambda ctx: _pp_spec_env(ctx) and attention_dp_on(ctx),
+            "SGLANG_ENABLE_PP_SPEC is not compatible with --enable-dp-attention",
+            VersionRange(since="0.5.21", until="0.5.22")),
+    Refusal("check_pipeline_parallel_compat: SGLANG_ENABLE_PP_SPEC is not compatible with attention DP "
+            "(--attn-dp-size)", "attn_dp_size", lambda ctx: _pp_spec_env(ctx) and attention_dp_on(ctx),
+            "SGLANG_ENABLE_PP_SPEC is not compatible with attention DP (--attn-dp-size)", VersionRange(since="0.5.22")),
+    Refusal("check_server_args: --min-free-slots-delay is not supported with pipeline parallelism: allocatable slots "
+            "per microbatch are bounded by pp-max-micro-batch-size, so the threshold may never be reached",
+            "min_free_slots_delay", lambda ctx: _pp(ctx) and ctx.get("min_free_slots_delay") is not None,
+            "--min-free-slots-delay is not supported with pipeline parallelism",
+            VersionRange(since="0.5.18", until="0.5.21")),
+    Refusal("check_pipeline_parallel_compat: --min-free-slots-delay is not supported with pipeline parallelism: "
+            "allocatable slots per microbatch are bounded by pp-max-micro-batch-size, so the threshold may never be "
+            "reached", "min_free_slots_delay", lambda ctx: _pp(ctx) and ctx.get("min_free_slots_delay") is not None,
+            "--min-free-slots-delay is not supported with pipeline parallelism", _PP_COMPAT),
+    Refusal("handle_dwdp: DWDP requires --disaggregation-mode null or prefill", "disaggregation_mode",
+            lambda ctx: _dwdp(ctx) and ctx.get("disaggregation_mode", "null") not in (None, "null", "prefill"),
+            "DWDP requires --disaggregation-mode null or prefill", _DWDP),
+    Refusal("handle_dwdp: EPLB dynamic migration conflicts with static DWDP partitioning", "enable_eplb",
+            lambda ctx: _dwdp(ctx) and ctx.on("enable_eplb"),
+            "EPLB dynamic migration conflicts with static DWDP partitioning", _DWDP),
+    Refusal("handle_dwdp: DWDP does not support speculative decoding (MTP/draft workers)", "speculative_algorithm",
+            lambda ctx: _dwdp(ctx) and bool(ctx.get("speculative_algorithm")),
+            "DWDP does not support speculative decoding (MTP/draft workers)", _DWDP),
+    Refusal("handle_dwdp: DWDP requires pp_size == 1", "pp_size", lambda ctx: _dwdp(ctx) and _pp(ctx),
+            "DWDP requires pp_size == 1", _DWDP),
+    Refusal("handle_dwdp: DWDP's prefetch event protocol does not support two-batch overlap",
+            "enable_two_batch_overlap", lambda ctx: _dwdp(ctx) and ctx.on("enable_two_batch_overlap"),
+            "DWDP's prefetch event protocol does not support two-batch overlap", _DWDP),
+)
+refusal_rule("SGD120", "pipeline-and-dwdp-compat",
+             "What pipeline parallelism (speculative decoding, SGLANG_ENABLE_PP_SPEC, min_free_slots_delay) and DWDP "
+             "(PD mode, EPLB, speculative decoding, PP, two-batch overlap) cannot run with.",
+             "drop the option SGLang's message names, or pp_size / dwdp_size", PIPELINE_AND_DWDP)
