@@ -147,6 +147,24 @@ def _literal_strings(node: ast.expr, tree: ast.AST) -> list[str]:
     return []
 
 
+def mamba_extra_buffer_archs(files: dict[str, str]) -> list[str] | None:
+    """From 0.5.14: the hybrid architectures that take the extra_buffer strategy (with the triton
+    linear-attention backend): `_MAMBA_EXTRA_BUFFER_ARCHS`, or the list inside
+    `ServerArgs._support_mamba_cache_extra_buffer` (0.5.14)."""
+    for _, tree in _server_args_sources(files):
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_MAMBA_EXTRA_BUFFER_ARCHS"
+                                                     for t in node.targets)):
+                return sorted({str(c.value) for c in ast.walk(node.value) if isinstance(c, ast.Constant)
+                               and isinstance(c.value, str)})
+            if isinstance(node, ast.FunctionDef) and node.name == "_support_mamba_cache_extra_buffer":
+                for cmp in ast.walk(node):
+                    if (isinstance(cmp, ast.Compare) and isinstance(cmp.ops[0], ast.In)
+                            and isinstance(cmp.comparators[0], ast.List | ast.Tuple)):
+                        return sorted(ast.literal_eval(cmp.comparators[0]))
+    return None
+
+
 # --------------------------------------------------------------------------- GPU generation gates
 # Compute-capability majors a simulated host can have (SM7x .. SM12x).
 MAJORS = (7, 8, 9, 10, 11, 12)
@@ -189,6 +207,13 @@ def sm_predicates(files: dict[str, str]) -> dict[str, set[int]]:
                     for target in node.targets:
                         if isinstance(target, ast.Name):
                             out.setdefault(target.id, set(ast.literal_eval(keyword.value)))
+        for node in tree.body if tree else ():  # `return is_sm100_supported() or is_sm120_supported()`
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("is_") and node.name not in out:
+                names = [_predicate_name(c) for r in ast.walk(node) if isinstance(r, ast.Return) and r.value
+                         for c in ast.walk(r.value) if isinstance(c, ast.Call)]
+                known = [out[n] for n in names if n in out]
+                if known and len(known) == len(names):
+                    out[node.name] = set().union(*known)
     return out
 
 
@@ -310,6 +335,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, str]], Any]] = {
     "mixed_chunk_speculative_algorithms": mixed_chunk_algorithms,
     "mamba_radix_cache_archs": mamba_radix_cache,
     "paged_topk_backends": paged_topk_backends,
+    "mamba_extra_buffer_archs": mamba_extra_buffer_archs,
 }
 
 

@@ -19,7 +19,7 @@ from sgdeploy import __version__
 from sgdeploy.profile import LoadedProfile, Profile
 from sgdeploy.secret_args import EnvReference, unit_parts
 from sgdeploy.sglang.catalog import Catalog, Flag
-from sgdeploy.sglang.flags import as_sglang_sees_it
+from sgdeploy.sglang.flags import as_sglang_sees_it, removed_switch_off
 
 
 def _template_dir() -> Path:
@@ -80,6 +80,8 @@ def launch_words(profile: Profile, catalog: Catalog) -> list[list[str]]:
     """
     groups = [[profile.deploy.python, "-m", LAUNCH_MODULE]]
     for key, value in profile.server.items():
+        if removed_switch_off(catalog, key, value):
+            continue  # a switch this release no longer has, left off: SGLang never sees it (SGD017)
         if not catalog.accepts(key) and (catalog.lookup(key) is None or value):
             raise KeyError(f"'{key}' is not a flag of SGLang {catalog.version}")
         # A deprecated alias renders as the option of the field it feeds, with the value SGLang

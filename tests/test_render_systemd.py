@@ -285,8 +285,8 @@ STRING_FLAGS = [
 LIST_FLAGS = {
     "log_requests_target": 1,
     "uvicorn_access_log_exclude_prefixes": 0,
-    "tokenizer_metrics_allowed_custom_labels": 1,
-    "prompt_tokens_buckets": 1,
+    "tokenizer_metrics_allowed_custom_labels": 1,  # with its header flag (SGLang requires it)
+    "custom_weight_loader": 0,
 }
 JSON_FLAGS = ["preferred_sampling_params", "extra_metric_labels", "forward_hooks"]
 SWITCHES = ["trust_remote_code", "lora_strict_loading", "enable_metrics"]
@@ -334,6 +334,8 @@ def server_values(draw: st.DrawFn) -> dict[str, Any]:
             )  # SGD503
         elif name in LIST_FLAGS:
             server[name] = draw(st.lists(text, min_size=LIST_FLAGS[name], max_size=5))
+            if name == "tokenizer_metrics_allowed_custom_labels":
+                server["tokenizer_metrics_custom_labels_header"] = draw(text.filter(bool))
         elif name == "forward_hooks":
             server[name] = draw(st.lists(json_table, max_size=3))
         elif name in JSON_FLAGS:
@@ -345,7 +347,7 @@ def server_values(draw: st.DrawFn) -> dict[str, Any]:
         elif name in SWITCHES:
             server[name] = draw(st.booleans())
         else:
-            server[name] = draw(st.integers(1, 65535))
+            server[name] = draw(st.integers(1, 55535))  # SGLang 0.5.11 refuses port + 10000 > 65535
     return server
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from sgdeploy.sglang.catalog import NOT_GIVEN, Catalog, Flag
-from sgdeploy.sglang.versions import ALL_VERSIONS, VersionRange
+from sgdeploy.sglang.catalog import NOT_GIVEN, Catalog, Flag, flag_history, load_catalog
+from sgdeploy.sglang.versions import ALL_VERSIONS, VersionRange, parse_version
 
 
 @dataclass(frozen=True)
@@ -282,6 +282,23 @@ def as_sglang_sees_it(catalog: Catalog, key: str, value: Any) -> tuple[str, Any]
         return (key, value) if flag.refusal is None else None
     stored = flag.stored(value)
     return None if stored is NOT_GIVEN else (flag.field, stored)
+
+
+def removed_switch_off(catalog: Catalog, key: str, value: Any) -> str | None:
+    """The last release that had `key` when it is a plain switch set to false that this release
+    no longer accepts (removed, or an alias it refuses): such an entry renders to nothing, so
+    SGLang never sees it. None otherwise."""
+    if value is not False:
+        return None
+    flag = catalog.lookup(key)
+    if flag is not None:
+        return catalog.version if flag.refusal is not None and flag.is_switch and not flag.store_false else None
+    last_seen, _ = flag_history(key)
+    if last_seen is None or parse_version(last_seen) >= catalog.parsed_version:
+        return None
+    old = load_catalog(last_seen).lookup(key)
+    plain_switch = old is not None and old.is_switch and not old.store_false and not old.boolean_optional
+    return last_seen if plain_switch else None
 
 
 def valid_server_values(raw: Mapping[str, Any], catalog: Catalog) -> dict[str, Any]:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from sgdeploy.sglang import models
 from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
-from sgdeploy.sglang.rules.common import LANGUAGE_ONLY_REFUSED, V1X, server_field
+from sgdeploy.sglang.rules.common import LANGUAGE_ONLY_REFUSED, server_field
 from sgdeploy.sglang.rules.registry import ERROR, rule
 from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
@@ -39,8 +38,7 @@ def encoder_disagg_architecture(ctx: LaunchContext) -> Iterator[Finding]:
     # SGLang's inline allow-list of each release, read from the wheel (catalogs/facts.json).
     allowed = fact("encoder_disagg_archs", ctx.version)
     if allowed is None:
-        allowed = (models.ENCODER_DISAGG_ARCHITECTURES_0_5_1X if ctx.version in V1X
-                   else models.ENCODER_DISAGG_ARCHITECTURES_0_5_2X)
+        return  # 0.5.7-0.5.9 have no architecture check
     if ctx.architecture not in allowed:
         which = "encoder_only" if ctx.on("encoder_only") else "language_only"
         yield Finding(server_field(which), f"Model type {ctx.architecture} is not supported for encoder "

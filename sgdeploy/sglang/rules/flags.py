@@ -6,7 +6,14 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from sgdeploy.sglang.catalog import NOT_GIVEN, flag_history, load_catalog, next_version
-from sgdeploy.sglang.flags import choice_problem, option_to_field, replacement_for, stored_problem, value_problem
+from sgdeploy.sglang.flags import (
+    choice_problem,
+    option_to_field,
+    removed_switch_off,
+    replacement_for,
+    stored_problem,
+    value_problem,
+)
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import DEDICATED_VALUE_RULES, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
@@ -40,6 +47,8 @@ def _suggest(key: str, version: str) -> str | None:
       "replace it with what the newer SGLang uses, or validate against the version the host runs")
 def removed_flag(ctx: LaunchContext) -> Iterator[Finding]:
     for key, value in ctx.raw_server.items():
+        if removed_switch_off(ctx.catalog, key, value):
+            continue  # SGD017: it renders to nothing
         flag = ctx.catalog.lookup(key)
         if flag is not None and flag.refusal is not None and value:
             replacement = replacement_for(key, ctx.catalog)
@@ -120,6 +129,21 @@ def deprecated_flag(ctx: LaunchContext) -> Iterator[Finding]:
         else:
             said = f" (SGLang says: {flag.replaced_by})" if flag.replaced_by else ""
             yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang {version}{said}", fix)
+
+
+@rule("SGD017", "removed-switch-off", WARNING,
+      "A switch the target SGLang version no longer accepts, set to false: it renders to nothing.",
+      "delete the key")
+def removed_switch_set_false(ctx: LaunchContext) -> Iterator[Finding]:
+    for key, value in ctx.raw_server.items():
+        last = removed_switch_off(ctx.catalog, key, value)
+        if last is None:
+            continue
+        flag = ctx.catalog.lookup(key)
+        why = (f"SGLang {ctx.catalog.version} refuses {flag.option} when it is given" if flag is not None
+               else f"--{key.replace('_', '-')} was removed after SGLang {last}")
+        yield Finding(server_field(key), f"{key} = false renders to nothing, so SGLang never sees it ({why}); "
+                      "the key does nothing", f"delete '{key}'")
 
 
 @rule("SGD016", "model-path-required", ERROR, "No model_path: SGLang refuses to start without one.",

@@ -68,6 +68,17 @@ def mamba_no_buffer(ctx: LaunchContext) -> Iterator[Finding]:
                       "using mamba_scheduler_strategy no_buffer (auto resolves to no_buffer)", hint)
 
 
+def _extra_buffer_support_v2x(ctx: LaunchContext) -> tuple[bool, bool] | None:
+    """0.5.14+: (radix cache, extra_buffer) for a known hybrid architecture: extra_buffer needs an
+    architecture on the release's list (facts: mamba_extra_buffer_archs) and the triton
+    linear-attention backend; None where it cannot be told."""
+    archs = fact("mamba_extra_buffer_archs", ctx.version)
+    if archs is None or not ctx.architecture:
+        return None
+    backend = ctx.get("linear_attn_backend", "triton")
+    return True, ctx.architecture in archs and backend in (None, "triton")
+
+
 @rule("SGD510", "mamba-extra-buffer-constraints", ERROR,
       "mamba extra_buffer needs the radix cache, mamba_track_interval >= draft tokens and a multiple of page_size.",
       "adjust mamba_track_interval, page_size or the radix cache setting")
@@ -78,14 +89,17 @@ def mamba_extra_buffer(ctx: LaunchContext) -> Iterator[Finding]:
                       else "mamba_radix_cache_strategy")
     if ctx.get(strategy_field) not in ("extra_buffer", "extra_buffer_lazy"):
         return
-    support = _mamba_cache_support(ctx) if ctx.version in V1X else None
+    if ctx.version not in V1X and ctx.on("disable_radix_cache"):
+        return  # 0.5.14+: without the radix cache SGLang never looks at the strategy
+    support = _mamba_cache_support(ctx) if ctx.version in V1X else _extra_buffer_support_v2x(ctx)
     if support is not None and not support[0]:
         return  # SGLang turns the radix cache off for it before it looks at the strategy
     if support is not None and not support[1]:
         yield Finding(server_field(strategy_field), f"mamba extra_buffer is not supported for {ctx.architecture} "
-                      f"model (SGLang {ctx.catalog.version} asserts it)", f"remove {strategy_field} or use no_buffer")
+                      f"(SGLang {ctx.catalog.version} asserts 'extra_buffer is not supported for "
+                      f"{ctx.architecture}; use no_buffer.')", f"remove {strategy_field} or use no_buffer")
         return
-    if ctx.on("disable_radix_cache") and ctx.version in V1X:
+    if ctx.on("disable_radix_cache"):
         yield Finding("server.disable_radix_cache", "mamba extra_buffer is not compatible with disable_radix_cache")
     interval, page = ctx.int("mamba_track_interval", 256), ctx.int("page_size", 1) or 1
     draft = ctx.get("speculative_num_draft_tokens")
