@@ -13,8 +13,8 @@ from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
 
 
-@rule("SGD503", "served-model-name-colon", ERROR, "served_model_name cannot contain ':'.",
-      "remove the ':' (SGLang reserves it for LoRA adapters)")
+@rule("SGD503", "served-model-name-colon", ERROR, "served_model_name cannot contain ':' (0.5.5.post1+).",
+      "remove the ':' (SGLang reserves it for LoRA adapters)", versions=VersionRange(since="0.5.5.post1"))
 def served_name_colon(ctx: LaunchContext) -> Iterator[Finding]:
     name = ctx.server.get("served_model_name")
     if isinstance(name, str) and ":" in name:
