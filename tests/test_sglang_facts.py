@@ -277,3 +277,21 @@ def test_each_replacement_validates_cleanly(tmp_path: Path, key: str, version: s
               if d.severity is Severity.ERROR]
     _xfail_if_only_open({version: errors} if errors else {})
     assert not errors, f"{version}: {key} -> {server}: {errors}"
+
+
+# --------------------------------------------------------------------------- GPU generation gates
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sgd404_fires_exactly_outside_each_gates_majors(version: str) -> None:
+    from sgdeploy.inventory import HostTarget
+    from sgdeploy.sglang.rules.hardware import SM_GATES
+
+    v = parse_version(version)
+    for gate in SM_GATES:
+        found = fact(f"sm_gate:{gate.gate}", v) or (fact(f"sm_gate:{gate.alias_of}", v) if gate.alias_of else None)
+        if found is None:
+            continue
+        server = {"model_path": "/m", gate.fields[0]: gate.values[0]}
+        for major in (8, 9, 10, 11, 12):
+            host = HostTarget(name="h", gpu="GPU", compute_capability=f"{major}.0", gpu_count=8)
+            context = LaunchContext(server=server, raw_server=server, env={}, catalog=load_catalog(version), host=host)
+            assert fired("SGD404", context) is (major not in found["majors"]), (version, gate.gate, major)
