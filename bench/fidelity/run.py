@@ -217,6 +217,11 @@ class Tally:
             "argparse_rate": self.rate("argparse_caught", "argparse"),
             "post_parse_refused": self.counts["post"], "post_parse_caught": self.counts["post_caught"],
             "post_parse_rate": self.rate("post_caught", "post"),
+            "post_parse_host_sites": self.counts["post_host"],
+            "post_parse_host_sites_caught": self.counts["post_host_caught"],
+            "post_parse_rate_offline_sites": ((self.counts["post_caught"] - self.counts["post_host_caught"])
+                                              / (self.counts["post"] - self.counts["post_host"])
+                                              if self.counts["post"] > self.counts["post_host"] else None),
             "accepted": self.counts["accepted"], "false_alarms": self.counts["false_alarm"],
             "false_alarm_rate": self.rate("false_alarm", "accepted"),
             "policy_errors": self.counts["policy"],
@@ -243,8 +248,12 @@ def classify(tally: Tally, sites: Sites, case: dict[str, Any], verdict: dict[str
         tally.counts[stage] += 1
         key = "argparse" if stage == "argparse" else sites.key(verdict.get("raised_at"))
         tally.refused_sites[key] += 1
+        # Sites that need the live host (files, packages) or code the inventory does not read.
+        on_host = stage == "post" and decision_words(key) in ("host", "unmapped")
+        tally.counts["post_host"] += on_host
         if refused_by_us:
             tally.counts[f"{stage}_caught"] += 1
+            tally.counts["post_host_caught"] += on_host
         else:
             tally.misses[key].append(case["id"])
         return
@@ -318,6 +327,9 @@ def print_report(tally: Tally, topic: str | None, limit: int) -> None:
     print(f"| argparse | {s['argparse_refused']} | {s['argparse_caught']} | {percent(s['argparse_rate'])} |")
     print(f"| after parsing | {s['post_parse_refused']} | {s['post_parse_caught']} | "
           f"{percent(s['post_parse_rate'])} |")
+    print(f"\nafter parsing, at sites mapped host: or outside the inventory (model config loading, files and "
+          f"packages on the host): {s['post_parse_host_sites']} refused, {s['post_parse_host_sites_caught']} caught; "
+          f"at the other sites {percent(s['post_parse_rate_offline_sites'])} caught")
     print(f"\naccepted by SGLang: {s['accepted']}; refused by sgdeploy: {s['false_alarms']} false alarms "
           f"({percent(s['false_alarm_rate'])}), {s['policy_errors']} by policy rules only; startup predicted "
           f"to fail: {s['startup_predicted_failures']} (refused by sgdeploy: "

@@ -1007,3 +1007,117 @@ refusal_rule("SGD120", "pipeline-and-dwdp-compat",
              "What pipeline parallelism (speculative decoding, SGLANG_ENABLE_PP_SPEC, min_free_slots_delay) and DWDP "
              "(PD mode, EPLB, speculative decoding, PP, two-batch overlap) cannot run with.",
              "drop the option SGLang's message names, or pp_size / dwdp_size", PIPELINE_AND_DWDP)
+
+
+# --------------------------------------------------------------------------- all-to-all backends' own requirements
+def _a2a(name: str) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: ctx.get("moe_a2a_backend") == name
+
+
+def _explicit_runner_not(*names: str) -> Callable[[LaunchContext], bool]:
+    """An explicit MoE runner other than `names` (SGLang resolves `auto` to the one it needs)."""
+    return lambda ctx: ctx.get("moe_runner_backend", "auto") not in ("auto", *names)
+
+
+def _dispatch_type(ctx: LaunchContext) -> object:
+    return ctx.get("flashinfer_a2a_dispatch_type")
+
+
+def _host_major(ctx: LaunchContext) -> int | None:
+    sm = ctx.host.sm if ctx.host else None
+    return sm // 10 if isinstance(sm, int) else None
+
+
+def _and(*conditions: Callable[[LaunchContext], bool]) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: all(c(ctx) for c in conditions)
+
+
+_DEEPEP_V2 = VersionRange(since="0.5.19")
+A2A_REQUIREMENTS = (
+    Refusal("handle_a2a_moe: DeepEP v2 MoE currently supports only --moe-runner-backend deep_gemm. Got {}. Add a "
+            "runner adapter before enabling DeepEP v2 with other MoE runners.", "moe_runner_backend",
+            _and(_a2a("deepep_v2"), _explicit_runner_not("deep_gemm")),
+            lambda ctx: "DeepEP v2 MoE currently supports only --moe-runner-backend deep_gemm. Got "
+                        f"{ctx.get('moe_runner_backend')!r}.", _DEEPEP_V2),
+    Refusal("handle_a2a_moe: DeepEP v2 MoE has not implemented the TBO/SBO overlap hooks yet. Disable "
+            "--enable-two-batch-overlap and --enable-single-batch-overlap when using --moe-a2a-backend deepep_v2.",
+            "moe_a2a_backend", _and(_a2a("deepep_v2"), lambda ctx: ctx.on("enable_two_batch_overlap")
+                                    or ctx.on("enable_single_batch_overlap")),
+            "DeepEP v2 MoE has not implemented the TBO/SBO overlap hooks yet.", _DEEPEP_V2),
+    Refusal("handle_a2a_moe: DeepEP v2 MoE has not validated fused shared experts yet. Remove "
+            "--enforce-shared-experts-fusion when using --moe-a2a-backend deepep_v2.", "enforce_shared_experts_fusion",
+            _and(_a2a("deepep_v2"), lambda ctx: ctx.on("enforce_shared_experts_fusion")),
+            "DeepEP v2 MoE has not validated fused shared experts yet.", _DEEPEP_V2),
+    Refusal("handle_a2a_moe: DeepEP v2 does not forward deterministic=True to ElasticBuffer, so deterministic sorting "
+            "remains disabled. Disable --enable-deterministic-inference or use --moe-a2a-backend deepep.",
+            "enable_deterministic_inference",
+            _and(_a2a("deepep_v2"), lambda ctx: ctx.on("enable_deterministic_inference")),
+            "DeepEP v2 does not forward deterministic=True to ElasticBuffer",
+            VersionRange(since="0.5.19", until="0.5.21")),
+    Refusal("handle_a2a_moe: --deepep-v2-mode direct is NVLink-only and cannot run across nodes (nnodes={}); pass "
+            "--deepep-v2-mode hybrid.", "deepep_v2_mode",
+            _and(_a2a("deepep_v2"), lambda ctx: ctx.get("deepep_v2_mode") == "direct",
+                 lambda ctx: ctx.int("nnodes", 1) > 1),
+            lambda ctx: f"--deepep-v2-mode direct is NVLink-only and cannot run across nodes (nnodes="
+                        f"{ctx.int('nnodes', 1)}); pass --deepep-v2-mode hybrid.", VersionRange(since="0.5.22")),
+    Refusal("validate_deepep_v2_speculative_draft: DeepEP v2 MoE is not validated as a speculative draft backend. "
+            "Select another --speculative-moe-a2a-backend.", "speculative_moe_a2a_backend",
+            lambda ctx: (ctx.get("speculative_moe_a2a_backend") or (
+                ctx.get("moe_a2a_backend") if ctx.get("speculative_algorithm")
+                and str(ctx.get("speculative_algorithm")).upper() != "NGRAM" else None)) == "deepep_v2",
+            "DeepEP v2 MoE is not validated as a speculative draft backend. Select another "
+            "--speculative-moe-a2a-backend.", _DEEPEP_V2),
+    Refusal("handle_a2a_moe: FlashInfer MegaMOE is only supported with dp_size == tp_size and --enable-dp-attention",
+            "moe_a2a_backend", _and(_a2a("flashinfer_megamoe"),
+                                    lambda ctx: attn_dp_size(ctx) != ctx.int("tp_size", 1) or attn_dp_size(ctx) == 1),
+            "FlashInfer MegaMOE is only supported with dp_size == tp_size and --enable-dp-attention",
+            VersionRange(since="0.5.20", until="0.5.22")),
+    Refusal("handle_a2a_moe: FlashInfer MegaMOE is only supported with --attn-dp-size equal to --tp-size",
+            "moe_a2a_backend", _and(_a2a("flashinfer_megamoe"),
+                                    lambda ctx: attn_dp_size(ctx) != ctx.int("tp_size", 1) or attn_dp_size(ctx) == 1),
+            "FlashInfer MegaMOE is only supported with --attn-dp-size equal to --tp-size",
+            VersionRange(since="0.5.22")),
+    Refusal("handle_a2a_moe: FlashInfer MegaMOE a2a backend requires --moe-runner-backend flashinfer_megamoe",
+            "moe_runner_backend", _and(_a2a("flashinfer_megamoe"), _explicit_runner_not("flashinfer_megamoe")),
+            "FlashInfer MegaMOE a2a backend requires --moe-runner-backend flashinfer_megamoe",
+            VersionRange(since="0.5.20")),
+    Refusal("check_mega_moe_compat: --moe-a2a-backend megamoe needs a CUDA SM90 GPU (block-FP8 experts) or an "
+            "SM100-class GPU (MXFP4 / NVFP4 experts); it runs DeepGEMM kernels over CUDA symmetric memory. On ROCm, "
+            "set SGLANG_AMD_USE_FLYDSL_MEGA_MOE=1 to select aiter MegaMoEv2 instead.", "moe_a2a_backend",
+            _and(_a2a("megamoe"), lambda ctx: _host_major(ctx) not in (None, 9, 10)),
+            "--moe-a2a-backend megamoe needs a CUDA SM90 GPU (block-FP8 experts) or an SM100-class GPU",
+            VersionRange(since="0.5.21")),
+    Refusal("handle_flashinfer_a2a_dispatch_type: --flashinfer-a2a-dispatch-type mxfp8 requires --moe-runner-backend "
+            "flashinfer_trtllm_routed.", "moe_runner_backend",
+            _and(_a2a("flashinfer"), lambda ctx: _dispatch_type(ctx) == "mxfp8",
+                 lambda ctx: ctx.get("moe_runner_backend") != "flashinfer_trtllm_routed"),
+            "--flashinfer-a2a-dispatch-type mxfp8 requires --moe-runner-backend flashinfer_trtllm_routed.",
+            VersionRange(since="0.5.20")),
+    Refusal("handle_flashinfer_a2a_dispatch_type: --flashinfer-a2a-dispatch-type mxfp8 requires --quantization mxfp8.",
+            "quantization",
+            _and(_a2a("flashinfer"), lambda ctx: _dispatch_type(ctx) == "mxfp8",
+                 lambda ctx: ctx.get("moe_runner_backend") == "flashinfer_trtllm_routed",
+                 lambda ctx: ctx.get("quantization") != "mxfp8"),
+            "--flashinfer-a2a-dispatch-type mxfp8 requires --quantization mxfp8.", VersionRange(since="0.5.20")),
+    Refusal("handle_flashinfer_a2a_dispatch_type: SGLANG_MOE_NVFP4_DISPATCH cannot be set together with "
+            "--flashinfer-a2a-dispatch-type.", "flashinfer_a2a_dispatch_type",
+            _and(_a2a("flashinfer"), lambda ctx: _dispatch_type(ctx) not in (None, "auto"),
+                 lambda ctx: "SGLANG_MOE_NVFP4_DISPATCH" in ctx.env),
+            "SGLANG_MOE_NVFP4_DISPATCH cannot be set together with --flashinfer-a2a-dispatch-type.",
+            VersionRange(since="0.5.20")),
+    Refusal("handle_attention_backend_compatibility: CuteDSL MLA only supports decoding for now",
+            "prefill_attention_backend", lambda ctx: ctx.get("prefill_attention_backend") == "cutedsl_mla",
+            "CuteDSL MLA only supports decoding for now", VersionRange(since="0.5.13", until="0.5.15")),
+    Refusal("cutedsl_prefill_backend_fill: CuteDSL MLA only supports decoding for now", "prefill_attention_backend",
+            lambda ctx: ctx.get("prefill_attention_backend") == "cutedsl_mla",
+            "CuteDSL MLA only supports decoding for now", VersionRange(since="0.5.15")),
+    Refusal("handle_attention_backend_compatibility: Speculative decoding is currently not supported with Flex "
+            "Attention backend", "attention_backend",
+            lambda ctx: ctx.get("attention_backend") == "flex_attention" and bool(ctx.get("speculative_algorithm")),
+            "Speculative decoding is currently not supported with Flex Attention backend",
+            VersionRange(since="0.5.3")),
+)
+refusal_rule("SGD121", "a2a-backend-requirements",
+             "What an MoE all-to-all backend (DeepEP v2, FlashInfer MegaMOE, MegaMoE, FlashInfer dispatch types) and "
+             "some attention backends (CuteDSL MLA, Flex Attention) require.",
+             "set what SGLang's message names, or choose another backend", A2A_REQUIREMENTS)
