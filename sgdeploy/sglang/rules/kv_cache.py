@@ -256,6 +256,10 @@ UNIFIED_MEMORY = (
        "--enable-hierarchical-cache for supported L2/L3 transfers.",
        "enable_unified_cache_external_linker", _unified(on("enable_unified_cache_external_linker")),
        VersionRange(since="0.5.22")),
+    _s("validate_unified_memory_dcp: --enable-unified-memory with decode context parallelism (--dcp-size > 1) "
+       "supports MLA models only (e.g. kimi-linear): the MHA unified pool has no DCP-aware masked write path "
+       "(UnifiedMHATokenToKVPool.set_kv_buffer asserts dcp_kv_mask is None).", "dcp_size",
+       _unified(_above("dcp_size"), lambda ctx: _mla(ctx) is False), VersionRange(since="0.5.20")),
     _s("handle_kv4_compatibility: FP4 KV cache does not yet support --enable-unified-memory: the unified MHA pool "
        "does not allocate FP4 block scales or the prefill dequant workspace.", "kv_cache_dtype",
        _unified(lambda ctx: str(ctx.get("kv_cache_dtype") or "") == "fp4_e2m1"), VersionRange(since="0.5.21")),
@@ -362,6 +366,13 @@ refusal_rule("SGD554", "hisparse-options", "Hierarchical sparse attention (enabl
 
 
 # --------------------------------------------------------------------------- SGD555 Mamba and linear-attention state
+def _ssm_dtype(ctx: LaunchContext) -> object:
+    """mamba_ssm_dtype as resolution has it: the flag, else the model's config.json (when known)."""
+    if ctx.given("mamba_ssm_dtype"):
+        return ctx.get("mamba_ssm_dtype")
+    return ctx.model_config.value("mamba_ssm_dtype") if ctx.model_config else None
+
+
 def _ssm_dtype_is_fp16(ctx: LaunchContext) -> bool:
     return not _ssm_dtype_not_fp16(ctx)
 
@@ -419,6 +430,13 @@ MAMBA_STATE = (
             "disaggregation_mode", _with("enable_linear_replayssm", _pd),
             lambda ctx: "--enable-linear-replayssm is not supported under PD disaggregation yet (follow-up). Got "
             f"--disaggregation-mode={ctx.get('disaggregation_mode')!r}.", VersionRange(since="0.5.15")),
+    Refusal("handle_linear_attn_backend: --linear-attn-decode-backend flashinfer on SM100+ requires "
+            "--mamba-ssm-dtype bfloat16, got {}",
+            _where("mamba_ssm_dtype", "linear_attn_decode_backend"),
+            lambda ctx: _linear(ctx, "decode") == "flashinfer" and _ssm_dtype(ctx) != "bfloat16"
+            and ctx.host is not None and ctx.host.sm is not None and ctx.host.sm >= 100,
+            lambda ctx: "--linear-attn-decode-backend flashinfer on SM100+ requires --mamba-ssm-dtype bfloat16, got "
+            f"{_ssm_dtype(ctx)!r}", VersionRange(since="0.5.10")),
     _s("handle_linear_attn_backend: --linear-attn-decode-backend flashkda is not supported: FlashKDA is "
        "prefill-only. Use --linear-attn-prefill-backend flashkda (decode stays on triton).",
        "linear_attn_decode_backend", lambda ctx: ctx.get("linear_attn_decode_backend") == "flashkda",

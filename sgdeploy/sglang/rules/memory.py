@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from sgdeploy.sglang import models
 from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
-from sgdeploy.sglang.rules.common import V1X, algorithm, attention_dp, server_field
+from sgdeploy.sglang.rules.common import V1X, algorithm, attention_dp, radix_cache_off, server_field
 from sgdeploy.sglang.rules.registry import ERROR, rule
 from sgdeploy.sglang.rules.sites import Condition, Refusal, below, both, number, on, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
@@ -56,7 +56,7 @@ def _mamba_cache_support(ctx: LaunchContext) -> tuple[bool, bool] | None:
 def mamba_no_buffer(ctx: LaunchContext) -> Iterator[Finding]:
     support = _mamba_cache_support(ctx)
     # Without radix-cache support SGLang turns the radix cache off by itself (KimiLinear, ...).
-    if support is None or not support[0] or not algorithm(ctx) or ctx.on("disable_radix_cache"):
+    if support is None or not support[0] or not algorithm(ctx) or radix_cache_off(ctx):
         return
     if ctx.get("mamba_scheduler_strategy", "auto") in ("auto", "no_buffer"):
         hint = ("set mamba_scheduler_strategy = \"extra_buffer\" (SGLang also says: set SGLANG_ENABLE_SPEC_V2=1), "

@@ -42,17 +42,20 @@ def positive_counts(ctx: LaunchContext) -> Iterator[Finding]:
         value = ctx.server.get(name)
         if isinstance(value, int) and value < minimum:
             yield Finding(server_field(name), f"{name} = {value} must be at least {minimum}")
+
+
+@rule("SGD537", "port-range", ERROR, "port must be a fixed TCP port, 1 to 65535: SGLang accepts others and fails "
+      "or binds a random port.", "give the server a fixed port, e.g. port = 30000")
+def port_range(ctx: LaunchContext) -> Iterator[Finding]:
     port = ctx.server.get("port")
-    if isinstance(port, int) and port != 0 and not 1 <= port <= 65535:
-        yield Finding("server.port", f"port = {port} is not a TCP port")
-
-
-@rule("SGD537", "port-zero", ERROR, "port = 0 lets the OS pick the server's port at start; sgdeploy needs a fixed one.",
-      "give the server a fixed port, e.g. port = 30000")
-def port_zero(ctx: LaunchContext) -> Iterator[Finding]:
-    if ctx.server.get("port") == 0:
+    if not isinstance(port, int) or isinstance(port, bool) or 1 <= port <= 65535:
+        return
+    if port == 0:
         yield Finding("server.port", "port = 0: SGLang accepts it and binds a port the kernel picks, which the unit, "
                       "the readiness probe and routers cannot know (sgdeploy policy)")
+    else:
+        yield Finding("server.port", f"port = {port} is not a TCP port: SGLang's argument checks accept it and the "
+                      "HTTP server fails when it binds (sgdeploy policy)")
 
 
 @rule("SGD508", "priority-scheduling-policy", ERROR,
