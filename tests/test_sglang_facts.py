@@ -218,21 +218,6 @@ def fix_range(ok: Path) -> VersionRange:
     return VersionRange(since=found.group(1), until=found.group(2)) if found else VersionRange()
 
 
-# Errors of other rules on launches SGLang accepts, not yet fixed where those rules live; each
-# case they spoil shows as an expected failure until they are.
-OPEN_FALSE_ALARMS = {
-    "SGD308": "0.5.21 sets host_pool when the host receive threshold is above 0 (its default is 0.0), "
-              "the rule reads it as below 1",
-    "SGD558": "0.5.3-0.5.6: its own fixed twin (kv_cache_dtype for trtllm_mla) is refused by it",
-}
-
-
-def _xfail_if_only_open(refused: dict[str, list[str]]) -> None:
-    rules = {error.split(" ", 1)[0] for errors in refused.values() for error in errors}
-    if refused and rules <= set(OPEN_FALSE_ALARMS):
-        pytest.xfail("; ".join(f"{r}: {OPEN_FALSE_ALARMS[r]}" for r in sorted(rules)))
-
-
 def _only_this_rule(bad: Path, rule_id: str, version: str) -> bool:
     found = validate_file(str(bad), RULES_INVENTORY, version).diagnostics
     fired = any(d.rule == rule_id for d in found)
@@ -255,7 +240,6 @@ def test_each_rules_fix_validates_cleanly_wherever_it_is_advised(rule_id: str, b
                   if d.severity is Severity.ERROR]
         if errors:
             refused[version] = errors
-    _xfail_if_only_open(refused)
     assert not refused, f"{ok.name}: the advised fix is refused where {rule_id} advises it: {refused}"
 
 
@@ -275,7 +259,6 @@ def test_each_replacement_validates_cleanly(tmp_path: Path, key: str, version: s
                        + "".join(f"{k} = {toml_value(v)}\n" for k, v in server.items()), encoding="utf-8")
     errors = [f"{d.rule} {d.message}" for d in validate_file(str(profile), RULES_INVENTORY, version).diagnostics
               if d.severity is Severity.ERROR]
-    _xfail_if_only_open({version: errors} if errors else {})
     assert not errors, f"{version}: {key} -> {server}: {errors}"
 
 

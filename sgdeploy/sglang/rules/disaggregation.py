@@ -107,12 +107,23 @@ def _pd_mode(ctx: LaunchContext) -> str | None:
     return None if mode in (None, "null") else str(mode)
 
 
-def _retraction_backup(ctx: LaunchContext) -> object:
-    """The decode retraction backup after resolution: a host receive threshold below 1 (0.5.21+) sets host_pool."""
+# The decode host receive threshold turned around in 0.5.22: in 0.5.21 0 (the default) disables
+# host receive and anything above enables it; from 0.5.22 1 (the default) disables it and anything
+# below enables it.
+HOST_RECEIVE_BELOW_ONE = VersionRange(since="0.5.22")
+
+
+def _host_receive(ctx: LaunchContext) -> bool:
+    """Decode host receive is on (0.5.21+), which SGLang resolves to the host_pool retraction backup."""
     threshold = ctx.get("disaggregation_decode_host_receive_threshold")
-    if isinstance(threshold, int | float) and 0 <= threshold < 1:
-        return "host_pool"
-    return ctx.get("disaggregation_decode_retraction_backup")
+    if not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
+        return False
+    return threshold < 1 if ctx.version in HOST_RECEIVE_BELOW_ONE else threshold > 0
+
+
+def _retraction_backup(ctx: LaunchContext) -> object:
+    """The decode retraction backup after resolution: host receive sets host_pool."""
+    return "host_pool" if _host_receive(ctx) else ctx.get("disaggregation_decode_retraction_backup")
 
 
 PD_OPTIONS = (
@@ -150,11 +161,6 @@ def _decode_radix(ctx: LaunchContext) -> bool:
 
 def _transfer(ctx: LaunchContext) -> object:
     return ctx.get("disaggregation_transfer_backend", "mooncake")
-
-
-def _host_receive(ctx: LaunchContext) -> bool:
-    threshold = ctx.get("disaggregation_decode_host_receive_threshold")
-    return isinstance(threshold, int | float) and 0 <= threshold < 1
 
 
 def _decode_dcp(ctx: LaunchContext) -> bool:
