@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from sgdeploy.sglang import models
 from sgdeploy.sglang.rule import LaunchContext
 from sgdeploy.sglang.rules.common import algorithm, radix_cache_off
 from sgdeploy.sglang.rules.sites import Condition, Refusal, both, given, on, refusal_rule
@@ -247,6 +248,11 @@ UNIFIED_MEMORY = (
        "iteration's read tables are indexed by the whole batch's rows, and a TBO child's readers do not offset into "
        "them.",
        "enable_two_batch_overlap", _unified(on("enable_two_batch_overlap")), VersionRange(since="0.5.22")),
+    _s("handle_unified_memory_pool: --enable-unified-memory host-pool decode retraction does not support decode "
+       "radix-cache H2D/D2H transfers yet.",
+       "disaggregation_decode_enable_radix_cache",
+       _unified(_pd, lambda ctx: ctx.get("disaggregation_decode_retraction_backup") == "host_pool",
+                on("disaggregation_decode_enable_radix_cache")), VersionRange(since="0.5.21", until="0.5.22")),
     _s("handle_unified_memory_pool: --enable-unified-memory is not yet compatible with --enable-lmcache: the LMCache "
        "offload path indexes the device buffers with the ids it is handed, and under the unified pool those are "
        "VIRTUAL.", "enable_lmcache",
@@ -344,6 +350,12 @@ HISPARSE = (
                                       for f in ("nsa_prefill_backend", "nsa_decode_backend"))),
             "HiSparse requires flashmla_sparse NSA backends: use --nsa-prefill-backend / --nsa-decode-backend "
             "flashmla_sparse or omit them.", VersionRange(since="0.5.10", until="0.5.12")),
+    Refusal("validate_hisparse: HiSparse requires bfloat16 or fp8_e4m3 KV cache, but got --kv-cache-dtype={}. Please "
+            "use --kv-cache-dtype=bfloat16 or fp8_e4m3.", "kv_cache_dtype",
+            _hisparse(lambda ctx: _kv_dtype(ctx) not in ("bfloat16", "auto", "fp8_e4m3")
+                      and ctx.model_config is not None and "DeepseekV4" not in str(ctx.model_config.architecture)),
+            lambda ctx: f"HiSparse requires bfloat16 or fp8_e4m3 KV cache, but got --kv-cache-dtype={_kv_dtype(ctx)}.",
+            VersionRange(since="0.5.12", until="0.5.14")),
     _s("validate_hisparse_feature_combos: --enable-hisparse does not support --enable-mixed-chunk yet.",
        "enable_mixed_chunk",
        _hisparse(on("enable_mixed_chunk")), VersionRange(since="0.5.22")),
@@ -366,6 +378,13 @@ refusal_rule("SGD554", "hisparse-options", "Hierarchical sparse attention (enabl
 
 
 # --------------------------------------------------------------------------- SGD555 Mamba and linear-attention state
+def _hybrid(ctx: LaunchContext) -> bool:
+    """A hybrid (Mamba / linear-attention) model, known from config.json or the architecture."""
+    if ctx.model_config is not None:
+        return ctx.model_config.has_hybrid_layers or models.is_mamba_hybrid(ctx.model_config.architecture)
+    return models.is_mamba_hybrid(ctx.architecture)
+
+
 def _ssm_dtype(ctx: LaunchContext) -> object:
     """mamba_ssm_dtype as resolution has it: the flag, else the model's config.json (when known)."""
     if ctx.given("mamba_ssm_dtype"):
@@ -437,6 +456,44 @@ MAMBA_STATE = (
             and ctx.host is not None and ctx.host.sm is not None and ctx.host.sm >= 100,
             lambda ctx: "--linear-attn-decode-backend flashinfer on SM100+ requires --mamba-ssm-dtype bfloat16, got "
             f"{_ssm_dtype(ctx)!r}", VersionRange(since="0.5.10")),
+    Refusal("handle_linear_attn_backend: --enable-linear-replayssm requires --mamba-scheduler-strategy no_buffer "
+            "(the default); the extra_buffer ping-pong donation path is not yet supported (follow-up). Got "
+            "--mamba-scheduler-strategy={}.",
+            "mamba_radix_cache_strategy",
+            _with("enable_linear_replayssm",
+                  lambda ctx: ctx.get("mamba_radix_cache_strategy") in ("extra_buffer", "extra_buffer_lazy")),
+            "--enable-linear-replayssm requires --mamba-scheduler-strategy no_buffer (the default); the "
+            "extra_buffer ping-pong donation path is not yet supported.", VersionRange(since="0.5.15", until="0.5.16")),
+    _s("handle_linear_attn_backend: --enable-gdn-replayssm-spec is not yet compatible with mamba extra_buffer (radix "
+       "prefix caching); use --disable-radix-cache or --mamba-radix-cache-strategy no_buffer.",
+       "mamba_radix_cache_strategy",
+       _with("enable_gdn_replayssm_spec", lambda ctx: not radix_cache_off(ctx)
+             and ctx.get("mamba_radix_cache_strategy") in ("extra_buffer", "extra_buffer_lazy")),
+       VersionRange(since="0.5.16", until="0.5.17")),
+    Refusal("handle_linear_attn_backend: --enable-gdn-replayssm-spec requires --mamba-ssm-dtype float32, got {}. The "
+            "closed-loop exact fold keeps the committed state bit-identical to the recurrent baseline, which is only "
+            "meaningful against the fp32 checkpoint; a 16-bit checkpoint would re-quantize it every flush.",
+            "mamba_ssm_dtype",
+            _with("enable_gdn_replayssm_spec", lambda ctx: ctx.given("mamba_ssm_dtype")
+                  and ctx.get("mamba_ssm_dtype") != "float32"),
+            lambda ctx: "--enable-gdn-replayssm-spec requires --mamba-ssm-dtype float32, got "
+            f"{ctx.get('mamba_ssm_dtype')!r}.", VersionRange(since="0.5.16", until="0.5.17")),
+    Refusal("handle_linear_attn_backend: --linear-replayssm-cache-len must be a power of two for the circular "
+            "spec-verify ring, got {}.",
+            "linear_replayssm_cache_len",
+            _with("enable_gdn_replayssm_spec", lambda ctx: (n := ctx.int("linear_replayssm_cache_len", 16)) > 0
+                  and n & (n - 1) != 0),
+            lambda ctx: "--linear-replayssm-cache-len must be a power of two for the circular spec-verify ring, got "
+            f"{ctx.get('linear_replayssm_cache_len')}.", VersionRange(since="0.5.16", until="0.5.17")),
+    _s("validate_mamba_extra_buffer: extra_buffer_lazy unsupported with spec.", "mamba_radix_cache_strategy",
+       lambda ctx: ctx.get("mamba_radix_cache_strategy") == "extra_buffer_lazy" and _spec(ctx) and _hybrid(ctx)
+       and not radix_cache_off(ctx), VersionRange(since="0.5.14", until="0.5.17")),
+    Refusal("validate_mamba_extra_buffer: extra_buffer_lazy unsupported with {}; use --mamba-radix-cache-strategy "
+            "extra_buffer.", "mamba_radix_cache_strategy",
+            lambda ctx: ctx.get("mamba_radix_cache_strategy") == "extra_buffer_lazy" and algorithm(ctx) == "DFLASH"
+            and _hybrid(ctx) and not radix_cache_off(ctx) and not _pd(ctx),
+            "extra_buffer_lazy unsupported with DFLASH; use --mamba-radix-cache-strategy extra_buffer.",
+            VersionRange(since="0.5.17", until="0.5.18")),
     _s("handle_linear_attn_backend: --linear-attn-decode-backend flashkda is not supported: FlashKDA is "
        "prefill-only. Use --linear-attn-prefill-backend flashkda (decode stays on triton).",
        "linear_attn_decode_backend", lambda ctx: ctx.get("linear_attn_decode_backend") == "flashkda",
@@ -478,6 +535,15 @@ def _not_json_object(value: object) -> bool:
         return False  # not JSON at all: argparse's json.loads refuses it first
 
 
+def _hicache_dcp(*conditions: Condition) -> Condition:
+    return _with("enable_hierarchical_cache", _above("dcp_size"), *conditions)
+
+
+def _buffer_only_with_storage(condition: Condition) -> Condition:
+    return lambda ctx: (ctx.on("enable_hierarchical_cache") and ctx.get("hicache_host_memory_mode") == "buffer_only"
+                        and ctx.get("hicache_storage_backend") is not None and condition(ctx))
+
+
 def _linker(*conditions: Condition) -> Condition:
     return _with("enable_unified_cache_external_linker", *conditions)
 
@@ -494,6 +560,30 @@ HICACHE = (
        "enable_unified_cache_external_linker",
        _linker(lambda ctx: ctx.on("disable_radix_cache") or ctx.get("radix_cache_backend") is not None),
        VersionRange(since="0.5.23")),
+    _s("resolve_hicache_dcp_compatibility: --enable-lmcache with --dcp-size > 1 is not supported: LMCache has no "
+       "DCP-aware index translation.", "enable_lmcache",
+       _hicache_dcp(on("enable_lmcache")), VersionRange(since="0.5.17")),
+    _s("resolve_hicache_dcp_compatibility: --hicache-storage-backend (L3) with --dcp-size > 1 is not supported yet: "
+       "under DCP each rank holds a distinct interleaved MLA KV shard, so the rank-0-only replicated-MLA backup and "
+       "the storage keys must become dcp_rank-aware first. Run HiCache+DCP with L1/L2 only.",
+       "hicache_storage_backend", _hicache_dcp(given("hicache_storage_backend")),
+       VersionRange(since="0.5.17", until="0.5.23")),
+    _s("resolve_hicache_dcp_compatibility: HiCache L3 with DCP does not support buffer_only host memory.",
+       "hicache_host_memory_mode",
+       _hicache_dcp(given("hicache_storage_backend"), lambda ctx: ctx.get("hicache_host_memory_mode") == "buffer_only"),
+       VersionRange(since="0.5.23")),
+    _s("validate_hicache_host_memory_mode: --hicache-host-memory-mode buffer_only does not support "
+       "--hicache-write-policy write_back; use write_through or write_through_selective.",
+       "hicache_write_policy", _buffer_only_with_storage(lambda ctx: ctx.get("hicache_write_policy") == "write_back"),
+       VersionRange(since="0.5.19", until="0.5.22")),
+    _s("validate_hicache_host_memory_mode: --hicache-host-memory-mode buffer_only is not supported on decode "
+       "instances: the decode-side prefetch and offload paths bypass the buffer-mode pipeline, fetching without its "
+       "prefix context and never consuming its staged holds. Prefill instances share the standard scheduler path and "
+       "are supported.",
+       "hicache_host_memory_mode",
+       _buffer_only_with_storage(lambda ctx: ctx.get("disaggregation_mode") == "decode"
+                                 and (ctx.version >= (0, 5, 22, 0) or ctx.get("hicache_write_policy") != "write_back")),
+       VersionRange(since="0.5.19")),
     _s("handle_hicache: --enable-linker-mla-dedup requires the Mooncake linker.", "enable_linker_mla_dedup",
        both(on("enable_linker_mla_dedup"),
             lambda ctx: not ctx.on("enable_unified_cache_external_linker")
@@ -575,6 +665,16 @@ def _load_publish(ctx: LaunchContext) -> bool:
     return bool(mode) and mode.lower() != "off"
 
 
+def _has_key(value: object, key: str) -> bool:
+    """A JSON object flag (a table, or its JSON text) that has `key`."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return False
+    return isinstance(value, dict) and key in value
+
+
 def _not_json(value: object) -> bool:
     if not isinstance(value, str):
         return False
@@ -583,6 +683,41 @@ def _not_json(value: object) -> bool:
     except ValueError:
         return True
     return False
+
+
+# The server's watermark settings when the config leaves a key out (arg_groups/fields/exec_.py).
+_WATERMARK_DEFAULTS = {"key": None, "key_b": None, "context_window": 4, "mixing_probability": 0.5,
+                       "max_probability": 1.0, "default_enabled": False, "enforce_all": False}
+
+
+def _watermark_settings(ctx: LaunchContext) -> dict[str, object] | None:
+    """The settings an inline watermark_config gives (JSON starting with '{'); None for a file path
+    (read on the host) or a config SGLang's own loader refuses first."""
+    raw = ctx.get("watermark_config")
+    if not isinstance(raw, str) or not raw.lstrip().startswith("{"):
+        return None
+    try:
+        given = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(given, dict) or set(given) - set(_WATERMARK_DEFAULTS):
+        return None
+    return {**_WATERMARK_DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _setting(check: Callable[[dict[str, object]], bool]) -> Condition:
+    def fires(ctx: LaunchContext) -> bool:
+        settings = _watermark_settings(ctx)
+        return settings is not None and check(settings)
+    return _watermark(fires)
+
+
+def _mixing(settings: dict[str, object]) -> float | None:
+    return _number(settings["mixing_probability"])
 
 
 def _watermark(*conditions: Condition) -> Condition:
@@ -600,8 +735,27 @@ EVENTS_AND_WATERMARKS = (
             and _not_json(ctx.get("kv_events_config")),
             "--kv-events-config is not parseable: it must be the publisher's JSON settings",
             VersionRange(since="0.5.19")),
+    _s("handle_other_validations: watermark is not supported in --preferred-sampling-params",
+       "preferred_sampling_params", lambda ctx: _has_key(ctx.get("preferred_sampling_params"), "watermark"),
+       _WATERMARK),
     _s("check_watermark_server_args: --watermark-config requires --enable-watermark", "watermark_config",
        lambda ctx: ctx.get("watermark_config") is not None and not ctx.on("enable_watermark"), _WATERMARK),
+    _s("check_watermark_server_args: watermark context_window must be an integer from 1 to 64", "watermark_config",
+       _setting(lambda w: not (isinstance(w["context_window"], int) and not isinstance(w["context_window"], bool)
+                               and 1 <= w["context_window"] <= 64)), _WATERMARK),
+    _s("check_watermark_server_args: watermark key_b requires a server key", "watermark_config",
+       _setting(lambda w: w["key_b"] is not None and w["key"] is None), _WATERMARK),
+    _s("check_watermark_server_args: watermark mixing_probability must be strictly between 0 and 1",
+       "watermark_config", _setting(lambda w: (m := _mixing(w)) is not None and not 0 < m < 1), _WATERMARK),
+    _s("check_watermark_server_args: watermark mixing_probability requires key_b", "watermark_config",
+       _setting(lambda w: w["key_b"] is None and _mixing(w) is not None and 0 < (_mixing(w) or 0) < 1
+                and _mixing(w) != 0.5), _WATERMARK),
+    _s("check_watermark_server_args: watermark max_probability must be greater than 0 and at most 1",
+       "watermark_config",
+       _setting(lambda w: (p := _number(w["max_probability"])) is not None and not 0 < p <= 1), _WATERMARK),
+    _s("check_watermark_server_args: watermark default_enabled and enforce_all require a server key",
+       "watermark_config", _setting(lambda w: bool(w["default_enabled"] or w["enforce_all"]) and w["key"] is None),
+       _WATERMARK),
     _s("check_watermark_server_args: --enable-watermark is incompatible with --enable-custom-logit-processor",
        "enable_custom_logit_processor", _watermark(on("enable_custom_logit_processor")), _WATERMARK),
     _s("check_watermark_server_args: --enable-watermark is not supported with diffusion LLM", "dllm_algorithm",

@@ -250,6 +250,19 @@ refusal_rule("SGD531", "metrics-options", "Metrics options SGLang checks: the ex
 _NATIVE_GRPC = VersionRange(since="0.5.16")
 
 
+_NOT_JSON = object()  # argparse's json.loads refuses the value before any check runs
+
+
+def _decoded(value: object) -> object:
+    """A JSON-typed flag's value as SGLang's json.loads gives it (a table stays a table)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return _NOT_JSON
+    return value
+
+
 def _legacy_grpc(ctx: LaunchContext) -> bool:
     return ctx.on("smg_grpc_mode") or ctx.on("grpc_mode")
 
@@ -299,6 +312,16 @@ GRPC = (
     Refusal("handle_deprecated_args: --sidecar-args requires --sidecar.", "sidecar_args",
             lambda ctx: ctx.get("sidecar_args") is not None and ctx.get("sidecar") is None,
             "--sidecar-args requires --sidecar.", _NATIVE_GRPC),
+    Refusal("handle_deprecated_args: --sidecar-args must be a JSON array of strings.", "sidecar_args",
+            lambda ctx: ctx.get("sidecar_args") is not None and ctx.get("sidecar") is not None
+            and (decoded := _decoded(ctx.get("sidecar_args"))) is not _NOT_JSON
+            and not (isinstance(decoded, list) and all(isinstance(a, str) for a in decoded)),
+            "--sidecar-args must be a JSON array of strings.", _NATIVE_GRPC),
+    Refusal("handle_deprecated_args: --sidecar is not yet supported with SGLANG_RUST_SERVER: Rust-server mode does "
+            "not run the Python sidecar lifecycle.", "sidecar",
+            lambda ctx: bool(str(ctx.get("sidecar") or "").strip()) and bool(ctx.env_true("SGLANG_RUST_SERVER")),
+            "--sidecar is not yet supported with SGLANG_RUST_SERVER: Rust-server mode does not run the Python sidecar "
+            "lifecycle.", VersionRange(since="0.5.22", until="0.5.23")),
     Refusal("handle_deprecated_args: --sidecar must not be empty.", "sidecar",
             lambda ctx: isinstance(ctx.get("sidecar"), str) and not ctx.get("sidecar").strip(),
             "--sidecar must not be empty.", _NATIVE_GRPC),
@@ -407,6 +430,11 @@ def _gc_threshold_bad(ctx: LaunchContext) -> bool:
     return isinstance(value, list) and bool(value) and not 1 <= len(value) <= 3
 
 
+def _decodes_to_non_object(value: object) -> bool:
+    decoded = _decoded(value)
+    return value is not None and decoded is not _NOT_JSON and not isinstance(decoded, dict)
+
+
 # check_server_args' multi-item scoring asserts, before _handle_multi_item_scoring took them over.
 _MULTI_ITEM_CHECKS = VersionRange(since="0.5.3.post1", until="0.5.11")
 
@@ -457,10 +485,12 @@ SERVING_VALUES = (
             "{}", "limit_mm_data_per_request", lambda ctx: _bad_modality(ctx) is not None,
             lambda ctx: f"Invalid modality '{_bad_modality(ctx)}' in --limit-mm-data-per-request. Allowed modalities "
             "are: image, video, audio", VersionRange(since="0.5.7")),
+    Refusal("ServerArgs.__post_init__: --default-chat-template-kwargs must decode to a JSON object",
+            "default_chat_template_kwargs", lambda ctx: _decodes_to_non_object(ctx.get("default_chat_template_kwargs")),
+            "--default-chat-template-kwargs must decode to a JSON object",
+            VersionRange(since="0.5.16", until="0.5.18")),
     Refusal("handle_other_validations: --default-chat-template-kwargs must decode to a JSON object",
-            "default_chat_template_kwargs",
-            lambda ctx: ctx.get("default_chat_template_kwargs") is not None
-            and not isinstance(ctx.get("default_chat_template_kwargs"), dict),
+            "default_chat_template_kwargs", lambda ctx: _decodes_to_non_object(ctx.get("default_chat_template_kwargs")),
             "--default-chat-template-kwargs must decode to a JSON object", VersionRange(since="0.5.18")),
     Refusal("check_server_args: Multi-item scoring requires radix cache to be disabled. Please set "
             "--disable-radix-cache when using --multi-item-scoring-delimiter.", "disable_radix_cache",
