@@ -8,7 +8,7 @@ from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import LANGUAGE_ONLY_REFUSED, server_field
 from sgdeploy.sglang.rules.registry import ERROR, rule
-from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
+from sgdeploy.sglang.rules.sites import Condition, Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
 
 
@@ -126,7 +126,7 @@ def _retraction_backup(ctx: LaunchContext) -> object:
     return "host_pool" if _host_receive(ctx) else ctx.get("disaggregation_decode_retraction_backup")
 
 
-PD_OPTIONS = (
+PD_OPTIONS: tuple[Refusal, ...] = (
     Refusal("handle_cache_compatibility: --disaggregation-decode-retraction-backup=host_pool is only supported on a PD "
             "decode server.", lambda ctx: "disaggregation_decode_retraction_backup"
             if ctx.given("disaggregation_decode_retraction_backup") else "disaggregation_decode_host_receive_threshold",
@@ -150,8 +150,84 @@ PD_OPTIONS = (
             "--enable-response-store is not supported with --disaggregation-mode=prefill or decode",
             VersionRange(since="0.5.20")),
 )
+def _decode_sets(name: str) -> Condition:
+    return lambda ctx: _pd_mode(ctx) == "decode" and ctx.get(name) is not None
+
+
+def _decode_dp_without_round_robin(ctx: LaunchContext) -> bool:
+    return _pd_mode(ctx) == "decode" and ctx.int("dp_size", 1) > 1 and not ctx.on("prefill_round_robin_balance")
+
+
+def _transport(ctx: LaunchContext) -> object:
+    return ctx.get("mm_feature_transport")
+
+
+_ROUND_ROBIN = ("Prefill round robin balance is required when dp size > 1. Please make sure that the prefill instance "
+                "is launched with `--load-balance-method round_robin` and `--prefill-round-robin-balance` is set for "
+                "decode server.")
+_DECODE_TP, _DECODE_DP = ("Cannot set --disaggregation-decode-tp for the decode engine.",
+                          "Cannot set --disaggregation-decode-dp for the decode engine.")
+_DECODE_ENGINE = ((VersionRange(until="0.5.3"), "ServerArgs.__post_init__"),
+                  (VersionRange(since="0.5.3", until="0.5.7"), "handle_disaggregation"),
+                  (VersionRange(since="0.5.7", until="0.5.10"), "handle_pd_disaggregation"))
+PD_OPTIONS += (
+    *(Refusal(f"{function}: {message}", field, _decode_sets(field), message, versions)
+      for versions, function in _DECODE_ENGINE
+      for message, field in ((_DECODE_TP, "disaggregation_decode_tp"), (_DECODE_DP, "disaggregation_decode_dp"))),
+    Refusal(f"ServerArgs.__post_init__: {_ROUND_ROBIN}", "prefill_round_robin_balance", _decode_dp_without_round_robin,
+            _ROUND_ROBIN, VersionRange(since="0.5.2", until="0.5.3")),
+    Refusal(f"handle_disaggregation: {_ROUND_ROBIN}", "prefill_round_robin_balance", _decode_dp_without_round_robin,
+            _ROUND_ROBIN, VersionRange(since="0.5.3", until="0.5.7")),
+    Refusal(f"handle_pd_disaggregation: {_ROUND_ROBIN}", "prefill_round_robin_balance", _decode_dp_without_round_robin,
+            _ROUND_ROBIN, VersionRange(since="0.5.7", until="0.5.8")),
+    Refusal("handle_cache_compatibility: --disaggregation-decode-retraction-backup=host_pool requires "
+            "--disable-priority-preemption when priority scheduling is enabled.", "disable_priority_preemption",
+            lambda ctx: _retraction_backup(ctx) == "host_pool" and _pd_mode(ctx) == "decode"
+            and ctx.int("dcp_size", 1) <= 1 and ctx.on("enable_priority_scheduling")
+            and not ctx.on("disable_priority_preemption"),
+            "--disaggregation-decode-retraction-backup=host_pool requires --disable-priority-preemption when priority "
+            "scheduling is enabled.", VersionRange(since="0.5.18")),
+    Refusal("alias_bootstrap_port_to_api_port: SGLANG_RUST_SERVER serves the PD KV bootstrap registry on the api port "
+            "itself; --disaggregation-bootstrap-port {} conflicts with --port {}. Drop "
+            "--disaggregation-bootstrap-port (decode nodes and the PD router must then target the prefill api port).",
+            "disaggregation_bootstrap_port",
+            lambda ctx: bool(ctx.env_true("SGLANG_RUST_SERVER")) and _pd_mode(ctx) == "prefill"
+            and ctx.given("disaggregation_bootstrap_port")
+            and ctx.server["disaggregation_bootstrap_port"]
+            not in (ctx.catalog.default("disaggregation_bootstrap_port"), ctx.get("port")),
+            "SGLANG_RUST_SERVER serves the PD KV bootstrap registry on the api port itself; "
+            "--disaggregation-bootstrap-port conflicts with --port.", VersionRange(since="0.5.17")),
+    Refusal("handle_multimodal_feature_transport: --mm-feature-transport=cuda_ipc only supports a single node.",
+            "mm_feature_transport", lambda ctx: _transport(ctx) == "cuda_ipc" and ctx.int("nnodes", 1) > 1,
+            "--mm-feature-transport=cuda_ipc only supports a single node.", VersionRange(since="0.5.16")),
+    Refusal("handle_multimodal_feature_transport: --mm-feature-transport=cuda_ipc requires NVIDIA CUDA.", "device",
+            lambda ctx: _transport(ctx) == "cuda_ipc" and str(ctx.get("device") or "cuda") not in ("cuda", "auto"),
+            "--mm-feature-transport=cuda_ipc requires NVIDIA CUDA.", VersionRange(since="0.5.16")),
+    Refusal("handle_multimodal_feature_transport: --mm-feature-transport=cuda_vmm does not support pipeline "
+            "parallelism.", "pp_size", lambda ctx: _transport(ctx) == "cuda_vmm" and ctx.int("pp_size", 1) > 1,
+            "--mm-feature-transport=cuda_vmm does not support pipeline parallelism.", VersionRange(since="0.5.18")),
+    Refusal("handle_multimodal_feature_transport: --mm-feature-transport=cuda_vmm requires NVIDIA CUDA.", "device",
+            lambda ctx: _transport(ctx) == "cuda_vmm" and str(ctx.get("device") or "cuda") not in ("cuda", "auto"),
+            "--mm-feature-transport=cuda_vmm requires NVIDIA CUDA.", VersionRange(since="0.5.18")),
+    Refusal("handle_multimodal_feature_transport: --mm-feature-transport=cuda_vmm is not supported with "
+            "SGLANG_RUST_SERVER.", "mm_feature_transport",
+            lambda ctx: _transport(ctx) == "cuda_vmm" and bool(ctx.env_true("SGLANG_RUST_SERVER")),
+            "--mm-feature-transport=cuda_vmm is not supported with SGLANG_RUST_SERVER.",
+            VersionRange(since="0.5.18", until="0.5.20")),
+    Refusal("handle_multimodal_feature_transport: --keep-mm-feature-on-device conflicts with "
+            "--mm-feature-transport=cpu. Use only --mm-feature-transport=cuda_ipc.", "keep_mm_feature_on_device",
+            lambda ctx: ctx.on("keep_mm_feature_on_device") and _transport(ctx) == "cpu",
+            "--keep-mm-feature-on-device conflicts with --mm-feature-transport=cpu.",
+            VersionRange(since="0.5.16", until="0.5.18")),
+    Refusal("handle_multimodal_feature_transport: --keep-mm-feature-on-device conflicts with "
+            "--mm-feature-transport={}. Use only --mm-feature-transport=cuda_ipc.", "keep_mm_feature_on_device",
+            lambda ctx: ctx.on("keep_mm_feature_on_device") and _transport(ctx) in ("cpu", "cuda_vmm"),
+            lambda ctx: f"--keep-mm-feature-on-device conflicts with --mm-feature-transport={_transport(ctx)}.",
+            VersionRange(since="0.5.18", until="0.5.21")),
+)
 refusal_rule("SGD308", "pd-options-together",
-             "A PD-disaggregation option SGLang refuses outside the mode it belongs to, or out of range.",
+             "A PD-disaggregation option SGLang refuses outside the mode it belongs to, or out of range (and the "
+             "multimodal feature transports of encoder disaggregation).",
              "set disaggregation_mode as SGLang's message names, or drop the option", PD_OPTIONS)
 
 

@@ -408,7 +408,7 @@ def _fp8_cutlass_ep(quantizations: tuple[str, ...]) -> Callable[[LaunchContext],
 
 _TRTLLM = ("flashinfer_trtllm",)
 _ROUTED = ("flashinfer_trtllm_routed",)
-MOE_RUNNER_CONSTRAINTS = (
+MOE_RUNNER_CONSTRAINTS: tuple[Refusal, ...] = (
     Refusal("handle_moe_kernel_config: The expert parallel size must be 1 or the same as the tensor parallel size",
             "ep_size", _runner_ep_size, "The expert parallel size must be 1 or the same as the tensor parallel size",
             VersionRange(since="0.5.3")),
@@ -517,6 +517,47 @@ MOE_RUNNER_CONSTRAINTS = (
             _fp8_cutlass_ep(("fp8", "mxfp8")), "FP8/MXFP8 Cutlass MoE is only supported with ep_size == 1",
             VersionRange(since="0.5.9")),
 )
+MOE_RUNNER_CONSTRAINTS += (
+    Refusal("ServerArgs.__post_init__: The expert parallel size must be 1 or the same as the tensor parallel size",
+            "ep_size", _runner_ep_size, "The expert parallel size must be 1 or the same as the tensor parallel size",
+            VersionRange(until="0.5.3")),
+    Refusal("ServerArgs.__post_init__: modelopt_fp4 quantization is required for Flashinfer MOE", "moe_runner_backend",
+            _runner_quantization(("flashinfer_cutlass",), ("modelopt_fp4",)),
+            "modelopt_fp4 quantization is required for Flashinfer MOE", VersionRange(until="0.5.3")),
+    Refusal("ServerArgs.__post_init__: modelopt_fp4 quantization is required for Flashinfer TRTLLM MoE",
+            "moe_runner_backend", _runner_quantization(_TRTLLM, ("modelopt_fp4",)),
+            "modelopt_fp4 quantization is required for Flashinfer TRTLLM MoE",
+            VersionRange(since="0.5.2", until="0.5.3")),
+    Refusal("handle_moe_kernel_config: --quantization nvfp4_online supports only --moe-runner-backend "
+            "flashinfer_trtllm or flashinfer_trtllm_routed.", "moe_runner_backend",
+            lambda ctx: _quantization(ctx) == "nvfp4_online"
+            and ctx.get("moe_runner_backend", "auto") not in ("auto", "flashinfer_trtllm", "flashinfer_trtllm_routed"),
+            "--quantization nvfp4_online supports only --moe-runner-backend flashinfer_trtllm or "
+            "flashinfer_trtllm_routed.", VersionRange(since="0.5.14", until="0.5.15")),
+    Refusal("moe_runner_backend_quant_constraints: --quantization nvfp4_online supports only --moe-runner-backend "
+            "flashinfer_trtllm or flashinfer_trtllm_routed.", "moe_runner_backend",
+            lambda ctx: _quantization(ctx) == "nvfp4_online"
+            and ctx.get("moe_runner_backend", "auto") not in ("auto", "flashinfer_trtllm", "flashinfer_trtllm_routed"),
+            "--quantization nvfp4_online supports only --moe-runner-backend flashinfer_trtllm or "
+            "flashinfer_trtllm_routed.", VersionRange(since="0.5.15", until="0.5.18")),
+    Refusal("moe_runner_backend_quant_constraints: --quantization nvfp4_online supports only --moe-runner-backend "
+            "flashinfer_trtllm or flashinfer_trtllm_routed, or flashinfer_cutedsl.", "moe_runner_backend",
+            lambda ctx: _quantization(ctx) == "nvfp4_online" and ctx.get("moe_runner_backend", "auto")
+            not in ("auto", "flashinfer_trtllm", "flashinfer_trtllm_routed", "flashinfer_cutedsl"),
+            "--quantization nvfp4_online supports only --moe-runner-backend flashinfer_trtllm or "
+            "flashinfer_trtllm_routed, or flashinfer_cutedsl.", VersionRange(since="0.5.18", until="0.5.23")),
+    Refusal("handle_moe_kernel_config: flashinfer_cutedsl per-token NVFP4 activation requires moe_a2a_backend='none' "
+            "or 'flashinfer'.", "moe_a2a_backend",
+            lambda ctx: ctx.server.get("moe_runner_backend") == "flashinfer_cutedsl" and ctx.get("moe_a2a_backend") ==
+            "deepep" and (_quantization(ctx) == "nvfp4_online"
+                          or bool(ctx.env_true("SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION"))),
+            "flashinfer_cutedsl per-token NVFP4 activation requires moe_a2a_backend='none' or 'flashinfer'.",
+            VersionRange(since="0.5.18")),
+    Refusal("cutlass_moe_env_override: cutlass MoE is only supported with fp8/mxfp8 quantization", "quantization",
+            lambda ctx: bool(ctx.env_true("SGLANG_CUTLASS_MOE")) and _quantization(ctx) not in ("fp8", "mxfp8",
+                                                                                                 _UNKNOWN),
+            "cutlass MoE is only supported with fp8/mxfp8 quantization", VersionRange(since="0.5.15", until="0.5.18")),
+)
 refusal_rule("SGD117", "moe-runner-constraints",
              "An explicit moe_runner_backend that SGLang refuses with this quantization, ep_size or all-to-all "
              "backend.", "choose a MoE runner backend that supports the checkpoint's quantization (or leave it auto), "
@@ -556,7 +597,7 @@ def _elastic_scaling(ctx: LaunchContext) -> bool:
     return _elastic_backend(ctx) and isinstance(max_ep, int) and max_ep > ctx.int("tp_size", 1)
 
 
-PARALLEL_OPTIONS = (
+PARALLEL_OPTIONS: tuple[Refusal, ...] = (
     Refusal("validate_layernorm_sp: --enable-layernorm-sp is only supported for {}; got {}.", "enable_layernorm_sp",
             lambda ctx: _layernorm_sp(ctx) and ctx.architecture is not None
             and ctx.architecture not in _layernorm_sp_architectures(ctx),
@@ -710,6 +751,60 @@ PARALLEL_OPTIONS = (
             "--elastic-ep-initial-size is only valid for an Elastic EP deployment with --max-ep-size larger than its "
             "local TP size.", VersionRange(since="0.5.16")),
 )
+
+PARALLEL_OPTIONS += (
+    Refusal("handle_context_parallelism: --enable-prefill-context-parallel and --enable-nsa-prefill-context-parallel "
+            "are mutually exclusive. Use --enable-nsa-prefill-context-parallel for DeepSeek V3.2 (NSA) models and "
+            "--enable-prefill-context-parallel for MLA-based models (DeepSeek V3/R1, Kimi K2.5) or MHA/GQA-based "
+            "models.", "enable_prefill_context_parallel",
+            lambda ctx: ctx.on("enable_prefill_context_parallel")
+            and (ctx.on("enable_nsa_prefill_context_parallel") or ctx.on("enable_dsa_prefill_context_parallel")),
+            "--enable-prefill-context-parallel and --enable-nsa-prefill-context-parallel are mutually exclusive.",
+            VersionRange(since="0.5.13", until="0.5.20")),
+    Refusal("handle_data_parallelism: --dp-size {} with --attn-dp-size {}: data-parallel replicas combined with "
+            "attention data parallelism are not supported.", "attn_dp_size",
+            lambda ctx: ctx.int("dp_size", 1) > 1 and ctx.int("attn_dp_size", 1) > 1,
+            lambda ctx: f"--dp-size {ctx.int('dp_size', 1)} with --attn-dp-size {ctx.int('attn_dp_size', 1)}: "
+                        "data-parallel replicas combined with attention data parallelism are not supported.",
+            VersionRange(since="0.5.22")),
+    Refusal("context_parallel_attn_dp_size: --dp-size {} with --attn-dp-size {}: data-parallel replicas combined with "
+            "attention data parallelism are not supported.", "attn_dp_size",
+            lambda ctx: ctx.int("dp_size", 1) > 1 and ctx.int("attn_dp_size", 1) > 1,
+            lambda ctx: f"--dp-size {ctx.int('dp_size', 1)} with --attn-dp-size {ctx.int('attn_dp_size', 1)}: "
+                        "data-parallel replicas combined with attention data parallelism are not supported.",
+            VersionRange(since="0.5.22")),
+    Refusal("handle_dcp_validation: --dcp-replicate-q-proj only applies to the a2a/fi_a2a DCP communication backend "
+            "(it removes the head-dim Q all-gather); got --dcp-comm-backend={}.", "dcp_comm_backend",
+            lambda ctx: ctx.on("dcp_replicate_q_proj") and _dcp(ctx) > 1 and ctx.get("dcp_comm_backend") == "ag_rs",
+            "--dcp-replicate-q-proj only applies to the a2a/fi_a2a DCP communication backend; got "
+            "--dcp-comm-backend=ag_rs.", VersionRange(since="0.5.17", until="0.5.20")),
+    Refusal("handle_decode_context_parallelism: --dcp-replicate-q-proj only applies to the a2a/fi_a2a DCP "
+            "communication backend (it removes the head-dim Q all-gather); got --dcp-comm-backend={}.",
+            "dcp_comm_backend",
+            lambda ctx: ctx.on("dcp_replicate_q_proj") and _dcp(ctx) > 1 and ctx.get("dcp_comm_backend") == "ag_rs",
+            "--dcp-replicate-q-proj only applies to the a2a/fi_a2a DCP communication backend; got "
+            "--dcp-comm-backend=ag_rs.", VersionRange(since="0.5.20")),
+    Refusal("ServerArgs.__post_init__: Please set a dp-size > 1. You can use 1 < dp-size <= tp-size", "dp_size",
+            lambda ctx: ctx.on("enable_dp_attention") and ctx.int("dp_size", 1) <= 1,
+            "Please set a dp-size > 1. You can use 1 < dp-size <= tp-size", VersionRange(until="0.5.2")),
+    Refusal("handle_expert_distribution_metrics: SGLANG_ENABLE_EPLB_BALANCEDNESS_METRIC is no longer supported. Use "
+            "--expert-balancedness-report-mode with one of: off, server_log, prometheus, both.", "",
+            lambda ctx: bool(ctx.env_true("SGLANG_ENABLE_EPLB_BALANCEDNESS_METRIC")),
+            "SGLANG_ENABLE_EPLB_BALANCEDNESS_METRIC is no longer supported. Use --expert-balancedness-report-mode with "
+            "one of: off, server_log, prometheus, both.", VersionRange(since="0.5.18", until="0.5.21")),
+    Refusal("check_server_args: --enable-two-batch-overlap and --enforce-shared-experts-fusion cannot be used "
+            "together.", "enforce_shared_experts_fusion",
+            lambda ctx: ctx.on("enable_two_batch_overlap") and ctx.on("enforce_shared_experts_fusion"),
+            "--enable-two-batch-overlap and --enforce-shared-experts-fusion cannot be used together.",
+            VersionRange(since="0.5.12", until="0.5.14")),
+    Refusal("handle_shared_experts_tp: --shared-experts-tp-size requires an expert-parallel all-to-all backend "
+            "(deepep, megamoe, mooncake, ascend_fuseep or mori).", "moe_a2a_backend",
+            lambda ctx: ctx.get("shared_experts_tp_size") is not None and not _shared_experts_tp_bad(ctx)
+            and ctx.architecture == "KimiK3ForConditionalGeneration"
+            and ctx.get("moe_a2a_backend", "none") not in ("deepep", "megamoe", "mooncake", "ascend_fuseep", "mori"),
+            "--shared-experts-tp-size requires an expert-parallel all-to-all backend (deepep, megamoe, mooncake, "
+            "ascend_fuseep or mori).", VersionRange(since="0.5.21")),
+)
 refusal_rule("SGD118", "parallel-options-together",
              "A parallelism option SGLang refuses without the setting it depends on (layernorm SP, all-to-all and "
              "DCP options, dispatch algorithm, DWDP, elastic EP).",
@@ -742,7 +837,7 @@ def _recapture(condition: Callable[[LaunchContext], bool]) -> Callable[[LaunchCo
 
 _SCALE = VersionRange(since="0.5.16")
 _RECAPTURE = VersionRange(since="0.5.21")
-ELASTIC_EP = (
+ELASTIC_EP: tuple[Refusal, ...] = (
     Refusal("handle_elastic_ep: Elastic EP requires eplb_algorithm to be set to 'auto' or 'elasticity_aware'.",
             "eplb_algorithm", lambda ctx: _elastic_backend(ctx) and ctx.on("enable_eplb")
             and ctx.get("eplb_algorithm", "auto") not in ("auto", "elasticity_aware"),
@@ -915,6 +1010,20 @@ ELASTIC_EP = (
             lambda ctx: "Elastic EP scale-up requires --dcp-size to divide the fixed attention TP width (got dcp_size="
                         f"{_dcp(ctx)}, attn_tp_size={_attn_tp(ctx)}).", VersionRange(since="0.5.23")),
 )
+ELASTIC_EP += (
+    Refusal("handle_elastic_ep: --elastic-ep-rejoin (deprecated) conflicts with --elastic-ep-join-mode {}.",
+            "elastic_ep_rejoin",
+            lambda ctx: ctx.on("elastic_ep_rejoin") and ctx.get("ep_join_mode") not in (None, "recover"),
+            lambda ctx: f"--elastic-ep-rejoin (deprecated) conflicts with --elastic-ep-join-mode "
+                        f"{ctx.get('ep_join_mode')}.", VersionRange(since="0.5.16", until="0.5.21")),
+    Refusal("handle_elastic_ep: Invalid attention topology: tp_size={}, attn_dp_size={}, attn_cp_size={}.",
+            "attn_dp_size",
+            _scaling_and(lambda ctx: ctx.int("tp_size", 1) % max(ctx.int("attn_dp_size", 1)
+                                                                  * ctx.int("attn_cp_size", 1), 1) != 0),
+            lambda ctx: f"Invalid attention topology: tp_size={ctx.int('tp_size', 1)}, attn_dp_size="
+                        f"{ctx.int('attn_dp_size', 1)}, attn_cp_size={ctx.int('attn_cp_size', 1)}.",
+            VersionRange(since="0.5.23")),
+)
 refusal_rule("SGD119", "elastic-ep-layout",
              "An elastic-EP launch SGLang refuses: the EPLB algorithm, PP, and for runtime scale-up (max_ep_size > "
              "tp_size) the joining group, the all-to-all backend, attention DP and the CUDA graphs it needs.",
@@ -1033,7 +1142,7 @@ def _and(*conditions: Callable[[LaunchContext], bool]) -> Callable[[LaunchContex
 
 
 _DEEPEP_V2 = VersionRange(since="0.5.19")
-A2A_REQUIREMENTS = (
+A2A_REQUIREMENTS: tuple[Refusal, ...] = (
     Refusal("handle_a2a_moe: DeepEP v2 MoE currently supports only --moe-runner-backend deep_gemm. Got {}. Add a "
             "runner adapter before enabling DeepEP v2 with other MoE runners.", "moe_runner_backend",
             _and(_a2a("deepep_v2"), _explicit_runner_not("deep_gemm")),
@@ -1116,6 +1225,19 @@ A2A_REQUIREMENTS = (
             lambda ctx: ctx.get("attention_backend") == "flex_attention" and bool(ctx.get("speculative_algorithm")),
             "Speculative decoding is currently not supported with Flex Attention backend",
             VersionRange(since="0.5.3")),
+)
+A2A_REQUIREMENTS += (
+    Refusal("handle_attention_backend_compatibility: FA4 backend is only supported for prefill. Please use "
+            "`--prefill-attention-backend fa4` instead.", "attention_backend",
+            lambda ctx: "fa4" in (ctx.get("attention_backend"), ctx.get("decode_attention_backend")),
+            "FA4 backend is only supported for prefill. Please use `--prefill-attention-backend fa4` instead.",
+            VersionRange(since="0.5.4", until="0.5.8")),
+    Refusal("validate_flashinfer_megamoe_envs: SGLANG_FLASHINFER_MEGAMOE_COMBINE_DTYPE must be one of 'bf16', 'mxfp8', "
+            "or 'nvfp4', got {}.", "moe_a2a_backend",
+            lambda ctx: ctx.get("moe_a2a_backend") == "flashinfer_megamoe"
+            and ctx.env.get("SGLANG_FLASHINFER_MEGAMOE_COMBINE_DTYPE", "bf16") not in ("bf16", "mxfp8", "nvfp4"),
+            lambda ctx: "SGLANG_FLASHINFER_MEGAMOE_COMBINE_DTYPE must be one of 'bf16', 'mxfp8', or 'nvfp4', got "
+                        f"{ctx.env.get('SGLANG_FLASHINFER_MEGAMOE_COMBINE_DTYPE')}.", VersionRange(since="0.5.20")),
 )
 refusal_rule("SGD121", "a2a-backend-requirements",
              "What an MoE all-to-all backend (DeepEP v2, FlashInfer MegaMOE, MegaMoE, FlashInfer dispatch types) and "

@@ -238,7 +238,7 @@ def _below(value: int | None, minimum: int) -> bool:
 
 
 _AUX = VersionRange(since="0.5.23")
-SPECULATIVE_OPTIONS = (
+SPECULATIVE_OPTIONS: tuple[Refusal, ...] = (
     Refusal("handle_aux_hidden_state_capture: --return-aux-hidden-state-layer-ids requires "
             "--enable-return-aux-hidden-states.", "return_aux_hidden_state_layer_ids",
             lambda ctx: not _aux_capture(ctx) and ctx.get("return_aux_hidden_state_layer_ids") is not None,
@@ -291,6 +291,22 @@ SPECULATIVE_OPTIONS = (
             and algorithm(ctx) not in ("EAGLE", "EAGLE3", "NEXTN", "DFLASH", "DSPARK"),
             "--speculative-use-block-verification only supports EAGLE / EAGLE3 / NEXTN / DFLASH / DSPARK.",
             VersionRange(since="0.5.22")),
+)
+SPECULATIVE_OPTIONS += (
+    Refusal("handle_aux_hidden_state_capture: --return-aux-hidden-state-layer-ids must not be empty.",
+            "return_aux_hidden_state_layer_ids",
+            lambda ctx: _aux_capture(ctx) and algorithm(ctx) == "EAGLE3"
+            and ctx.get("return_aux_hidden_state_layer_ids") == [],
+            "--return-aux-hidden-state-layer-ids must not be empty.", _AUX),
+    Refusal("handle_speculative_decoding: --speculative-use-block-verification only supports CUDA or ROCm.", "device",
+            lambda ctx: ctx.on("speculative_use_block_verification") and _device_not("cuda", "hip", "rocm")(ctx),
+            "--speculative-use-block-verification only supports CUDA or ROCm.", VersionRange(since="0.5.22")),
+    Refusal("handle_speculative_decoding: Spec v2 currently only supports topk = 1 for speculative decoding.",
+            "speculative_eagle_topk",
+            lambda ctx: bool(ctx.env_true("SGLANG_ENABLE_SPEC_V2")) and algorithm(ctx) in EAGLE_FAMILY
+            and (_number(ctx, "speculative_eagle_topk") or 1) > 1,
+            "Spec v2 currently only supports topk = 1 for speculative decoding.",
+            VersionRange(since="0.5.7", until="0.5.11")),
 )
 refusal_rule("SGD215", "speculative-options-together",
              "A speculative-decoding option SGLang refuses without the setting it depends on (auxiliary hidden-state "
@@ -362,7 +378,7 @@ _DSPARK = VersionRange(since="0.5.16")
 _UNO = VersionRange(since="0.5.20")
 _REJECTION = VersionRange(since="0.5.14")
 DFLASH, DSPARK, NGRAM, UNO = (_algorithm_is(n) for n in ("DFLASH", "DSPARK", "NGRAM", "UNO"))
-ALGORITHM_REQUIREMENTS = (
+ALGORITHM_REQUIREMENTS: tuple[Refusal, ...] = (
     Refusal("handle_speculative_decoding: Currently DFLASH speculative decoding does not support dp attention.",
             "speculative_algorithm", _both(DFLASH, _attn_dp),
             "Currently DFLASH speculative decoding does not support dp attention.", _DFLASH_V1),
@@ -564,6 +580,125 @@ ALGORITHM_REQUIREMENTS = (
             "attention_backend", _both(UNO, _uno_default_backend_not_fa3),
             "UNO requires FA3 for both prefill and decode attention (SGLang picks FA3 by itself only on Hopper).",
             _UNO),
+)
+def _sam_budget_too_big(ctx: LaunchContext) -> bool:
+    budget, draft = _number(ctx, "speculative_ngram_external_sam_budget"), _number(ctx, "speculative_num_draft_tokens")
+    return budget is not None and budget > 0 and budget > (12 if draft is None else draft) - 1
+
+
+def _uno_q_f_k(ctx: LaunchContext) -> tuple[int, int, int]:
+    """UNO tree mode's verify width Q, draft width F (steps + 1) and candidate top-k K."""
+    steps = _number(ctx, "speculative_num_steps") or 0
+    return _number(ctx, "speculative_num_draft_tokens") or 0, steps + 1, _number(ctx, "speculative_eagle_topk") or 1
+
+
+def _uno_capacity(ctx: LaunchContext) -> int:
+    q, f, k = _uno_q_f_k(ctx)
+    capacity, nodes = 1, 1
+    for _ in range(f - 1):
+        nodes *= k
+        capacity += nodes
+        if capacity >= q:
+            break
+    return capacity
+
+
+def _uno_tree_sized(ctx: LaunchContext) -> bool:
+    q, f, _ = _uno_q_f_k(ctx)
+    return _uno_tree(ctx) and q >= 1 and f >= 2
+
+
+_NGRAM_CORPUS = VersionRange(since="0.5.11", until="0.5.13")
+ALGORITHM_REQUIREMENTS += (
+    Refusal("handle_speculative_decoding: --speculative-ngram-external-corpus-max-tokens must be positive when "
+            "--speculative-ngram-external-corpus-path is set.", "speculative_ngram_external_corpus_max_tokens",
+            _both(NGRAM, lambda ctx: bool(ctx.get("speculative_ngram_external_corpus_path")),
+                  _given_below("speculative_ngram_external_corpus_max_tokens", 1)),
+            "--speculative-ngram-external-corpus-max-tokens must be positive when "
+            "--speculative-ngram-external-corpus-path is set.", _NGRAM_CORPUS),
+    Refusal("handle_speculative_decoding: --speculative-ngram-external-sam-budget must be positive when "
+            "--speculative-ngram-external-corpus-path is set.", "speculative_ngram_external_sam_budget",
+            _both(NGRAM, lambda ctx: bool(ctx.get("speculative_ngram_external_corpus_path")),
+                  _given_below("speculative_ngram_external_sam_budget", 1)),
+            "--speculative-ngram-external-sam-budget must be positive when --speculative-ngram-external-corpus-path "
+            "is set.", _NGRAM_CORPUS),
+    Refusal("handle_speculative_decoding: speculative_ngram_external_sam_budget must be less than or equal to "
+            "speculative_num_draft_tokens - 1 ({}).", "speculative_ngram_external_sam_budget",
+            _both(NGRAM, lambda ctx: bool(ctx.get("speculative_ngram_external_corpus_path")), _sam_budget_too_big),
+            "speculative_ngram_external_sam_budget must be less than or equal to speculative_num_draft_tokens - 1.",
+            _NGRAM_CORPUS),
+    Refusal("handle_ngram: speculative_ngram_external_sam_budget must be less than or equal to "
+            "speculative_num_draft_tokens - 1 ({}).", "speculative_ngram_external_sam_budget",
+            _both(NGRAM, lambda ctx: bool(ctx.get("speculative_ngram_external_corpus_path")), _sam_budget_too_big),
+            "speculative_ngram_external_sam_budget must be less than or equal to speculative_num_draft_tokens - 1.",
+            VersionRange(since="0.5.13")),
+    Refusal("handle_speculative_decoding: DFLASH requires --speculative-dflash-draft-window-size to be positive, got "
+            "{}.", "speculative_dflash_draft_window_size",
+            _both(DFLASH, _given_below("speculative_dflash_draft_window_size", 1)),
+            lambda ctx: "DFLASH requires --speculative-dflash-draft-window-size to be positive, got "
+                        f"{_number(ctx, 'speculative_dflash_draft_window_size')}.",
+            VersionRange(since="0.5.11", until="0.5.12")),
+    Refusal("handle_speculative_decoding: DFLASH --speculative-dflash-draft-window-size must be >= "
+            "--speculative-num-draft-tokens (block_size). window_size={}, block_size={}.",
+            "speculative_dflash_draft_window_size",
+            _both(DFLASH, lambda ctx: 0 < (_number(ctx, "speculative_dflash_draft_window_size") or 0)
+                  < (_number(ctx, "speculative_num_draft_tokens") or 0)),
+            "DFLASH --speculative-dflash-draft-window-size must be >= --speculative-num-draft-tokens (block_size).",
+            VersionRange(since="0.5.11", until="0.5.12")),
+    Refusal("handle_speculative_decoding: --speculative-draft-window-size must be >= --speculative-num-draft-tokens "
+            "(block_size). window_size={}, block_size={}.", "speculative_draft_window_size",
+            _both(DFLASH, _window_below_draft),
+            "--speculative-draft-window-size must be >= --speculative-num-draft-tokens (block_size).",
+            VersionRange(since="0.5.12", until="0.5.13")),
+    Refusal("handle_dflash: DFLASH with dp attention requires CUDA or NPU.", "device",
+            _both(DFLASH, _attn_dp, lambda ctx: ctx.get("device") != "npu", _device_not("cuda")),
+            "DFLASH with dp attention requires CUDA or NPU.", VersionRange(since="0.5.23")),
+    Refusal("handle_dflash: DFLASH with dp attention requires SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION=0.",
+            "speculative_algorithm",
+            _both(DFLASH, _attn_dp, lambda ctx: ctx.get("device") != "npu", lambda ctx: ctx.on("enable_dp_lm_head"),
+                  lambda ctx: ctx.int("attn_cp_size", 1) == 1,
+                  lambda ctx: bool(ctx.env_true("SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION"))),
+            "DFLASH with dp attention requires SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION=0.",
+            VersionRange(since="0.5.23")),
+    Refusal("handle_eagle_family: --speculative-use-rejection-sampling with multi-layer EAGLE "
+            "(--enable-multi-layer-eagle) requires --speculative-eagle-topk 1; rejection sampling is only implemented "
+            "for the linear (topk=1) chain.", "speculative_eagle_topk",
+            _both(_rejection, _algorithm_is("EAGLE", "EAGLE3", "NEXTN"), lambda ctx: ctx.on("enable_multi_layer_eagle"),
+                  lambda ctx: (_number(ctx, "speculative_eagle_topk") or 1) > 1),
+            "--speculative-use-rejection-sampling with multi-layer EAGLE (--enable-multi-layer-eagle) requires "
+            "--speculative-eagle-topk 1", VersionRange(since="0.5.16")),
+    Refusal("handle_uno: UNO tree mode requires --speculative-num-steps to be positive, got {}.",
+            "speculative_num_steps", _both(_uno_tree, _given_below("speculative_num_steps", 1)),
+            lambda ctx: "UNO tree mode requires --speculative-num-steps to be positive, got "
+                        f"{_number(ctx, 'speculative_num_steps')}.", _UNO),
+    Refusal("handle_uno: UNO tree mode requires Q >= F; got Q={}, F={}.", "speculative_num_draft_tokens",
+            _both(_uno_tree_sized, lambda ctx: _uno_q_f_k(ctx)[0] < _uno_q_f_k(ctx)[1]),
+            lambda ctx: f"UNO tree mode requires Q >= F; got Q={_uno_q_f_k(ctx)[0]}, F={_uno_q_f_k(ctx)[1]}.", _UNO),
+    Refusal("handle_uno: UNO tree mode currently supports at most Q=128 verify nodes, got Q={}.",
+            "speculative_num_draft_tokens",
+            _both(_uno_tree_sized, lambda ctx: _uno_q_f_k(ctx)[1] <= _uno_q_f_k(ctx)[0] and _uno_q_f_k(ctx)[0] > 128),
+            lambda ctx: f"UNO tree mode currently supports at most Q=128 verify nodes, got Q={_uno_q_f_k(ctx)[0]}.",
+            _UNO),
+    Refusal("handle_uno: UNO tree mode currently supports Q*K <= 2048; got Q*K={}*{}={}.", "speculative_eagle_topk",
+            _both(_uno_tree_sized, lambda ctx: _uno_q_f_k(ctx)[1] <= _uno_q_f_k(ctx)[0] <= 128
+                  and _uno_q_f_k(ctx)[0] * _uno_q_f_k(ctx)[2] > 2048),
+            "UNO tree mode currently supports Q*K <= 2048", _UNO),
+    Refusal("handle_uno: UNO tree mode cannot build the requested Q from F and K: Q={} exceeds capacity={} for F={}, "
+            "K={}.", "speculative_num_draft_tokens",
+            _both(_uno_tree_sized, lambda ctx: _uno_q_f_k(ctx)[1] <= _uno_q_f_k(ctx)[0] <= 128
+                  and _uno_q_f_k(ctx)[0] * _uno_q_f_k(ctx)[2] <= 2048 and _uno_q_f_k(ctx)[0] > _uno_capacity(ctx)),
+            lambda ctx: f"UNO tree mode cannot build the requested Q from F and K: Q={_uno_q_f_k(ctx)[0]} exceeds "
+                        f"capacity={_uno_capacity(ctx)}.", _UNO),
+    Refusal("handle_uno: UNO tree mode cannot represent the requested Q in EAGLE's parent-list ABI: Q-1={} exceeds "
+            "K*(F-2)+1={} for F={}, K={}.", "speculative_num_draft_tokens",
+            _both(_uno_tree_sized, lambda ctx: _uno_q_f_k(ctx)[1] <= _uno_q_f_k(ctx)[0] <= 128
+                  and _uno_q_f_k(ctx)[0] * _uno_q_f_k(ctx)[2] <= 2048 and _uno_q_f_k(ctx)[0] <= _uno_capacity(ctx)
+                  and _uno_q_f_k(ctx)[0] - 1 > _uno_q_f_k(ctx)[2] * max(_uno_q_f_k(ctx)[1] - 2, 0) + 1),
+            "UNO tree mode cannot represent the requested Q in EAGLE's parent-list ABI", _UNO),
+    Refusal("handle_uno: UNO tree mode reuses EAGLE target-only sampling and requires both speculative accept "
+            "thresholds to be 1.0.", "speculative_accept_threshold_single", _both(_uno_tree, _thresholds_set),
+            "UNO tree mode reuses EAGLE target-only sampling and requires both speculative accept thresholds to be "
+            "1.0.", _UNO),
 )
 refusal_rule("SGD216", "speculative-algorithm-requirements",
              "What a speculative algorithm requires (DFLASH, DSpark, NGRAM, UNO, rejection sampling): devices, DP "
