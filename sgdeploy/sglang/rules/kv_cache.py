@@ -782,8 +782,20 @@ refusal_rule("SGD557", "events-and-watermark-options", "KV-event load publishing
 
 
 # --------------------------------------------------------------------------- SGD558 KV cache dtype and backend
+def _deepseek_v3_trtllm_mla(ctx: LaunchContext) -> bool:
+    """DeepSeek V3/R1 (no index_topk) on SM100 with no attention backend given: its model branch picks
+    trtllm_mla (0.5.3.post2 and later) before the MLA checks run."""
+    config = ctx.model_config
+    return (config is not None and config.architecture == "DeepseekV3ForCausalLM"
+            and config.value("index_topk") is None and ctx.version >= (0, 5, 3, 2)
+            and not any(ctx.get(f) for f in ("attention_backend", "prefill_attention_backend",
+                                             "decode_attention_backend"))
+            and ctx.host is not None and ctx.host.sm is not None and ctx.host.sm // 10 == 10)
+
+
 def _given_backend(ctx: LaunchContext, name: str, *, decode: bool = True) -> bool:
-    return ctx.get("attention_backend") == name or (decode and ctx.get("decode_attention_backend") == name)
+    return (ctx.get("attention_backend") == name or (decode and ctx.get("decode_attention_backend") == name)
+            or (name == "trtllm_mla" and _deepseek_v3_trtllm_mla(ctx)))
 
 
 def _mla_dtype(backend: str, allowed: tuple[str, ...], decode: bool = True) -> Condition:

@@ -146,7 +146,7 @@ _SITE = "handle_cache_compatibility: "
 CACHE_OPTIONS = (
     Refusal(_SITE + "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot "
             "be used at the same time. Please use only one of them.", "disable_radix_cache",
-            both(on("enable_hierarchical_cache"), on("disable_radix_cache")),
+            both(on("enable_hierarchical_cache"), radix_cache_off),
             "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot be used "
             "at the same time.", VersionRange(since="0.5.3")),
     Refusal("ServerArgs.__post_init__: The arguments enable-hierarchical-cache and disable-radix-cache are mutually "
