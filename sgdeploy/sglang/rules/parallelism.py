@@ -117,6 +117,7 @@ DP_LM_HEAD_RESET = VersionRange(since="0.5.3")
 # MoE all-to-all backends that set ep_size to tp_size ("The expert parallel size is adjusted to
 # be the same as the tensor parallel size"); every backend but these two, in every release.
 A2A_KEEPS_EP_SIZE = {None, "none", "ascend_tp"}
+MEGAMOE_RUNNER_ALIAS = VersionRange(since="0.5.18")
 
 
 def attn_dp_size(ctx: LaunchContext) -> int:
@@ -136,9 +137,23 @@ def dp_ranks(ctx: LaunchContext) -> int:
     return ctx.int("dp_size", 1)
 
 
+def moe_a2a(ctx: LaunchContext) -> object:
+    """The MoE all-to-all backend after resolution: from 0.5.18 `--moe-runner-backend megamoe` is an alias
+    that sets moe_a2a_backend = megamoe (and the runner back to auto)."""
+    if ctx.version in MEGAMOE_RUNNER_ALIAS and ctx.get("moe_runner_backend") == "megamoe":
+        return "megamoe"
+    return ctx.get("moe_a2a_backend", "none")
+
+
+def moe_runner(ctx: LaunchContext) -> object:
+    if ctx.version in MEGAMOE_RUNNER_ALIAS and ctx.get("moe_runner_backend") == "megamoe":
+        return "auto"
+    return ctx.get("moe_runner_backend", "auto")
+
+
 def ep_size(ctx: LaunchContext) -> int:
     """ep_size after the MoE all-to-all backend has set it."""
-    if ctx.get("moe_a2a_backend", "none") not in A2A_KEEPS_EP_SIZE:
+    if moe_a2a(ctx) not in A2A_KEEPS_EP_SIZE:
         return ctx.int("tp_size", 1)
     return ctx.int("ep_size", 1)
 
@@ -209,7 +224,7 @@ def tp_not_divisible_by_attn_dp(ctx: LaunchContext) -> Iterator[Finding]:
       "enable_two_batch_overlap needs an MoE all-to-all backend (0.5.7-0.5.14) or, without one, attention DP "
       "(0.5.15+).", "set moe_a2a_backend (e.g. deepep), or drop enable_two_batch_overlap")
 def two_batch_overlap(ctx: LaunchContext) -> Iterator[Finding]:
-    if not ctx.on("enable_two_batch_overlap") or ctx.get("moe_a2a_backend", "none") not in (None, "none"):
+    if not ctx.on("enable_two_batch_overlap") or moe_a2a(ctx) not in (None, "none"):
         return
     if ctx.version in TBO_NEEDS_A2A:
         yield Finding("server.enable_two_batch_overlap", "SGLang refuses it: 'When enabling two batch overlap, "
@@ -304,7 +319,7 @@ FLASHINFER_A2A_TOPOLOGY = VersionRange(since="0.5.13")
       "runner backend.", "set moe_runner_backend = \"flashinfer_cutlass\" and attention DP equal to tp_size, "
       "or another moe_a2a_backend")
 def flashinfer_a2a_layout(ctx: LaunchContext) -> Iterator[Finding]:
-    if ctx.get("moe_a2a_backend") != "flashinfer":
+    if moe_a2a(ctx) != "flashinfer":
         return
     tp = ctx.int("tp_size", 1)
     # 0.5.23 also takes Muse Spark's prefill sequence parallelism (TP4/EP4, TP8/EP8) without attention DP.
@@ -398,7 +413,7 @@ def _runner_ep_size(ctx: LaunchContext) -> bool:
 
 def _cutedsl_a2a(allowed: tuple[str, ...]) -> Callable[[LaunchContext], bool]:
     return lambda ctx: ctx.server.get("moe_runner_backend") == "flashinfer_cutedsl" and \
-        ctx.get("moe_a2a_backend", "none") not in allowed
+        moe_a2a(ctx) not in allowed
 
 
 def _fp8_cutlass_ep(quantizations: tuple[str, ...]) -> Callable[[LaunchContext], bool]:
@@ -548,7 +563,7 @@ MOE_RUNNER_CONSTRAINTS += (
             "flashinfer_trtllm_routed, or flashinfer_cutedsl.", VersionRange(since="0.5.18", until="0.5.23")),
     Refusal("handle_moe_kernel_config: flashinfer_cutedsl per-token NVFP4 activation requires moe_a2a_backend='none' "
             "or 'flashinfer'.", "moe_a2a_backend",
-            lambda ctx: ctx.server.get("moe_runner_backend") == "flashinfer_cutedsl" and ctx.get("moe_a2a_backend") ==
+            lambda ctx: ctx.server.get("moe_runner_backend") == "flashinfer_cutedsl" and moe_a2a(ctx) ==
             "deepep" and (_quantization(ctx) == "nvfp4_online"
                           or bool(ctx.env_true("SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION"))),
             "flashinfer_cutedsl per-token NVFP4 activation requires moe_a2a_backend='none' or 'flashinfer'.",
@@ -645,26 +660,26 @@ PARALLEL_OPTIONS: tuple[Refusal, ...] = (
     Refusal("handle_a2a_moe: --flashinfer-a2a-dispatch-type requires --moe-a2a-backend flashinfer.",
             "flashinfer_a2a_dispatch_type",
             lambda ctx: ctx.get("flashinfer_a2a_dispatch_type") not in (None, "auto")
-            and ctx.get("moe_a2a_backend") != "flashinfer",
+            and moe_a2a(ctx) != "flashinfer",
             "--flashinfer-a2a-dispatch-type requires --moe-a2a-backend flashinfer.", VersionRange(since="0.5.20")),
     Refusal("handle_a2a_moe: moe_a2a_backend='pplx' requires --enable-dp-attention with at least 2 DP groups "
             "(--dp-size >= 2).", "moe_a2a_backend",
-            lambda ctx: ctx.get("moe_a2a_backend") == "pplx" and attn_dp_size(ctx) < 2,
+            lambda ctx: moe_a2a(ctx) == "pplx" and attn_dp_size(ctx) < 2,
             "moe_a2a_backend='pplx' requires --enable-dp-attention with at least 2 DP groups (--dp-size >= 2).",
             VersionRange(since="0.5.17", until="0.5.22")),
     Refusal("handle_a2a_moe: moe_a2a_backend='pplx' requires attention DP with at least 2 groups "
             "(--attn-dp-size >= 2).",
-            "moe_a2a_backend", lambda ctx: ctx.get("moe_a2a_backend") == "pplx" and attn_dp_size(ctx) < 2,
+            "moe_a2a_backend", lambda ctx: moe_a2a(ctx) == "pplx" and attn_dp_size(ctx) < 2,
             "moe_a2a_backend='pplx' requires attention DP with at least 2 groups (--attn-dp-size >= 2).",
             VersionRange(since="0.5.22")),
     Refusal("handle_a2a_moe: moe_a2a_backend='pplx' only supports low-latency mode; set --deepep-mode to 'low_latency' "
             "or 'auto'.", "deepep_mode",
-            lambda ctx: ctx.get("moe_a2a_backend") == "pplx" and ctx.get("deepep_mode") == "normal",
+            lambda ctx: moe_a2a(ctx) == "pplx" and ctx.get("deepep_mode") == "normal",
             "moe_a2a_backend='pplx' only supports low-latency mode; set --deepep-mode to 'low_latency' or 'auto'.",
             VersionRange(since="0.5.17")),
     Refusal("handle_a2a_moe: moe_a2a_backend='pplx' is only supported with --moe-runner-backend deep_gemm (or auto).",
             "moe_runner_backend",
-            lambda ctx: ctx.get("moe_a2a_backend") == "pplx" and ctx.get("moe_runner_backend", "auto")
+            lambda ctx: moe_a2a(ctx) == "pplx" and ctx.get("moe_runner_backend", "auto")
             not in ("deep_gemm", "auto"),
             "moe_a2a_backend='pplx' is only supported with --moe-runner-backend deep_gemm (or auto).",
             VersionRange(since="0.5.17")),
@@ -712,7 +727,7 @@ PARALLEL_OPTIONS: tuple[Refusal, ...] = (
             "only holds up when an a2a backend routes each token to a single rank. Use --ep-dispatch-algorithm dynamic "
             "with --moe-a2a-backend none.", "ep_dispatch_algorithm",
             lambda ctx: ctx.get("ep_dispatch_algorithm") in ("static", "lp")
-            and ctx.get("moe_a2a_backend", "none") in (None, "none"),
+            and moe_a2a(ctx) in (None, "none"),
             lambda ctx: f"--ep-dispatch-algorithm {ctx.get('ep_dispatch_algorithm')} picks a different physical "
                         "replica per rank, which only holds up when an a2a backend routes each token to a single rank. "
                         "Use --ep-dispatch-algorithm dynamic with --moe-a2a-backend none.",
@@ -723,7 +738,7 @@ PARALLEL_OPTIONS: tuple[Refusal, ...] = (
             VersionRange(since="0.5.17")),
     Refusal("check_mega_moe_compat: --moe-a2a-backend megamoe has no two-batch / single-batch overlap decomposition; "
             "disable --enable-two-batch-overlap and --enable-single-batch-overlap.", "moe_a2a_backend",
-            lambda ctx: ctx.get("moe_a2a_backend") == "megamoe"
+            lambda ctx: moe_a2a(ctx) == "megamoe"
             and (ctx.on("enable_two_batch_overlap") or ctx.on("enable_single_batch_overlap")),
             "--moe-a2a-backend megamoe has no two-batch / single-batch overlap decomposition; disable "
             "--enable-two-batch-overlap and --enable-single-batch-overlap.", VersionRange(since="0.5.21")),
@@ -801,7 +816,7 @@ PARALLEL_OPTIONS += (
             "(deepep, megamoe, mooncake, ascend_fuseep or mori).", "moe_a2a_backend",
             lambda ctx: ctx.get("shared_experts_tp_size") is not None and not _shared_experts_tp_bad(ctx)
             and ctx.architecture == "KimiK3ForConditionalGeneration"
-            and ctx.get("moe_a2a_backend", "none") not in ("deepep", "megamoe", "mooncake", "ascend_fuseep", "mori"),
+            and moe_a2a(ctx) not in ("deepep", "megamoe", "mooncake", "ascend_fuseep", "mori"),
             "--shared-experts-tp-size requires an expert-parallel all-to-all backend (deepep, megamoe, mooncake, "
             "ascend_fuseep or mori).", VersionRange(since="0.5.21")),
 )
@@ -996,7 +1011,7 @@ ELASTIC_EP: tuple[Refusal, ...] = (
             lambda ctx: f"Elastic EP scale-up requires attn_dp_size == tp_size (got attn_dp_size={attn_dp_size(ctx)}, "
                         f"tp_size={ctx.int('tp_size', 1)}).", VersionRange(since="0.5.22", until="0.5.23")),
     Refusal("handle_elastic_ep: Elastic EP scale-up requires --moe-a2a-backend nixl (got moe_a2a_backend={}).",
-            "moe_a2a_backend", _scaling_and(lambda ctx: ctx.get("moe_a2a_backend", "none") != "nixl"),
+            "moe_a2a_backend", _scaling_and(lambda ctx: moe_a2a(ctx) != "nixl"),
             lambda ctx: f"Elastic EP scale-up requires --moe-a2a-backend nixl (got moe_a2a_backend="
                         f"{ctx.get('moe_a2a_backend', 'none')}).", _SCALE),
     Refusal("handle_elastic_ep: Elastic EP scale-up with attention TP greater than one requires --moe-dense-tp-size 1 "
@@ -1120,12 +1135,12 @@ refusal_rule("SGD120", "pipeline-and-dwdp-compat",
 
 # --------------------------------------------------------------------------- all-to-all backends' own requirements
 def _a2a(name: str) -> Callable[[LaunchContext], bool]:
-    return lambda ctx: ctx.get("moe_a2a_backend") == name
+    return lambda ctx: moe_a2a(ctx) == name
 
 
 def _explicit_runner_not(*names: str) -> Callable[[LaunchContext], bool]:
     """An explicit MoE runner other than `names` (SGLang resolves `auto` to the one it needs)."""
-    return lambda ctx: ctx.get("moe_runner_backend", "auto") not in ("auto", *names)
+    return lambda ctx: moe_runner(ctx) not in ("auto", *names)
 
 
 def _dispatch_type(ctx: LaunchContext) -> object:
@@ -1172,7 +1187,7 @@ A2A_REQUIREMENTS: tuple[Refusal, ...] = (
     Refusal("validate_deepep_v2_speculative_draft: DeepEP v2 MoE is not validated as a speculative draft backend. "
             "Select another --speculative-moe-a2a-backend.", "speculative_moe_a2a_backend",
             lambda ctx: (ctx.get("speculative_moe_a2a_backend") or (
-                ctx.get("moe_a2a_backend") if ctx.get("speculative_algorithm")
+                moe_a2a(ctx) if ctx.get("speculative_algorithm")
                 and str(ctx.get("speculative_algorithm")).upper() != "NGRAM" else None)) == "deepep_v2",
             "DeepEP v2 MoE is not validated as a speculative draft backend. Select another "
             "--speculative-moe-a2a-backend.", _DEEPEP_V2),
@@ -1234,7 +1249,7 @@ A2A_REQUIREMENTS += (
             VersionRange(since="0.5.4", until="0.5.8")),
     Refusal("validate_flashinfer_megamoe_envs: SGLANG_FLASHINFER_MEGAMOE_COMBINE_DTYPE must be one of 'bf16', 'mxfp8', "
             "or 'nvfp4', got {}.", "moe_a2a_backend",
-            lambda ctx: ctx.get("moe_a2a_backend") == "flashinfer_megamoe"
+            lambda ctx: moe_a2a(ctx) == "flashinfer_megamoe"
             and ctx.env.get("SGLANG_FLASHINFER_MEGAMOE_COMBINE_DTYPE", "bf16") not in ("bf16", "mxfp8", "nvfp4"),
             lambda ctx: "SGLANG_FLASHINFER_MEGAMOE_COMBINE_DTYPE must be one of 'bf16', 'mxfp8', or 'nvfp4', got "
                         f"{ctx.env.get('SGLANG_FLASHINFER_MEGAMOE_COMBINE_DTYPE')}.", VersionRange(since="0.5.20")),
