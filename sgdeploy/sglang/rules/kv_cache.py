@@ -268,7 +268,8 @@ UNIFIED_MEMORY = (
        _unified(_above("dcp_size"), lambda ctx: _mla(ctx) is False), VersionRange(since="0.5.20")),
     _s("handle_kv4_compatibility: FP4 KV cache does not yet support --enable-unified-memory: the unified MHA pool "
        "does not allocate FP4 block scales or the prefill dequant workspace.", "kv_cache_dtype",
-       _unified(lambda ctx: str(ctx.get("kv_cache_dtype") or "") == "fp4_e2m1"), VersionRange(since="0.5.21")),
+       _unified(lambda ctx: str(ctx.get("kv_cache_dtype") or "") in ("nvfp4", "fp4_mx_block16")),
+       VersionRange(since="0.5.21")),
 )
 
 refusal_rule("SGD552", "unified-memory-pool", "The unified memory pool (enable_unified_memory, 0.5.15 and later) "
@@ -803,6 +804,55 @@ def _mla_dtype(backend: str, allowed: tuple[str, ...], decode: bool = True) -> C
                         and _kv_dtype(ctx) not in allowed)
 
 
+# handle_kv4_compatibility's lists per release (read from the wheels): (MLA, MHA) backends, then
+# the decode backends with an fa4 prefill.
+_KV4_LISTS = (
+    (VersionRange(until="0.5.16"), ("cutlass_mla", "flashinfer", "trtllm_mla", "flashmla"),
+     ("cutlass_mla", "flashinfer", "trtllm_mla")),
+    (VersionRange(since="0.5.16", until="0.5.20"), ("cutlass_mla", "flashinfer", "trtllm_mla"),
+     ("cutlass_mla", "flashinfer", "trtllm_mla")),
+    (VersionRange(since="0.5.20"), ("flashinfer", "trtllm_mla"), ("flashinfer", "trtllm_mla")),
+)
+_KV4_MHA = ("triton", "torch_native", "flex_attention", "trtllm_mha")
+_KV4_FA4_MHA = ("triton", "torch_native", "flex_attention")
+
+
+def _kv4(ctx: LaunchContext) -> bool:
+    """An FP4 KV cache whose backends SGLang leaves as given: fp4_e2m1 before 0.5.16, then nvfp4 and
+    fp4_mx_block16 (from 0.5.21 nvfp4 gets its own prefill/decode pair first)."""
+    dtype = _kv_dtype(ctx)
+    if ctx.version < (0, 5, 16, 0):
+        return dtype == "fp4_e2m1"
+    return dtype == "fp4_mx_block16" or (dtype == "nvfp4" and ctx.version < (0, 5, 21, 0))
+
+
+def _kv4_lists(ctx: LaunchContext, fa4: bool) -> tuple[str, ...]:
+    """The backends the KV4 check allows for this model: MLA or MHA from config.json, both unknown."""
+    mla_list, fa4_mla_list = next((a, b) for versions, a, b in _KV4_LISTS if ctx.version in versions)
+    mla, mha = (fa4_mla_list, _KV4_FA4_MHA) if fa4 else (mla_list, _KV4_MHA)
+    is_mla = _mla(ctx)
+    return mla if is_mla else mha if is_mla is False else (*mla, *mha)
+
+
+def _kv4_backend(ctx: LaunchContext) -> str | None:
+    """The single attention backend the KV4 check reads: attention_backend given alone (not fa4)."""
+    backend = ctx.get("attention_backend")
+    if not _kv4(ctx) or not isinstance(backend, str) or backend == "fa4":
+        return None
+    if ctx.get("prefill_attention_backend") or ctx.get("decode_attention_backend"):
+        return None
+    return backend
+
+
+def _kv4_fa4_decode(ctx: LaunchContext) -> str | None:
+    """With an fa4 prefill, the decode backend the KV4 check reads (when it is given)."""
+    if not _kv4(ctx):
+        return None
+    prefill = ctx.get("prefill_attention_backend") or ctx.get("attention_backend")
+    decode = ctx.get("decode_attention_backend") or ctx.get("attention_backend")
+    return decode if prefill == "fa4" and isinstance(decode, str) else None
+
+
 _TRTLLM_MLA = "TensorRT-LLM MLA backend only supports kv-cache-dtype of "
 _CUTEDSL_DTYPES = ("fp8_e4m3", "bf16", "bfloat16", "auto")
 
@@ -860,6 +910,30 @@ KV_CACHE_DTYPE = (
             "kv_cache_dtype", _mla_dtype("cutedsl_mla", _CUTEDSL_DTYPES),
             "CuteDSL MLA backend only supports kv-cache-dtype of fp8_e4m3, bf16, or auto.",
             VersionRange(since="0.5.15")),
+    Refusal("handle_kv4_compatibility: KV4 MHA expects attention_backend to be one of {}, but got {}",
+            "attention_backend",
+            lambda ctx: _mla(ctx) is not True and (b := _kv4_backend(ctx)) is not None
+            and b not in _kv4_lists(ctx, fa4=False),
+            lambda ctx: f"KV4 MHA expects attention_backend to be one of {list(_KV4_MHA)}, but got "
+            f"{_kv4_backend(ctx)}", VersionRange(since="0.5.7")),
+    Refusal("handle_kv4_compatibility: KV4 MLA expects attention_backend to be one of {}, but got {}",
+            "attention_backend",
+            lambda ctx: _mla(ctx) is True and (b := _kv4_backend(ctx)) is not None
+            and b not in _kv4_lists(ctx, fa4=False),
+            lambda ctx: f"KV4 MLA expects attention_backend to be one of {list(_kv4_lists(ctx, fa4=False))}, but got "
+            f"{_kv4_backend(ctx)}", VersionRange(since="0.5.7")),
+    Refusal("handle_kv4_compatibility: KV4 FA4 MHA expects decode_attention_backend to be one of {}, but got {}",
+            "decode_attention_backend",
+            lambda ctx: _mla(ctx) is not True and (d := _kv4_fa4_decode(ctx)) is not None
+            and d not in _kv4_lists(ctx, fa4=True),
+            lambda ctx: f"KV4 FA4 MHA expects decode_attention_backend to be one of {list(_KV4_FA4_MHA)}, but got "
+            f"{_kv4_fa4_decode(ctx)}", VersionRange(since="0.5.7")),
+    Refusal("handle_kv4_compatibility: KV4 FA4 MLA expects decode_attention_backend to be one of {}, but got {}",
+            "decode_attention_backend",
+            lambda ctx: _mla(ctx) is True and (d := _kv4_fa4_decode(ctx)) is not None
+            and d not in _kv4_lists(ctx, fa4=True),
+            lambda ctx: "KV4 FA4 MLA expects decode_attention_backend to be one of "
+            f"{list(_kv4_lists(ctx, fa4=True))}, but got {_kv4_fa4_decode(ctx)}", VersionRange(since="0.5.7")),
     _s("handle_nvfp4_prefill_kv_dequant_dtype: --prefill-kv-cache-dequant-dtype applies only with "
        "--kv-cache-dtype=nvfp4.",
        "prefill_kv_cache_dequant_dtype", lambda ctx: not _nvfp4(ctx) and _dequant(ctx) != "auto", _NVFP4),
