@@ -121,8 +121,8 @@ def test_plan_changes_nothing(host: HostSet, profiles: dict[str, Path], capsys: 
     before = unit_state(host)["MainPID"]
     code, result = sgdeploy(host, "plan", str(profiles["other"]), capsys=capsys)
     assert (code, result["status"]) == (0, "planned")
-    assert [s["step"] for s in result["steps"]] == ["lock", "stop", "wait_gpus_idle", "install", "start",
-                                                    "wait_ready", "check_health", "record"]
+    assert [s["step"] for s in result["steps"]] == ["lock", "sglang_check", "stop", "wait_gpus_idle", "install",
+                                                    "start", "wait_ready", "check_health", "record"]
     assert unit_state(host)["MainPID"] == before
 
 
@@ -190,17 +190,17 @@ def test_wrapped_multi_rank_failure_names_its_first_cause(host: HostSet, profile
     assert health(host) == 200
 
 
-def test_stray_gpu_process_makes_apply_wait_then_restore(host: HostSet, profiles: dict[str, Path],
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_stray_gpu_process_is_refused_before_the_stop(host: HostSet, profiles: dict[str, Path],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
     ensure_good(host, profiles, capsys)
+    before = unit_state(host)["MainPID"]
     pid = host.plant_stray("ct129", gpu=1, mib=4000, name="stray-trainer")
     try:
         code, result = sgdeploy(host, "apply", str(profiles["other"]), "--gpu-idle-timeout", "3", capsys=capsys)
-        assert code == 1, result["message"]
-        assert result["failure"]["kind"] == "gpus_busy"
-        assert f"pid {pid}" in result["failure"]["reason"] and "stray-trainer" in result["failure"]["reason"]
-        assert result["rollback"]["ready"] is True
-        assert unit_state(host)["ActiveState"] == "active"
+        assert (code, result["status"]) == (2, "refused"), result["message"]
+        held = [d for d in result["diagnostics"] if d["rule"] == "SGD710"]
+        assert held and f"pid {pid}" in held[0]["message"] and "stray-trainer" in held[0]["message"]
+        assert unit_state(host)["MainPID"] == before
         assert "max-running-requests 16" in running_cmdline(host)
     finally:
         host.ssh("ct129", f"kill {pid}", check=False)
@@ -228,9 +228,10 @@ def test_offline_invalid_profile_is_refused_before_connecting(host: HostSet, tmp
 
 def test_failure_without_previous_deployment_exits_3(host: HostSet, profiles: dict[str, Path],
                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    host.ssh("ct129", "systemctl stop sglang", check=False)  # its server would hold the new unit's GPUs (SGD710)
     host.configure_sim("ct129", failure="graph_capture", fail_when_arg=[BROKEN])
     code, result = sgdeploy(host, "apply", str(profiles["fresh-unit"]), capsys=capsys)
-    assert (code, result["status"]) == (3, "failed")
+    assert (code, result["status"]) == (3, "failed"), result["message"]
     assert "no previous deployment" in result["message"]
     assert unit_state(host, "sglang-fresh")["ActiveState"] in ("inactive", "failed")
 
