@@ -252,7 +252,7 @@ def _spec_name(ctx: LaunchContext) -> str | None:
     return str(value).upper() if value else None
 
 
-PD_TRANSFER = (
+PD_TRANSFER: tuple[Refusal, ...] = (
     Refusal("handle_pd_disaggregation: --disaggregation-decode-enable-radix-cache is incompatible with "
             "--enable-hisparse",
             "disaggregation_decode_enable_radix_cache", lambda ctx: _decode_radix(ctx) and ctx.on("enable_hisparse"),
@@ -333,6 +333,46 @@ PD_TRANSFER = (
             lambda ctx: _decode_dcp(ctx) and ctx.on("enable_hierarchical_cache"),
             "PD decode DCP currently requires chunk cache; --enable-hierarchical-cache is not supported.",
             VersionRange(since="0.5.17", until="0.5.21")),
+)
+def _prefill_complete_unsupported(ctx: LaunchContext) -> list[str]:
+    """What `--disaggregation-decode-allocation-policy prefill_complete` does not support yet (0.5.22+)."""
+    found = []
+    if _pd_mode(ctx) not in ("prefill", "decode"):
+        found.append("aggregated serving")
+    if _transfer(ctx) != "mooncake":
+        found.append("transfer backends other than Mooncake")
+    if ctx.int("pp_size", 1) != 1 or ctx.int("attn_cp_size", 1) != 1 or ctx.int("dcp_size", 1) != 1:
+        found.append("pipeline or attention context parallelism")
+    # SGLang compares with dp_size under enable_dp_attention, which it has already turned into attn_dp_size.
+    if ctx.int("tp_size", 1) != 1:
+        found.append("attention tensor parallelism greater than one")
+    if ctx.on("enable_pdmux"):
+        found.append("PD multiplexing or decoupled speculation")
+    if ctx.on("enable_pd_role_switch"):
+        found.append("runtime PD role switching")
+    if ctx.on("encoder_only") or ctx.on("language_only"):
+        found.append("encoder disaggregation")
+    if ctx.on("enable_hisparse"):
+        found.append("HiSparse")
+    if _host_receive(ctx):
+        found.append("decode host KV buffering")
+    if _pd_mode(ctx) == "decode" and (ctx.on("disaggregation_decode_enable_radix_cache")
+                                      or ctx.on("enable_hierarchical_cache")):
+        found.append("decode radix cache or decode HiCache")
+    if bool(ctx.env_true("SGLANG_DISAGG_STAGING_BUFFER")):
+        found.append("staging buffers")
+    if bool(ctx.env_true("SGLANG_RUST_SERVER")):
+        found.append("the Rust bootstrap registry")
+    return found
+
+
+PD_TRANSFER += (
+    Refusal("validate_prefill_complete: --disaggregation-decode-allocation-policy prefill_complete does not yet "
+            "support {}", "disaggregation_decode_allocation_policy",
+            lambda ctx: ctx.get("disaggregation_decode_allocation_policy") == "prefill_complete"
+            and bool(_prefill_complete_unsupported(ctx)),
+            lambda ctx: "--disaggregation-decode-allocation-policy prefill_complete does not yet support "
+                        + ", ".join(_prefill_complete_unsupported(ctx)), VersionRange(since="0.5.22")),
 )
 refusal_rule("SGD309", "pd-transfer-requirements",
              "What a PD-disaggregated node requires of its transfer backend and caches (decode radix cache, the fake "

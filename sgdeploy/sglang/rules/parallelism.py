@@ -386,17 +386,29 @@ def _quantization(ctx: LaunchContext) -> str | None:
         return None if value in (None, "unquant") else str(value)
     sm = ctx.host.sm if ctx.host else None
     if ctx.architecture in _AUTO_QUANTIZATION_ARCHITECTURES and (sm is None or sm >= 100):
+        if ctx.model_config is None:
+            return _UNKNOWN
         # DeepSeek V3 without a declared method is fp8 when its safetensors hold fp8 experts.
-        if ctx.model_config is None or ctx.architecture == "DeepseekV3ForCausalLM":
+        if ctx.model_config.quant_method is None and ctx.architecture == "DeepseekV3ForCausalLM":
             return _UNKNOWN
         return ctx.model_config.quant_method
     return None
 
 
+def _effective_runner(ctx: LaunchContext) -> object:
+    """The MoE runner SGLang's kernel checks see: the megamoe alias resolved, and with mxfp8 quantization any
+    runner but cutlass and the FlashInfer TRT-LLM ones replaced by flashinfer_trtllm (with a warning)."""
+    runner = moe_runner(ctx) if ctx.given("moe_runner_backend") else None
+    if _quantization(ctx) == "mxfp8" and runner not in (None, "auto", "cutlass", "flashinfer_trtllm",
+                                                        "flashinfer_trtllm_routed"):
+        return "flashinfer_trtllm"
+    return runner
+
+
 def _runner_quantization(runners: tuple[str, ...], allowed: tuple[str | None, ...]) -> Callable[[LaunchContext], bool]:
     def fires(ctx: LaunchContext) -> bool:
         quantization = _quantization(ctx)
-        return ctx.server.get("moe_runner_backend") in runners and quantization != _UNKNOWN and \
+        return _effective_runner(ctx) in runners and quantization != _UNKNOWN and \
             quantization not in allowed
     return fires
 
@@ -408,20 +420,20 @@ def _invalid_quantization(runner_words: str, allowed_words: str) -> Callable[[La
 
 def _runner_ep_size(ctx: LaunchContext) -> bool:
     runners = ("flashinfer_cutlass", "flashinfer_cutedsl")
-    return ctx.server.get("moe_runner_backend") in runners and ep_size(ctx) not in (1, ctx.int("tp_size", 1))
+    return _effective_runner(ctx) in runners and ep_size(ctx) not in (1, ctx.int("tp_size", 1))
 
 
 def _cutedsl_a2a(allowed: tuple[str, ...]) -> Callable[[LaunchContext], bool]:
-    return lambda ctx: ctx.server.get("moe_runner_backend") == "flashinfer_cutedsl" and \
+    return lambda ctx: _effective_runner(ctx) == "flashinfer_cutedsl" and \
         moe_a2a(ctx) not in allowed
 
 
 def _fp8_cutlass_ep(quantizations: tuple[str, ...]) -> Callable[[LaunchContext], bool]:
-    return lambda ctx: ctx.server.get("moe_runner_backend") == "cutlass" and \
+    return lambda ctx: _effective_runner(ctx) == "cutlass" and \
         _quantization(ctx) in quantizations and ep_size(ctx) != 1
 
 
-_TRTLLM = ("flashinfer_trtllm",)
+_TRTLLM = ("flashinfer_trtllm", "experimental_sgl_trtllm")
 _ROUTED = ("flashinfer_trtllm_routed",)
 MOE_RUNNER_CONSTRAINTS: tuple[Refusal, ...] = (
     Refusal("handle_moe_kernel_config: The expert parallel size must be 1 or the same as the tensor parallel size",
@@ -563,7 +575,7 @@ MOE_RUNNER_CONSTRAINTS += (
             "flashinfer_trtllm_routed, or flashinfer_cutedsl.", VersionRange(since="0.5.18", until="0.5.23")),
     Refusal("handle_moe_kernel_config: flashinfer_cutedsl per-token NVFP4 activation requires moe_a2a_backend='none' "
             "or 'flashinfer'.", "moe_a2a_backend",
-            lambda ctx: ctx.server.get("moe_runner_backend") == "flashinfer_cutedsl" and moe_a2a(ctx) ==
+            lambda ctx: _effective_runner(ctx) == "flashinfer_cutedsl" and moe_a2a(ctx) ==
             "deepep" and (_quantization(ctx) == "nvfp4_online"
                           or bool(ctx.env_true("SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION"))),
             "flashinfer_cutedsl per-token NVFP4 activation requires moe_a2a_backend='none' or 'flashinfer'.",
@@ -572,6 +584,37 @@ MOE_RUNNER_CONSTRAINTS += (
             lambda ctx: bool(ctx.env_true("SGLANG_CUTLASS_MOE")) and _quantization(ctx) not in ("fp8", "mxfp8",
                                                                                                  _UNKNOWN),
             "cutlass MoE is only supported with fp8/mxfp8 quantization", VersionRange(since="0.5.15", until="0.5.18")),
+)
+def _hybrid_nvfp4(ctx: LaunchContext) -> bool | None:
+    """A hybrid FP8 + NVFP4-MoE checkpoint (SGLang's nvfp4_moe_meta); None without its config.json."""
+    if ctx.model_config is None:
+        return None
+    quant = ctx.model_config.value("quantization_config")
+    return isinstance(quant, dict) and str(quant.get("quant_algo", "")).upper() == "MIXED_PRECISION" \
+        and str(quant.get("moe_quant_algo", "")).upper() == "NVFP4" and quant.get("group_size") is not None
+
+
+def _cutedsl_quantization(allowed: tuple[str, ...]) -> Callable[[LaunchContext], bool]:
+    """CuteDSL's check from 0.5.15: the quantizations it lists, or a hybrid NVFP4 checkpoint (config.json)."""
+    return lambda ctx: _effective_runner(ctx) == "flashinfer_cutedsl" and _hybrid_nvfp4(ctx) is False \
+        and _quantization(ctx) not in (*allowed, _UNKNOWN)
+
+
+MOE_RUNNER_CONSTRAINTS += (
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer CuteDSL MOE currently supports only: "
+            "'modelopt_fp4' or hybrid NVFP4 models.", "moe_runner_backend", _cutedsl_quantization(("modelopt_fp4",)),
+            _invalid_quantization("CuteDSL MOE currently", "'modelopt_fp4' or hybrid NVFP4 models"),
+            VersionRange(since="0.5.15", until="0.5.16")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer CuteDSL MOE currently supports only: "
+            "'modelopt_fp4', 'modelopt_mixed' (with NVFP4 MoE layers), or hybrid NVFP4 models.", "moe_runner_backend",
+            _cutedsl_quantization(("modelopt_fp4", "modelopt_mixed")),
+            _invalid_quantization("CuteDSL MOE currently", "'modelopt_fp4', 'modelopt_mixed' (with NVFP4 MoE layers), "
+                                  "or hybrid NVFP4 models"), VersionRange(since="0.5.16", until="0.5.18")),
+    Refusal("handle_moe_kernel_config: Invalid quantization '{}'. FlashInfer CuteDSL MOE currently supports only: "
+            "'modelopt_fp4', 'modelopt_mixed' (with NVFP4 MoE layers), 'nvfp4_online', or hybrid NVFP4 models.",
+            "moe_runner_backend", _cutedsl_quantization(("modelopt_fp4", "modelopt_mixed", "nvfp4_online")),
+            _invalid_quantization("CuteDSL MOE currently", "'modelopt_fp4', 'modelopt_mixed' (with NVFP4 MoE layers), "
+                                  "'nvfp4_online', or hybrid NVFP4 models"), VersionRange(since="0.5.18")),
 )
 refusal_rule("SGD117", "moe-runner-constraints",
              "An explicit moe_runner_backend that SGLang refuses with this quantization, ep_size or all-to-all "
