@@ -194,6 +194,18 @@ def _unified(*conditions: Condition) -> Condition:
     return _with("enable_unified_memory", *conditions)
 
 
+def _not_mooncake(ctx: LaunchContext) -> bool:
+    return bool(ctx.get("disaggregation_transfer_backend", "mooncake") != "mooncake")
+
+
+def _tree_topk(ctx: LaunchContext) -> bool:
+    return _spec(ctx) and ctx.get("speculative_eagle_topk") not in (None, 1)
+
+
+def _eagle(ctx: LaunchContext) -> bool:
+    return algorithm(ctx) in ("EAGLE", "EAGLE3", "NEXTN")
+
+
 UNIFIED_MEMORY = (
     _s("handle_unified_memory_pool: --enable-unified-memory is not yet compatible with PD disaggregation.",
        "disaggregation_mode",
@@ -266,6 +278,57 @@ UNIFIED_MEMORY = (
        "supports MLA models only (e.g. kimi-linear): the MHA unified pool has no DCP-aware masked write path "
        "(UnifiedMHATokenToKVPool.set_kv_buffer asserts dcp_kv_mask is None).", "dcp_size",
        _unified(_above("dcp_size"), lambda ctx: _mla(ctx) is False), VersionRange(since="0.5.20")),
+    Refusal("handle_unified_memory_pool: --enable-unified-memory with PD disaggregation supports only the mooncake "
+            "transfer backend; got {}.",
+            "disaggregation_transfer_backend", _unified(_pd, _not_mooncake),
+            lambda ctx: "--enable-unified-memory with PD disaggregation supports only the mooncake transfer backend; "
+            f"got {ctx.get('disaggregation_transfer_backend')!r}.", VersionRange(since="0.5.18", until="0.5.21")),
+    Refusal("handle_unified_memory_pool: --enable-unified-memory with PD disaggregation supports only these transfer "
+            "backends: {}; got {}.",
+            "disaggregation_transfer_backend", _unified(_pd, _not_mooncake),
+            lambda ctx: "--enable-unified-memory with PD disaggregation supports only these transfer backends: "
+            f"mooncake; got {ctx.get('disaggregation_transfer_backend')!r}.", VersionRange(since="0.5.21")),
+    Refusal("handle_unified_memory_pool: --enable-unified-memory only supports --speculative-algorithm DSPARK (chain "
+            "draft); other speculative algorithms are not yet audited for the unified pool's virtual/dense loc "
+            "translation. Got --speculative-algorithm={}.",
+            "speculative_algorithm", _unified(lambda ctx: algorithm(ctx) not in (None, "DSPARK")),
+            lambda ctx: "--enable-unified-memory only supports --speculative-algorithm DSPARK (chain draft); ... Got "
+            f"--speculative-algorithm={algorithm(ctx)!r}.", VersionRange(since="0.5.18", until="0.5.19")),
+    Refusal("handle_unified_memory_pool: --enable-unified-memory only supports --speculative-algorithm DSPARK (chain "
+            "draft); other speculative algorithms are not yet audited for the unified pool's virtual/kernel-facing "
+            "loc translation. Got --speculative-algorithm={}.",
+            "speculative_algorithm", _unified(lambda ctx: algorithm(ctx) not in (None, "DSPARK")),
+            lambda ctx: "--enable-unified-memory only supports --speculative-algorithm DSPARK (chain draft); ... Got "
+            f"--speculative-algorithm={algorithm(ctx)!r}.", VersionRange(since="0.5.19", until="0.5.22")),
+    Refusal("handle_unified_memory_pool: --enable-unified-memory + DSPARK supports a linear draft chain only "
+            "(--speculative-eagle-topk in {}); tree verify is not audited for the unified pool. Got "
+            "--speculative-eagle-topk={}.", "speculative_eagle_topk",
+            _unified(lambda ctx: algorithm(ctx) == "DSPARK", _tree_topk),
+            "--enable-unified-memory + DSPARK supports a linear draft chain only (--speculative-eagle-topk in "
+            "{None, 1}); tree verify is not audited for the unified pool.",
+            VersionRange(since="0.5.18", until="0.5.22")),
+    Refusal("handle_unified_memory_pool: --enable-unified-memory supports a linear draft chain only "
+            "(--speculative-eagle-topk in {}); tree verify relocates accepted tokens one at a time inside the target "
+            "pool, which the unified pool's page-granular move_kv_cache cannot express. Got "
+            "--speculative-eagle-topk={}.",
+            "speculative_eagle_topk", _unified(_tree_topk),
+            "--enable-unified-memory supports a linear draft chain only (--speculative-eagle-topk in {None, 1}).",
+            VersionRange(since="0.5.22")),
+    _s("handle_unified_memory_pool: --enable-unified-memory + EAGLE/EAGLE3 does not support "
+       "--disaggregation-decode-retraction-backup=host_pool: the backup builds the draft's host pool off the draft's "
+       "own device pool, which a fused EAGLE draft does not have.",
+       "disaggregation_decode_retraction_backup",
+       _unified(_eagle, lambda ctx: ctx.get("disaggregation_decode_retraction_backup") == "host_pool"),
+       VersionRange(since="0.5.22")),
+    _s("handle_unified_memory_pool: --enable-unified-memory + EAGLE/EAGLE3 does not support "
+       "--enable-hierarchical-cache: HiCache keeps the draft on a private pool, and would pack an MTP head's KV into "
+       "the target's page-envelope host pool, which refuses per-layer draft loads.",
+       "enable_hierarchical_cache", _unified(_eagle, on("enable_hierarchical_cache")), VersionRange(since="0.5.22")),
+    _s("validate_unified_memory_dcp: --enable-unified-memory with decode context parallelism (--dcp-size > 1) does "
+       "not support PD disaggregation: the transfer ships whole page envelopes, which under DCP hold only this "
+       "rank's shard of each widened page. Rejected here rather than at the first KV transfer, where "
+       "translate_kv_indices_for_transfer would abort a server that had already booted.", "disaggregation_mode",
+       _unified(_above("dcp_size"), _pd, lambda ctx: _mla(ctx) is not False), VersionRange(since="0.5.20")),
     _s("handle_kv4_compatibility: FP4 KV cache does not yet support --enable-unified-memory: the unified MHA pool "
        "does not allocate FP4 block scales or the prefill dequant workspace.", "kv_cache_dtype",
        _unified(lambda ctx: str(ctx.get("kv_cache_dtype") or "") in ("nvfp4", "fp4_mx_block16")),
@@ -486,6 +549,11 @@ MAMBA_STATE = (
                   and n & (n - 1) != 0),
             lambda ctx: "--linear-replayssm-cache-len must be a power of two for the circular spec-verify ring, got "
             f"{ctx.get('linear_replayssm_cache_len')}.", VersionRange(since="0.5.16", until="0.5.17")),
+    _s("validate_mamba_extra_buffer: extra_buffer_lazy unsupported under PD disaggregation; use "
+       "--mamba-radix-cache-strategy extra_buffer.",
+       "mamba_radix_cache_strategy",
+       lambda ctx: ctx.get("mamba_radix_cache_strategy") == "extra_buffer_lazy" and _hybrid(ctx) and _pd(ctx)
+       and not radix_cache_off(ctx), VersionRange(since="0.5.17")),
     _s("validate_mamba_extra_buffer: extra_buffer_lazy unsupported with spec.", "mamba_radix_cache_strategy",
        lambda ctx: ctx.get("mamba_radix_cache_strategy") == "extra_buffer_lazy" and _spec(ctx) and _hybrid(ctx)
        and not radix_cache_off(ctx), VersionRange(since="0.5.14", until="0.5.17")),
@@ -757,6 +825,16 @@ EVENTS_AND_WATERMARKS = (
     _s("check_watermark_server_args: watermark default_enabled and enforce_all require a server key",
        "watermark_config", _setting(lambda w: bool(w["default_enabled"] or w["enforce_all"]) and w["key"] is None),
        _WATERMARK),
+    Refusal("check_watermark_server_args: --enable-watermark requires --device cuda, got {}", "device",
+            _watermark(lambda ctx: ctx.get("device") not in (None, "cuda")),
+            lambda ctx: f"--enable-watermark requires --device cuda, got {ctx.get('device')!r}", _WATERMARK),
+    Refusal("check_watermark_server_args: --enable-watermark does not support custom sampling backends; got "
+            "--sampling-backend {}",
+            "sampling_backend",
+            _watermark(lambda ctx: ctx.get("sampling_backend") not in (None, "flashinfer", "pytorch", "ascend",
+                                                                      "intel_xpu")),
+            lambda ctx: "--enable-watermark does not support custom sampling backends; got --sampling-backend "
+            f"{ctx.get('sampling_backend')!r}", _WATERMARK),
     _s("check_watermark_server_args: --enable-watermark is incompatible with --enable-custom-logit-processor",
        "enable_custom_logit_processor", _watermark(on("enable_custom_logit_processor")), _WATERMARK),
     _s("check_watermark_server_args: --enable-watermark is not supported with diffusion LLM", "dllm_algorithm",
