@@ -446,3 +446,40 @@ def test_each_rank_keeps_its_own_root_and_a_message_line_is_not_a_native_cause()
     assert failure is not None and (failure.kind, failure.line) == ("nccl_error", 1)
     assert [n for n, _ in failure.consequences] == [9, 10]
     assert failure.context[0][0] == 1 and "DistBackendError" in failure.context[-1][1]
+
+
+def test_ray_task_and_daemon_prefixes_name_the_stream() -> None:
+    for prefix, stream in (
+        ("(pid=4242) ", "pid=4242"),
+        ("(pid=4242, ip=10.0.0.7) ", "pid=4242"),
+        ("(raylet) ", "raylet"),
+        ("(raylet, ip=10.0.0.7) ", "raylet"),
+        ("(ServeReplica:app:LLMServer pid=28488) ", "ServeReplica:app:LLMServer pid=28488"),
+    ):
+        p = strip_line(prefix + "[2025-03-25 00:37:49 TP1] Load weight end. type=X")
+        assert (p.text, p.rank_label, p.stream) == ("Load weight end. type=X", "TP1", stream)
+    assert strip_line("(see below) Traceback").text == "(see below) Traceback"
+
+
+def incomplete_message(lines: list[str]) -> str:
+    failure = read_log(lines).failure
+    assert failure is not None and failure.kind == "incomplete"
+    return failure.message
+
+
+def test_a_log_that_stops_says_which_step_was_under_way() -> None:
+    stamp = "[2025-04-01 09:58:02 TP0] "
+    dist = stamp + "Init torch distributed begin."
+    assert "under way: distributed init, begun at line 1" in incomplete_message([dist, stamp + "x"])
+    nccl = "node01:322:322 [3] NCCL INFO ncclCommInitRank comm 0x5 rank 3 nranks 16 - Init COMPLETE"
+    assert "under way: distributed init, begun at line 1" in incomplete_message([nccl, stamp + "x"])
+    ended = [dist, stamp + "Init torch distributed ends. mem usage=0.00 GB", stamp + "Load weight begin. avail mem=9 GB"]
+    assert "under way: weight loading, begun at line 3" in incomplete_message(ended)
+    shards = "Loading safetensors checkpoint shards: 100% Completed | 163/163"
+    assert "weight shards were read (line 4)" in incomplete_message([*ended, shards])
+    capture = stamp + "Capture cuda graph begin. This can take up to several minutes. avail mem=11.85 GB"
+    loaded = stamp + "Load weight end. type=X, avail mem=30 GB"
+    assert "under way: a graph capture, begun at line 5" in incomplete_message([*ended, loaded, capture])
+    http = "[2025-04-01 09:58:09] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)"
+    assert "under way: the warm-up request" in incomplete_message([http])
+    assert "under way" not in incomplete_message([stamp + "x"])

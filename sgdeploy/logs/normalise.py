@@ -40,7 +40,12 @@ _PIPELOG = re.compile(
 _VIEWER = re.compile(r"^[A-Z][a-z]{2} \d{1,2}, \d{4} @ \d\d:\d\d:\d\d(?:\.\d+)?\s+")
 _COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9][\w.-]*)\s+\| ")
 _KUBECTL = re.compile(r"^\[(?P<pod>pod/[\w.-]+/[\w.-]+)\] ")
-_RAY = re.compile(r"^\((?P<actor>[\w.:-]+) pid=(?P<pid>\d+)(?:, ip=[\w.:-]+)?\)\s")
+# Ray's driver prefixes a worker's output with `(Actor pid=N[, ip=...]) `, a task's with
+# `(pid=N) ` and its own daemons' with `(raylet) ` or `(raylet, ip=...) `.
+_RAY = re.compile(
+    r"^\((?:(?P<actor>[\w.:-]+) )?pid=(?P<pid>\d+)(?:, ip=[\w.:-]+)?\)\s"
+    r"|^\((?P<daemon>raylet|gcs_server|monitor|dashboard(?:_agent)?)(?:, ip=[\w.:-]+)?\)\s"
+)
 _TORCHRUN = re.compile(r"^\[(?P<rank>(?:rank|default)\d+)\]:\s?")
 _SGLANG = re.compile(
     r"^\[(?:(?P<d>\d{4}-\d\d-\d\d) )?(?P<tm>\d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))?"
@@ -98,7 +103,11 @@ def _unwrap_once(line: str) -> tuple[str, str | None, str | None] | None:
         return _docker_json(line)
     if c == "(":
         m = _RAY.match(line)
-        return (line[m.end() :], None, f"{m.group('actor')} pid={m.group('pid')}") if m else None
+        if m is None:
+            return None
+        actor, pid = m.group("actor", "pid")
+        stream = m.group("daemon") or (f"{actor} pid={pid}" if actor else f"pid={pid}")
+        return line[m.end() :], None, stream
     if c.isdigit():
         jm = _JOURNAL.match(line)
         if jm is not None:

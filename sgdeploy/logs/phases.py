@@ -86,9 +86,14 @@ QUIET_STARTS: Final[tuple[str, ...]] = (
     "Capture cuda graph num tokens",
     "Memory pool end",
     "Loading safetensors",
+    "Loading pt checkpoint",
+    "Multi-thread loading shards",
     "Capturing batches",
     "Mamba Cache is allocated",
 )
+# The weight shards' progress bar at its end (0.5.x `Loading safetensors checkpoint shards`,
+# `Multi-thread loading shards` in later releases).
+SHARDS_DONE: Final = re.compile(r"^(?:Loading \w+ checkpoint shards|Multi-thread loading shards): +100%")
 _GRAPH_BEGIN = re.compile(rf"^Capture (?P<which>(?:[a-z]+ )*){_GRAPH} begin\b")
 _GRAPH_END = re.compile(rf"^Capture (?:[a-z]+ )*{_GRAPH} end\b")
 _DIST_BEGIN = re.compile(r"^Init (?:torch distributed|parallel) begin\b")

@@ -17,6 +17,7 @@ from sgdeploy.logs.phases import (
     _SCHED_SUMMARY,
     PHASE_RULES,
     QUIET_STARTS,
+    SHARDS_DONE,
     _figures,
 )
 from sgdeploy.logs.report import Adjustment, Failure, LogEvent, LogReport, Phase
@@ -31,6 +32,13 @@ from sgdeploy.logs.settings import (
     _same,
     parse_server_args,
     settings_changed,
+)
+
+# Steps a hang can stop in: (begun key, the phase that ends it, how to say it).
+_STEPS: tuple[tuple[str, str, str], ...] = (
+    ("dist_init", "dist_init", "distributed init, begun at line {line} (a peer or node that never joined?)"),
+    ("weights", "weights_loaded", "weight loading, begun at line {line}"),
+    ("shards_read", "weights_loaded", "the model's set-up after its weight shards were read (line {line})"),
 )
 
 
@@ -53,7 +61,8 @@ class LogReader:
         self._dump: dict[str, Any] | None = None
         self._dump_line: int | None = None
         self._adjust_lines: dict[str, Adjustment] = {}
-        self._capturing: set[tuple[str | None, str]] = set()  # (stream, rank) inside a capture
+        self._capturing: dict[tuple[str | None, str], int] = {}  # (stream, rank) -> capture begin
+        self._begun: dict[str, int] = {}  # first line any rank began dist init / weights / read all shards
         self._segmenter = Segmenter()
         self._book = IncidentBook()
         self._last_t: str | None = None
@@ -87,6 +96,8 @@ class LogReader:
             if self._first_t is None:
                 self._first_t = p.t
         if self._segmenter.idle and text.startswith(QUIET_STARTS):  # a long run of request lines
+            if "100%" in text and SHARDS_DONE.match(text):
+                self._begun.setdefault("shards_read", self._n)
             return events
         if self._traceback(p, events) or text.startswith(QUIET_STARTS):
             return events
@@ -185,22 +196,26 @@ class LogReader:
         if text.startswith("Capture "):
             bm = _GRAPH_BEGIN.match(text)
             if bm is not None:
-                self._capturing.add((p.stream, p.rank_label or ""))
+                self._capturing.setdefault((p.stream, p.rank_label or ""), self._n)
                 which = bm.group("which").strip() or "decode"
                 if p.is_primary:
                     data = {"graph": which}
                     events.append(LogEvent("progress", "graph_capture_begin", self._n, p.t, data))
                 return True
             if _GRAPH_END.match(text):
-                self._capturing.discard((p.stream, p.rank_label or ""))
+                self._capturing.pop((p.stream, p.rank_label or ""), None)
                 return True
             return False
         if text.startswith("Load weight begin"):
+            self._begun.setdefault("weights", self._n)
             self._progress_once("weights_begin", p, events, _figures(text))
             return True
         if text.startswith("Init ") and _DIST_BEGIN.match(text):
+            self._begun.setdefault("dist_init", self._n)
             self._progress_once("dist_init_begin", p, events, {})
             return True
+        if text.startswith("[Gloo] Rank") or " NCCL INFO " in text:  # a rendezvous under way
+            self._begun.setdefault("dist_init", self._n)
         return False
 
     def _progress_once(
@@ -319,9 +334,25 @@ class LogReader:
             chosen = self._chosen_phases().values()  # a log of non-zero ranks reaches phases too
             reached = [ph.name for ph in sorted(chosen, key=lambda ph: ph.line)]
             last = f"last phase reached: {reached[-1]}" if reached else "no startup phase reached"
-            message = f"the log ends before the server was ready ({last})"
+            under_way = self._under_way(set(reached))
+            message = f"the log ends before the server was ready ({last}{under_way})"
             return Failure("incomplete", self._n, message, tuple(self._tail))
         return None
+
+    def _under_way(self, reached: set[str]) -> str:
+        """For a log that stops (a hang, or a cut copy): the step that began and never ended,
+        the latest one; '' when every step that began also ended."""
+        open_steps = [
+            (line, f"a graph capture, begun at line {line}")
+            for line in sorted(self._capturing.values())[:1]
+        ]
+        for step, end, what in _STEPS:
+            line = self._begun.get(step)
+            if line is not None and end not in reached:
+                open_steps.append((line, what.format(line=line)))
+        if "http_bound" in reached and not open_steps:
+            return "; under way: the warm-up request (HTTP is bound, no ready line)"
+        return f"; under way: {max(open_steps)[1]}" if open_steps else ""
 
     def _emit_failure(self, events: list[LogEvent]) -> None:
         if not self._finished and not self._book.has_error(self._ready_line or 0):
