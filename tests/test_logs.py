@@ -473,7 +473,8 @@ def test_a_log_that_stops_says_which_step_was_under_way() -> None:
     assert "under way: distributed init, begun at line 1" in incomplete_message([dist, stamp + "x"])
     nccl = "node01:322:322 [3] NCCL INFO ncclCommInitRank comm 0x5 rank 3 nranks 16 - Init COMPLETE"
     assert "under way: distributed init, begun at line 1" in incomplete_message([nccl, stamp + "x"])
-    ended = [dist, stamp + "Init torch distributed ends. mem usage=0.00 GB", stamp + "Load weight begin. avail mem=9 GB"]
+    dist_end = stamp + "Init torch distributed ends. mem usage=0.00 GB"
+    ended = [dist, dist_end, stamp + "Load weight begin. avail mem=9 GB"]
     assert "under way: weight loading, begun at line 3" in incomplete_message(ended)
     shards = "Loading safetensors checkpoint shards: 100% Completed | 163/163"
     assert "weight shards were read (line 4)" in incomplete_message([*ended, shards])
