@@ -112,7 +112,7 @@ def pp_disables_overlap(ctx: LaunchContext) -> Iterator[Finding]:
                       "will disable it")
 
 
-CUDA_GRAPH_OPTIONS = (
+CUDA_GRAPH_OPTIONS: tuple[Refusal, ...] = (
     Refusal("check_server_args: --disable-cuda-graph-padding is incompatible with --enable-torch-compile. With padding "
             "disabled, every distinct batch size gets its own torch.compile + Triton autotune cycle (O(max_batch_size) "
             "compilations) instead of the small fixed set of padded bucket sizes, causing engine initialisation to "
@@ -125,6 +125,12 @@ CUDA_GRAPH_OPTIONS = (
             lambda ctx: isinstance(ctx.get("cuda_graph_prefill_max_context"), int)
             and ctx.get("cuda_graph_prefill_max_context") <= 0,
             "--cuda-graph-prefill-max-context must be a positive integer", VersionRange(since="0.5.21")),
+)
+CUDA_GRAPH_OPTIONS += (
+    Refusal("validate_cuda_graph_config: --cuda-graph-config[{}].backend={} not allowed; allowed: {}",
+            "cuda_graph_backend_prefill", lambda ctx: ctx.get("cuda_graph_backend_prefill") == "full",
+            "--cuda-graph-config[prefill].backend='full' not allowed; allowed: breakable, tc_piecewise, disabled",
+            VersionRange(since="0.5.14", until="0.5.15")),
 )
 refusal_rule("SGD605", "cuda-graph-options", "A CUDA-graph option SGLang refuses with this launch.",
              "remove the option SGLang's message names", CUDA_GRAPH_OPTIONS)

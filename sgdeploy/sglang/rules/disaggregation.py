@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import LANGUAGE_ONLY_REFUSED, server_field
+from sgdeploy.sglang.rules.parallelism import ep_size, moe_a2a
 from sgdeploy.sglang.rules.registry import ERROR, rule
 from sgdeploy.sglang.rules.sites import Condition, Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
@@ -373,6 +374,29 @@ PD_TRANSFER += (
             and bool(_prefill_complete_unsupported(ctx)),
             lambda ctx: "--disaggregation-decode-allocation-policy prefill_complete does not yet support "
                         + ", ".join(_prefill_complete_unsupported(ctx)), VersionRange(since="0.5.22")),
+)
+def _role_switch_unsupported(ctx: LaunchContext) -> list[str]:
+    found = []
+    if ep_size(ctx) > 1:
+        found.append(f"expert parallelism (--ep-size {ep_size(ctx)})")
+    if moe_a2a(ctx) not in (None, "none"):
+        found.append(f"MoE all-to-all (--moe-a2a-backend {moe_a2a(ctx)})")
+    if ctx.int("pp_size", 1) > 1:
+        found.append(f"pipeline parallelism (--pp-size {ctx.int('pp_size', 1)})")
+    if ctx.int("dcp_size", 1) > 1:
+        found.append(f"decode context parallelism (--dcp-size {ctx.int('dcp_size', 1)})")
+    if ctx.get("speculative_algorithm"):
+        found.append(f"speculative decoding (--speculative-algorithm {ctx.get('speculative_algorithm')})")
+    return found
+
+
+PD_TRANSFER += (
+    Refusal("handle_pd_disaggregation: --enable-pd-role-switch does not rebuild role-specific state for the following "
+            "features: {}. Remove these options or drop --enable-pd-role-switch.", "enable_pd_role_switch",
+            lambda ctx: ctx.on("enable_pd_role_switch") and _pd_mode(ctx) in ("prefill", "decode")
+            and bool(_role_switch_unsupported(ctx)),
+            lambda ctx: "--enable-pd-role-switch does not rebuild role-specific state for the following features: "
+                        + ", ".join(_role_switch_unsupported(ctx)), VersionRange(since="0.5.21")),
 )
 refusal_rule("SGD309", "pd-transfer-requirements",
              "What a PD-disaggregated node requires of its transfer backend and caches (decode radix cache, the fake "

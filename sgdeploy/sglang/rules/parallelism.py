@@ -616,6 +616,15 @@ MOE_RUNNER_CONSTRAINTS += (
             _invalid_quantization("CuteDSL MOE currently", "'modelopt_fp4', 'modelopt_mixed' (with NVFP4 MoE layers), "
                                   "'nvfp4_online', or hybrid NVFP4 models"), VersionRange(since="0.5.18")),
 )
+MOE_RUNNER_CONSTRAINTS += (
+    Refusal("moe_runner_backend_quant_constraints: --quantization nvfp4_online supports only --moe-runner-backend "
+            "flashinfer_trtllm or flashinfer_trtllm_routed, or flashinfer_cutedsl; flashinfer_megamoe requires "
+            "--moe-a2a-backend flashinfer_megamoe and SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16=1.", "moe_runner_backend",
+            lambda ctx: _quantization(ctx) == "nvfp4_online" and moe_runner(ctx) not in (
+                "auto", "flashinfer_trtllm", "flashinfer_trtllm_routed", "flashinfer_cutedsl", "flashinfer_megamoe"),
+            "--quantization nvfp4_online supports only --moe-runner-backend flashinfer_trtllm or "
+            "flashinfer_trtllm_routed, or flashinfer_cutedsl", VersionRange(since="0.5.23")),
+)
 refusal_rule("SGD117", "moe-runner-constraints",
              "An explicit moe_runner_backend that SGLang refuses with this quantization, ep_size or all-to-all "
              "backend.", "choose a MoE runner backend that supports the checkpoint's quantization (or leave it auto), "

@@ -700,6 +700,39 @@ ALGORITHM_REQUIREMENTS += (
             "UNO tree mode reuses EAGLE target-only sampling and requires both speculative accept thresholds to be "
             "1.0.", _UNO),
 )
+ALGORITHM_REQUIREMENTS += (
+    Refusal("handle_eagle_family: Deterministic rejection sampling is currently supported only on CUDA-compatible "
+            "devices because draft proposal sampling uses a Triton hash kernel.", "device",
+            _both(_rejection, _algorithm_is("EAGLE", "EAGLE3", "NEXTN"),
+                  lambda ctx: (_number(ctx, "speculative_eagle_topk") or 1) == 1,
+                  lambda ctx: ctx.on("enable_deterministic_inference"), _device_not("cuda")),
+            "Deterministic rejection sampling is currently supported only on CUDA-compatible devices",
+            VersionRange(since="0.5.23")),
+    Refusal("handle_ngram: speculative_eagle_topk({}) > 1 with page_size({}) > 1 is unstable and produces incorrect "
+            "results for paged attention backends. This combination is only supported for the 'flashinfer' backend.",
+            "page_size",
+            _both(NGRAM, lambda ctx: (_number(ctx, "speculative_eagle_topk") or 1) > 1,
+                  lambda ctx: ctx.int("page_size", 1) > 1,
+                  lambda ctx: ctx.get("attention_backend") not in (None, "flashinfer")),
+            "speculative_eagle_topk > 1 with page_size > 1 is only supported for the 'flashinfer' backend.",
+            VersionRange(since="0.5.13")),
+    Refusal("handle_speculative_decoding: DP spec/prefill coordination requires single-layer EAGLE or EAGLE3",
+            "speculative_algorithm",
+            lambda ctx: bool(ctx.env_true("SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION"))
+            and (algorithm(ctx) not in ("EAGLE", "EAGLE3", "NEXTN") or ctx.on("enable_multi_layer_eagle")),
+            "DP spec/prefill coordination requires single-layer EAGLE or EAGLE3",
+            VersionRange(since="0.5.21", until="0.5.22")),
+    Refusal("handle_speculative_decoding: DP spec/prefill coordination requires single-layer EAGLE, EAGLE3 or DSPARK",
+            "speculative_algorithm",
+            lambda ctx: bool(ctx.env_true("SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION"))
+            and (algorithm(ctx) not in ("EAGLE", "EAGLE3", "NEXTN", "DSPARK") or ctx.on("enable_multi_layer_eagle")),
+            "DP spec/prefill coordination requires single-layer EAGLE, EAGLE3 or DSPARK", VersionRange(since="0.5.22")),
+    Refusal("handle_load_format: --weight-cache-mode is not supported together with speculative decoding "
+            "(--speculative-algorithm): the weight cache daemon does not export the draft model's weights. Disable one "
+            "of them (--weight-cache-mode off) for this configuration.", "weight_cache_mode",
+            lambda ctx: ctx.get("weight_cache_mode", "off") not in (None, "off") and bool(algorithm(ctx)),
+            "--weight-cache-mode is not supported together with speculative decoding", VersionRange(since="0.5.17")),
+)
 refusal_rule("SGD216", "speculative-algorithm-requirements",
              "What a speculative algorithm requires (DFLASH, DSpark, NGRAM, UNO, rejection sampling): devices, DP "
              "attention, PP, block and draft sizes, companion flags.",
