@@ -139,10 +139,12 @@ def dp_ranks(ctx: LaunchContext) -> int:
 
 def moe_a2a(ctx: LaunchContext) -> object:
     """The MoE all-to-all backend after resolution: from 0.5.18 `--moe-runner-backend megamoe` is an alias
-    that sets moe_a2a_backend = megamoe (and the runner back to auto)."""
+    that sets moe_a2a_backend = megamoe (and the runner back to auto); ascend_tp (0.5.16+) becomes none."""
     if ctx.version in MEGAMOE_RUNNER_ALIAS and ctx.get("moe_runner_backend") == "megamoe":
         return "megamoe"
-    return ctx.get("moe_a2a_backend", "none")
+    backend = ctx.get("moe_a2a_backend", "none")
+    # SGLang runs ascend_tp as no all-to-all at all (its _handle_a2a_moe sets moe_a2a_backend = none).
+    return "none" if backend == "ascend_tp" else backend
 
 
 def moe_runner(ctx: LaunchContext) -> object:
