@@ -18,7 +18,7 @@ from sgdeploy.sglang.versions import parse_version
 REPO = Path(__file__).resolve().parents[1]
 WHEEL_CACHE = REPO / ".cache" / "wheels"
 # Mapping entries not yet read against the rules; lower this as they are reviewed, never raise it.
-TODO_CEILING = 573
+TODO_CEILING = 27
 
 
 @functools.cache
