@@ -83,20 +83,35 @@ def mamba_radix_cache(files: dict[str, str]) -> dict[str, list[bool]] | None:
     if tree is None:
         return None
     found: dict[str, list[bool]] = {}
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.If):
-            continue
-        archs = _arch_test(node.test)
-        for stmt in node.body:
-            for call in ast.walk(stmt):
-                if isinstance(call, ast.Call) and ast.unparse(call.func).endswith("_handle_mamba_radix_cache"):
-                    flags = {k.arg: k.value for k in call.keywords}
-                    cache, extra = (_literal_bool(flags.get(k)) for k in ("support_mamba_cache",
-                                                                          "support_mamba_cache_extra_buffer"))
-                    for arch in archs:
-                        if cache is not None and extra is not None:
-                            found.setdefault(arch, [cache, extra])
+    for call, archs in _calls_under_arch_tests(tree, "_handle_mamba_radix_cache"):
+        flags = {k.arg: k.value for k in call.keywords}
+        cache, extra = (_literal_bool(flags.get(k)) for k in ("support_mamba_cache",
+                                                              "support_mamba_cache_extra_buffer"))
+        for arch in archs:
+            if cache is not None and extra is not None:
+                found.setdefault(arch, [cache, extra])
     return dict(sorted(found.items())) or None
+
+
+def _calls_under_arch_tests(tree: ast.AST, name: str) -> Iterable[tuple[ast.Call, list[str]]]:
+    """Each call of `name` with the architectures of the innermost `model_arch in [...]` branch
+    around it. A branch may hold several architectures and call the handler only for some of
+    them inside a nested test (0.5.10-0.5.13 share one branch between the Qwen3 MoE models and
+    the Qwen3-Next/3.5 hybrids): the nested test is the one that names the models."""
+    def walk(node: ast.AST, archs: list[str]) -> Iterable[tuple[ast.Call, list[str]]]:
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(name):
+            yield node, archs
+        if isinstance(node, ast.If):
+            inner = _arch_test(node.test)
+            for stmt in node.body:
+                yield from walk(stmt, [a for a in inner if not archs or a in archs] if inner else archs)
+            for stmt in node.orelse:  # an elif tests its own architectures
+                yield from walk(stmt, archs)
+            return
+        for child in ast.iter_child_nodes(node):
+            yield from walk(child, archs)
+
+    yield from walk(tree, [])
 
 
 def _arch_test(test: ast.expr) -> list[str]:

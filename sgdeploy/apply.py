@@ -134,7 +134,19 @@ class ApplyOptions:
     sglang_check_timeout_s: float = 60.0
     wait_for_gpus_s: float | None = None  # wait (bounded) for processes outside the unit to leave its GPUs
     # Run last before the stop (a gateway drains the server): a sentence refuses the start, nothing stopped
-    before_stop: Callable[[HostSession, Deployment], str | None] | None = None
+    before_stop: Callable[[HostSession, Handover], str | None] | None = None
+    # Run once the result is known, over the host's connection still open (a gateway puts the worker back)
+    after_host: Callable[[HostSession, ApplyResult], None] | None = None
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What a `before_stop` hook is told: the deployment about to start, the one a failure
+    restores, and the port of the server running now (None: nothing runs)."""
+
+    deployment: Deployment
+    previous: Deployment | None
+    running_port: int | None
 
 
 @dataclass
@@ -988,12 +1000,14 @@ def apply_profile(
     assert profile is not None
     began = time.monotonic()
     return _on_host(name, entry, profile.deploy.unit, report, "apply",
-                    lambda session: _apply(session, loaded, name, declared, options, report, began))
+                    lambda session: _apply(session, loaded, name, declared, options, report, began),
+                    options.after_host)
 
 
 def _on_host(
     name: str, entry: HostEntry, unit: str, report: Reporter, what: str,
     work: Callable[[HostSession], ApplyResult],
+    after: Callable[[HostSession, ApplyResult], None] | None = None,
 ) -> ApplyResult:
     """Connect, run `work` over the connection, and turn connection problems into results."""
     try:
@@ -1006,7 +1020,10 @@ def _on_host(
                                f"{remote.privileges.refusal}; nothing was changed", stats=remote.stats.as_dict())
         session = HostSession(remote, report)
         try:
-            return confirmed(session, work(session))
+            result = confirmed(session, work(session))
+            if after is not None:
+                after(session, result)
+            return result
         except ConnectionLost as exc:
             return connection_lost(name, entry, unit, what, exc, remote.stats.as_dict())
         finally:
@@ -1249,7 +1266,8 @@ def _transact(
                    f"launch ({verdict.stage})" if verdict.refused else "SGLang's own check did not answer in time")
             return StartupResult(False, reason=why, failure_kind="sglang_refused")
         if held is None and options.before_stop is not None:
-            refusal = options.before_stop(session, deployment)
+            running = (_exec_port(current_unit) or 30000) if plan.previous_active and current_unit else None
+            refusal = options.before_stop(session, Handover(deployment, previous, running))
             if refusal:
                 return StartupResult(False, reason=refusal, failure_kind="drain_refused")
         return held
@@ -1372,7 +1390,8 @@ def rollback_unit(
     """`sgdeploy rollback`: redeploy the last good (or the given) recorded deployment."""
     began = time.monotonic()
     return _on_host(name, entry, unit, report, "the rollback",
-                    lambda session: _rollback(session, name, unit, to, options, report, began))
+                    lambda session: _rollback(session, name, unit, to, options, report, began),
+                    after=options.after_host)
 
 
 def _rollback(
@@ -1380,7 +1399,7 @@ def _rollback(
     began: float,
 ) -> ApplyResult:
     report("step", step="facts", host=name)
-    facts, _ = session.facts(unit, "/bin/true", "/nonexistent", 1)
+    facts, current_unit = session.facts(unit, "/bin/true", "/nonexistent", 1)
     target = to or facts.last_good
     if target is None:
         return ApplyResult(Exit.REFUSED, "refused", name, unit,
@@ -1414,15 +1433,23 @@ def _rollback(
     try:
         transaction = Transaction(session, name, options, report)
         active = bool(facts.unit and facts.unit.exists)
-        startup = transaction.start(deployment, stop_first=active, best_effort_idle=True,
-                                    gate=lambda: _strangers_left(session, deployment, own, options) if strangers
-                                    else None)
-        held = startup.failure_kind == "gpus_held"
+        running = (_exec_port(current_unit) or 30000) if facts.unit and facts.unit.active and current_unit else None
+
+        def gate() -> StartupResult | None:
+            refused = _strangers_left(session, deployment, own, options) if strangers else None
+            if refused is None and options.before_stop is not None:
+                refusal = options.before_stop(session, Handover(deployment, None, running))
+                if refusal:
+                    return StartupResult(False, reason=refusal, failure_kind="drain_refused")
+            return refused
+
+        startup = transaction.start(deployment, stop_first=active, best_effort_idle=True, gate=gate)
+        held = startup.failure_kind in ("gpus_held", "drain_refused")
         transaction.record(deployment, startup, "refused" if held else "ready" if startup.ready else "failed",
                            unstage=held)
     finally:
         lock.release()
-    if startup.failure_kind == "gpus_held":
+    if startup.failure_kind in ("gpus_held", "drain_refused"):
         return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{startup.reason}; nothing was stopped",
                            stats=session.remote.stats.as_dict())
     if startup.failure_kind == "stage_failed":  # nothing was stopped: the running server is as it was

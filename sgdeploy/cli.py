@@ -313,14 +313,12 @@ def _run_drained(args: argparse.Namespace, loaded: Any, targets: list[Any], inve
     """A rollout behind a gateway (sgdeploy.drained); `plan` shows it with each host's own plan."""
     from sgdeploy import report
     from sgdeploy.apply import apply_profile
-    from sgdeploy.drained import DrainSettings, prepare, run_drained
+    from sgdeploy.drained import prepare, run_drained
     from sgdeploy.fleet import FleetHost
     from sgdeploy.gateway import GatewayError
 
     hosts = [FleetHost(t.name, inventory.hosts[t.name], t) for t in targets]
-    settings = DrainSettings(getattr(args, "max_unavailable", 1), getattr(args, "drain_timeout", None))
-    if settings.max_unavailable < 1:
-        raise UsageError("--max-unavailable must be at least 1")
+    settings = _drain_settings(args)
     try:
         front, plan = prepare(loaded, hosts, inventory, settings, getattr(args, "parallel", 1),
                               not getattr(args, "no_canary", False))
@@ -337,6 +335,16 @@ def _run_drained(args: argparse.Namespace, loaded: Any, targets: list[Any], inve
     fleet = run_drained(loaded, hosts, _apply_options(args, False), front, plan, report_for=progress.for_host)
     _emit(args.json, fleet.as_dict, progress, lambda: report.rollout_text(fleet))
     return fleet.exit_code
+
+
+def _drain_settings(args: argparse.Namespace) -> Any:
+    from sgdeploy.drained import DrainSettings
+
+    settings = DrainSettings(getattr(args, "max_unavailable", 1), getattr(args, "drain_timeout", None),
+                             on_drain_timeout=getattr(args, "on_drain_timeout", None))
+    if settings.max_unavailable < 1:
+        raise UsageError("--max-unavailable must be at least 1")
+    return settings
 
 
 def _emit(as_json: bool, document: Callable[[], dict[str, Any]], progress: Progress, text: Callable[[], str]) -> None:
@@ -557,15 +565,42 @@ def _with_gateway(status: Any, state: dict[str, Any] | None) -> Any:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from sgdeploy import report
-    from sgdeploy.apply import ApplyOptions, rollback_unit
+    from sgdeploy.apply import ApplyOptions, Exit, rollback_unit
 
     name, entry, unit, _, _ = _unit_target(args)
     options = ApplyOptions(gpu_idle_timeout_s=args.gpu_idle_timeout, settle_s=args.settle,
                            wait_for_gpus_s=args.wait_for_gpus)
     progress = Progress(json_events=args.json)
+    drained = _rollback_gateway(args, name)
+    if drained is not None:
+        from sgdeploy.drained import rollback_drained
+
+        front, plan = drained
+        result, rotation = rollback_drained(name, entry, unit, args.to, options, front, plan, progress)
+        _emit(args.json, lambda: {**result.as_dict(), "gateway": rotation}, progress,
+              lambda: report.apply_text(result) + "\n".join(report.rotation_lines({name: rotation})) + "\n")
+        out_of_rotation = result.exit_code == Exit.READY and rotation["problem"]
+        return int(Exit.ROLLED_BACK) if out_of_rotation else int(result.exit_code)
     result = rollback_unit(name, entry, unit, args.to, options, progress)
     _emit(args.json, result.as_dict, progress, lambda: report.apply_text(result))
     return int(result.exit_code)
+
+
+def _rollback_gateway(args: argparse.Namespace, name: str) -> Any:
+    """(gateways, plan) when a gateway fronts the host of a rollback; None when none does."""
+    from sgdeploy.drained import prepare_rollback
+    from sgdeploy.fleet import FleetHost
+    from sgdeploy.gateway import GatewayError
+    from sgdeploy.inventory import HostTarget, inventory_path, load_inventory
+
+    inventory = load_inventory(inventory_path(args.inventory)).model
+    if inventory is None or not inventory.gateway_of(name):
+        return None
+    try:
+        return prepare_rollback(inventory, FleetHost(name, inventory.hosts[name], HostTarget(name)),
+                                _drain_settings(args))
+    except GatewayError as exc:
+        raise RefusedError(f"{exc}; nothing was changed") from None
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -664,6 +699,18 @@ def _pre_stop_arguments(parser: argparse.ArgumentParser) -> None:
                         help="SGLang's own check is killed after this long (default 60)")
 
 
+def _gateway_arguments(parser: argparse.ArgumentParser) -> None:
+    """How apply and rollback drain a worker behind a gateway (docs/fleets.md)."""
+    parser.add_argument("--max-unavailable", type=int, default=1, metavar="N",
+                        help="behind a gateway: at most N of the rollout's workers out of rotation at once (default 1)")
+    parser.add_argument("--drain-timeout", type=float, metavar="S",
+                        help="behind a gateway: wait at most S for a worker's requests to finish before its stop "
+                        "(default: the gateway's drain_timeout_s, 120)")
+    parser.add_argument("--on-drain-timeout", choices=["refuse", "stop"],
+                        help="behind a gateway, requests still running at the drain timeout: refuse the host and "
+                        "put its worker back (default, or the gateway's on_drain_timeout), or stop it anyway")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sgdeploy", description="Deploy SGLang to GPU hosts safely.")
     parser.add_argument("--version", action="version", version=f"sgdeploy {__version__}")
@@ -714,11 +761,7 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--parallel", type=int, default=1, metavar="N",
                        help="after the canary, deploy N hosts at a time (default 1: rolling)")
     apply.add_argument("--no-canary", action="store_true", help="no lone first host in a rollout")
-    apply.add_argument("--max-unavailable", type=int, default=1, metavar="N",
-                       help="behind a gateway: at most N of the rollout's workers out of rotation at once (default 1)")
-    apply.add_argument("--drain-timeout", type=float, metavar="S",
-                       help="behind a gateway: wait at most S for a worker's requests to finish before its stop "
-                       "(default: the gateway's drain_timeout_s, 120)")
+    _gateway_arguments(apply)
     apply.add_argument("--inventory", metavar="FILE")
     apply.add_argument("--no-rollback", action="store_true", help="leave a failed deployment stopped")
     apply.add_argument("--force", action="store_true", help="redeploy even when the host runs this unit")
@@ -746,6 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="wait (before stopping anything) for processes outside the unit to leave its GPUs")
     rollback.add_argument("--settle", type=float, default=5.0, metavar="S",
                           help="after ready, the server must stay up and healthy this long (default 5)")
+    _gateway_arguments(rollback)
     rollback.set_defaults(func=cmd_rollback)
 
     history = sub.add_parser("history", help="the deployments recorded on the host, newest first")

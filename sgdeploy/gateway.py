@@ -10,9 +10,15 @@ gateway does, as smg 1.13 does it:
 - `DELETE /workers/{id}` answers 202 and removes the worker in the background: it turns
   `draining` at once (no new requests), stays listed for the worker's `drain_settle_secs`
   (5 s by default) while what is in flight finishes, then is gone.
-- `POST /workers {"url": ...}` answers 202 and registers it in the background: it asks the
-  worker's `/health`, `/v1/models`, `/server_info` and `/model_info`, then lists it `ready`. A
-  URL it already lists is refused with 409.
+- `POST /workers {"url": ..., ...}` answers 202 and registers it in the background: it asks the
+  worker's `/health`, `/v1/models`, `/server_info` and `/model_info` (with the registration's
+  `api_key`, SGLang's own key of that worker), then lists it `ready`; until then it is not
+  listed. A URL it lists, or is registering, is refused with 409.
+- A registration is what the operator gave (`priority`, `cost`, `labels`, `models`, `health`,
+  `resilience`, ...; `api_key` is taken but never shown) merged with what the gateway found out
+  itself: labels from the worker's answers (the operator's win on the same key) and a model
+  card named after its served model. `registration` tells the two apart to put a worker back
+  as the operator had it.
 - The worker routes take `Authorization: Bearer <key>` when the gateway runs with `--api-key`
   (or control-plane keys); 401 without it.
 
@@ -28,7 +34,7 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +88,7 @@ class WorkerView:
     worker_id: str | None = None
     load: int | None = None  # requests the gateway has in flight to it
     model_id: str | None = None
+    spec: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # as GET /workers lists it
 
     @property
     def routed(self) -> bool:
@@ -104,6 +111,11 @@ class WorkerView:
 
 def same_url(a: str, b: str) -> bool:
     return normal_url(a) == normal_url(b)
+
+
+def same_host(a: str, b: str) -> bool:
+    """Two worker URLs on one scheme and host name (a server that moved to another port)."""
+    return normal_url(a).rsplit(":", 1)[0] == normal_url(b).rsplit(":", 1)[0]
 
 
 def normal_url(url: str) -> str:
@@ -194,10 +206,12 @@ class GatewayClient:
         if status not in (200, 202, 404):  # 404: gone already
             raise GatewayRefused(f"gateway '{self.name}': removing {view.url} answered HTTP {status}{_said(document)}")
 
-    def add(self, url: str) -> None:
-        """Register a worker; the gateway checks it in the background and then routes to it."""
-        status, document = self._call("POST", "/workers", {"url": url})
-        if status not in (200, 201, 202, 409):  # 409: it lists that URL already
+    def add(self, url: str, registration: dict[str, Any] | None = None, worker_key: str | None = None) -> None:
+        """Register a worker (with `registration`'s settings, and SGLang's own API key of the
+        worker when it has one); the gateway checks it in the background and then routes to it."""
+        payload = {**(registration or {}), "url": url, **({"api_key": worker_key} if worker_key else {})}
+        status, document = self._call("POST", "/workers", payload)
+        if status not in (200, 201, 202, 409):  # 409: it lists that URL already, or is registering it
             raise GatewayRefused(f"gateway '{self.name}': adding {url} answered HTTP {status}{_said(document)}")
 
 
@@ -208,7 +222,75 @@ def _view(worker: dict[str, Any]) -> WorkerView:
         status = ROUTED if worker.get("is_healthy") else "not_ready"
     return WorkerView(url=worker["url"], state=status, worker_id=worker.get("id"),
                       load=load if isinstance(load, int) else None,
-                      model_id=worker.get("model_id") if isinstance(worker.get("model_id"), str) else None)
+                      model_id=worker.get("model_id") if isinstance(worker.get("model_id"), str) else None,
+                      spec=worker)
+
+
+# What GET /workers shows of a worker besides its registration (smg 1.13's WorkerInfo around
+# the WorkerSpec it flattens in), and the spec fields that are the gateway's own.
+VIEW_ONLY = frozenset({"id", "model_id", "url", "is_healthy", "status", "load", "http2", "engine_load", "pd_pairing",
+                       "stalled", "job_status", "api_key", "bootstrap_host"})
+# Labels smg 1.13 makes itself from a worker's /server_info, /model_info and /v1/models answers.
+DISCOVERED_LABELS = frozenset({
+    "model_id", "model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "attn_dp_size",
+    "load_balance_method", "disaggregation_mode", "version", "is_embedding", "enable_dp_attention",
+    "context_length", "max_total_tokens", "max_running_requests", "weight_version", "tokenizer_path",
+    "is_generation", "has_image_understanding", "has_audio_understanding", "model_type", "architectures",
+    "max_model_len", "kv_transfer_params"})
+
+
+def registration(view: WorkerView, said: dict[str, str] | None) -> dict[str, Any]:
+    """The operator's part of a worker's registration, to register it again as it was.
+
+    `said`: what the worker's server itself answers, as the gateway turns it into labels
+    (`server_labels`), or None when it could not be asked. A label is the gateway's own when
+    the server said that value under that key, or (keys smg discovers) when the server could
+    not be asked; the model card is the gateway's own when it is the one model the server
+    serves. The gateway makes both afresh from the new server; the rest is restored."""
+    spec = {k: v for k, v in view.spec.items() if k not in VIEW_ONLY}
+    labels = spec.get("labels")
+    if isinstance(labels, dict):
+        mine = {k: v for k, v in labels.items() if not _discovered(k, v, said)}
+        spec["labels"] = mine
+        if not mine:
+            del spec["labels"]
+    served = (said or {}).get("served_model_name") or (labels or {}).get("served_model_name")
+    models = spec.get("models")
+    if isinstance(models, list) and len(models) == 1 and isinstance(models[0], dict) and models[0].get("id") == served:
+        del spec["models"]
+    return spec
+
+
+def _discovered(key: str, value: Any, said: dict[str, str] | None) -> bool:
+    if said is not None and key in said:
+        return bool(said[key] == value)
+    return key in DISCOVERED_LABELS
+
+
+def server_labels(*answers: Any) -> dict[str, str]:
+    """A server's /server_info and /model_info answers as smg makes labels of them (strings as
+    they are, numbers but 0, booleans as true/false, non-empty lists as compact JSON)."""
+    labels: dict[str, str] = {}
+    for answer in answers:
+        for key, value in (answer.items() if isinstance(answer, dict) else ()):
+            if isinstance(value, bool):
+                labels[key] = "true" if value else "false"
+            elif isinstance(value, str) and value and value != "null":
+                labels[key] = value
+            elif isinstance(value, int | float) and value != 0:
+                labels[key] = repr(value)  # 3, 0.88, 40960.0 as serde_json writes them
+            elif isinstance(value, list) and value:
+                labels[key] = json.dumps(value, separators=(",", ":"))
+    return labels
+
+
+def models_labels(answer: Any) -> dict[str, str]:
+    """What smg takes from a worker's /v1/models when /server_info did not say it."""
+    rows = answer.get("data") if isinstance(answer, dict) else None
+    first = rows[0] if isinstance(rows, list) and rows and isinstance(rows[0], dict) else {}
+    pairs = {"served_model_name": first.get("id"), "model_path": first.get("root"),
+             "max_model_len": first.get("max_model_len")}
+    return {k: str(v) for k, v in pairs.items() if v}
 
 
 def _said(document: Any) -> str:

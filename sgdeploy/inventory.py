@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -74,6 +74,9 @@ class GatewayEntry(BaseModel):
     api_key_file: str | None = Field(default=None, min_length=1)
     hosts: list[str] = Field(default_factory=list)  # hosts or groups this gateway fronts
     drain_timeout_s: float = Field(default=120.0, ge=0, le=86400)
+    # At the drain timeout, with requests still running: put the worker back and refuse the host
+    # (its server keeps serving them), or stop it anyway and cut them
+    on_drain_timeout: Literal["refuse", "stop"] = "refuse"
     add_timeout_s: float = Field(default=60.0, gt=0, le=3600)
 
     @model_validator(mode="after")

@@ -281,7 +281,12 @@ def rotation_lines(gateway: dict[str, dict[str, Any]]) -> list[str]:
         state = r["after"] or r["before"]
         where = "in rotation" if state == "ready" else f"NOT in rotation ({state})"
         drained = f", drained in {r['drained_s']:.1f} s" if r.get("drained_s") is not None else ""
-        lines.append(f"  {host}: {r['worker_url']} at '{r['gateway']}': {where}{drained}")
+        moved = f" (moved from {r['removed_url']})" if r.get("removed_url") and state == "ready" else ""
+        lines.append(f"  {host}: {r['worker_url']} at '{r['gateway']}': {where}{drained}{moved}")
+        if r.get("restored"):
+            kept = ", ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in r["restored"].items())
+            lines.append(f"    registered again with {kept}" + (" and its server's API key" if r.get(
+                "worker_api_key") else ""))
         if r.get("problem"):
             lines.append(f"    {r['problem']}; re-run apply to put it back (it converges)"
                          if state != "ready" else f"    {r['problem']}")
@@ -294,10 +299,10 @@ def drained_plan_text(plan: Any, results: Sequence[Any]) -> str:
              + " -> ".join("+".join(batch) for batch in plan.batches)]
     by_host = {r.host: r for r in results}
     for host in plan.order:
-        rotation = plan.rotations[host]
-        lines.append(f"{host}: {rotation.worker_url} at gateway '{rotation.gateway}' is "
-                     f"{rotation.before.describe()}")
-        for number, step in enumerate(rotation.steps, 1):
+        rotation = plan.rotations.get(host)
+        lines.append(f"{host}: no gateway" if rotation is None else f"{host}: {rotation.before.url} at gateway "
+                     f"'{rotation.gateway}' is {rotation.before.describe()}")
+        for number, step in enumerate(plan.steps_of(host), 1):
             lines.append(f"  {number}. {step.kind.value:<15} {step.why}")
         result = by_host.get(host)
         if result is not None and result.plan is not None:

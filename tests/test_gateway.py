@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from sgdeploy import drained
-from sgdeploy.apply import ApplyOptions, ApplyResult, Exit
+from sgdeploy import drained, secret_args
+from sgdeploy.apply import ApplyOptions, ApplyResult, Exit, Handover
 from sgdeploy.drained import DrainSettings, GatewayStepKind, may_take_out, parse_in_flight, plan_rollout
 from sgdeploy.fleet import FleetHost
 from sgdeploy.gateway import (
@@ -22,19 +23,22 @@ from sgdeploy.gateway import (
     Reply,
     WorkerView,
     api_key,
+    registration,
+    server_labels,
 )
 from sgdeploy.inventory import GatewayEntry, HostTarget, load_inventory, worker_url
+from sgdeploy.plan import Deployment
 from sgdeploy.profile import load_profile
 
 
 class FakeGateway:
     """smg's worker API as it behaves: DELETE drains for a few looks, POST is pending for one."""
 
-    def __init__(self, urls: list[str], key: str | None = None) -> None:
-        self.workers = {u: {"id": f"id-{i}", "url": u, "status": "ready", "load": 0, "model_id": "m"}
-                        for i, u in enumerate(urls)}
+    def __init__(self, urls: list[str], key: str | None = None, operator: dict[str, Any] | None = None) -> None:
+        self.workers = {u: self.listed(f"id-{i}", {**(operator or {}), "url": u}, "ready") for i, u in enumerate(urls)}
         self.key = key
         self.calls: list[tuple[str, str]] = []
+        self.posted: list[dict[str, Any]] = []
         self.draining: dict[str, int] = {}
         self.down = False
 
@@ -57,12 +61,22 @@ class FakeGateway:
                     return Reply(202, b'{"status": "accepted"}')
             return Reply(404, b'{"error": "not found"}')
         if method == "POST":
-            u = json.loads(body or b"{}")["url"]
-            if u in self.workers:
+            posted = json.loads(body or b"{}")
+            self.posted.append(posted)
+            if posted["url"] in self.workers:
                 return Reply(409, b'{"error": "exists"}')
-            self.workers[u] = {"id": f"id-{u}", "url": u, "status": "pending", "load": 0, "model_id": "m"}
+            self.workers[posted["url"]] = self.listed(f"id-{posted['url']}", posted, "pending")
             return Reply(202, b'{"status": "accepted"}')
         return Reply(405, b"")
+
+    @staticmethod
+    def listed(wid: str, posted: dict[str, Any], status: str) -> dict[str, Any]:
+        """A worker as smg lists it: the registration, the labels and card it found itself, its state."""
+        spec = {k: v for k, v in posted.items() if k != "api_key"}
+        labels = {"served_model_name": "m", "version": "0.5.11", "tp_size": "1", **spec.get("labels", {})}
+        return {"priority": 50, "cost": 1.0, "models": [{"id": "m", "context_length": 40960}], **spec,
+                "labels": labels, "id": wid, "model_id": "m", "status": status, "is_healthy": status == "ready",
+                "load": 0, "http2": False}
 
     def _tick(self) -> None:
         for u in list(self.draining):
@@ -216,40 +230,59 @@ port = 30000
 """
 
 
-class Hosts:
-    """The hosts' transaction at its seam: each host's outcome, and the drain hook called as apply does."""
+def deployment(port: int = 30000, text: str = "") -> Deployment:
+    return Deployment(id=f"d{port}", unit="sglang", unit_text="", profile_name="p", profile_sha256="",
+                      profile_text=text, sglang_version="0.5.11", server={"port": port}, gpus=(0,), ready_timeout_s=60)
 
-    def __init__(self, outcome: dict[str, Exit], fake: FakeGateway, lose_gateway_after: str | None = None) -> None:
+
+class Hosts:
+    """The hosts' transaction at its seam: each host's outcome, the drain hook called before the
+    stop and the put-back hook after the result, as apply calls them."""
+
+    def __init__(self, outcome: dict[str, Exit], fake: FakeGateway, lose_gateway_after: str | None = None,
+                 port: int = 30000, running_port: int = 30000) -> None:
         self.outcome, self.fake, self.lose = outcome, fake, lose_gateway_after
+        self.port, self.running_port = port, running_port
         self.order: list[str] = []
 
     def __call__(self, loaded: Any, name: str, entry: Any, target: Any, options: ApplyOptions, report: Any
                  ) -> ApplyResult:
         self.order.append(name)
-        assert options.before_stop is not None
-        refusal = options.before_stop(None, None)  # type: ignore[arg-type]
+        assert options.before_stop is not None and options.after_host is not None
+        swap = Handover(deployment(self.port), deployment(self.running_port), self.running_port)
+        refusal = options.before_stop(SESSION, swap)
         if refusal:
-            return ApplyResult(Exit.REFUSED, "refused", name, "sglang", refusal)
-        if self.lose == name:
-            self.fake.down = True
-        code = self.outcome.get(name, Exit.READY)
-        status = {Exit.READY: "ready", Exit.ROLLED_BACK: "rolled_back", Exit.NOTHING_HEALTHY: "failed"}[code]
-        return ApplyResult(code, status, name, "sglang", status)
+            result = ApplyResult(Exit.REFUSED, "refused", name, "sglang", f"{refusal}; nothing was stopped")
+        else:
+            if self.lose == name:
+                self.fake.down = True
+            code = self.outcome.get(name, Exit.READY)
+            status = {Exit.READY: "ready", Exit.ROLLED_BACK: "rolled_back", Exit.NOTHING_HEALTHY: "failed"}[code]
+            result = ApplyResult(code, status, name, "sglang", status)
+        options.after_host(SESSION, result)
+        return result
+
+
+SESSION: Any = SimpleNamespace(remote=None)  # the hooks' host session: its calls are replaced below
+SAID = {"served_model_name": "m", "version": "0.5.11", "tp_size": "1"}  # what the servers answer
 
 
 def run(tmp_path: Path, mocker: Any, fake: FakeGateway, hosts_double: Hosts, max_unavailable: int = 1,
-        names: tuple[str, ...] = ("a", "b", "c")) -> Any:
+        names: tuple[str, ...] = ("a", "b", "c"), settings: DrainSettings | None = None,
+        gateway_hosts: str = '"a", "b", "c"', in_flight: int = 0, port: int = 30000) -> Any:
     mocker.patch.object(drained, "apply_profile", hosts_double)
-    mocker.patch.object(drained, "worker_in_flight", lambda session, deployment: 0)
+    mocker.patch.object(drained, "worker_in_flight", lambda session, port, keyed: in_flight)
+    mocker.patch.object(drained, "server_said", lambda session, port, keyed: dict(SAID))
+    mocker.patch.object(secret_args, "api_key_for", lambda remote, deployment: None)
     mocker.patch.object(drained, "POLL_S", 0.0)
     profile = tmp_path / "p.toml"
-    profile.write_text(PROFILE)
+    profile.write_text(PROFILE.replace("port = 30000", f"port = {port}"))
     loaded = load_profile(profile)
     inv = inventory_with(tmp_path, '[hosts.c]\naddress = "10.0.0.3"\n'
-                         '[gateways.front]\nurl = "http://gw:1"\nhosts = ["a", "b", "c"]\n').model
+                         f'[gateways.front]\nurl = "http://gw:1"\nhosts = [{gateway_hosts}]\n').model
     hosts = [FleetHost(n, inv.hosts[n], HostTarget(n)) for n in names]
     client = lambda name, entry: GatewayClient(name, entry.url, transport=fake)  # noqa: E731
-    front, plan = drained.prepare(loaded, hosts, inv, DrainSettings(max_unavailable), client=client)
+    front, plan = drained.prepare(loaded, hosts, inv, settings or DrainSettings(max_unavailable), client=client)
     return drained.run_drained(loaded, hosts, ApplyOptions(), front, plan)
 
 
@@ -303,3 +336,163 @@ def test_the_last_worker_is_refused_before_its_server_stops(tmp_path: Path, mock
     assert "last worker" in fleet.results["a"].message and "nothing was stopped" in fleet.results["a"].message
     assert fleet.gateway["a"]["after"] == "ready" and not fleet.gateway["a"]["taken_out"]
     assert not any(method == "DELETE" for method, _ in fake.calls)
+
+
+# --------------------------------------------------------------------------- registrations
+OPERATOR = {"priority": 70, "cost": 2.5, "labels": {"zone": "a", "version": "pinned"},
+            "health": {"drain_settle_secs": 1}}
+
+
+def test_the_operators_registration_is_told_from_what_the_gateway_found() -> None:
+    listed = FakeGateway.listed("id-1", {"url": URLS[0], **OPERATOR}, "ready")
+    view = WorkerView(URLS[0], "ready", "id-1", 0, "m", spec=listed)
+    mine = registration(view, dict(SAID))
+    # the label the server said is the gateway's; one it did not say, or said otherwise, the operator's
+    assert mine == {"priority": 70, "cost": 2.5, "health": {"drain_settle_secs": 1},
+                    "labels": {"zone": "a", "version": "pinned"}}
+    assert "models" not in mine  # the card of the model the server serves: made again from the new server
+    alias = WorkerView(URLS[0], "ready", "id-1", 0, "x", spec={**listed, "models": [{"id": "alias-x"}]})
+    assert registration(alias, dict(SAID))["models"] == [{"id": "alias-x"}]
+    # the server not asked: labels of the keys smg discovers are its own
+    assert registration(view, None)["labels"] == {"zone": "a"}
+
+
+def test_server_answers_become_labels_as_smg_makes_them() -> None:
+    info = {"tp_size": 2, "dp_size": 0, "version": "0.5.11", "enable_dp_attention": False, "mem_fraction_static": 0.88,
+            "served_model_name": "", "architectures": ["Qwen3ForCausalLM"], "extra": None}
+    assert server_labels(info) == {"tp_size": "2", "version": "0.5.11", "enable_dp_attention": "false",
+                                   "mem_fraction_static": "0.88", "architectures": '["Qwen3ForCausalLM"]'}
+
+
+def test_a_port_change_drains_the_running_url_and_registers_the_new_one_as_it_was(tmp_path: Path, mocker: Any
+                                                                                 ) -> None:
+    old = ["http://10.0.0.1:30000", "http://b.lan:31000", "http://10.0.0.3:30000"]
+    fake = FakeGateway(old, operator=OPERATOR)
+    fleet = run(tmp_path, mocker, fake, Hosts({}, fake, port=30001), names=("a", "c"), port=30001)
+    assert fleet.exit_code == 0, fleet.gateway
+    a = fleet.gateway["a"]
+    assert a["removed_url"] == "http://10.0.0.1:30000" and a["worker_url"] == "http://10.0.0.1:30001"
+    assert a["after"] == "ready" and a["restored"] == OPERATOR
+    posted = {p["url"]: p for p in fake.posted}
+    assert set(posted) == {"http://10.0.0.1:30001", "http://10.0.0.3:30001"}
+    assert posted["http://10.0.0.1:30001"] == {**OPERATOR, "url": "http://10.0.0.1:30001"}
+    assert "http://10.0.0.1:30000" not in fake.workers or fake.workers["http://10.0.0.1:30000"]["status"] == "draining"
+
+
+def test_the_drain_timeout_puts_the_worker_back_and_refuses_the_host(tmp_path: Path, mocker: Any) -> None:
+    fake = FakeGateway(["http://10.0.0.1:30000", "http://b.lan:31000", "http://10.0.0.3:30000"], operator=OPERATOR)
+    double = Hosts({}, fake)
+    fleet = run(tmp_path, mocker, fake, double, settings=DrainSettings(drain_timeout_s=0.0), in_flight=3)
+    assert fleet.exit_code == 2 and fleet.stopped_at == "a" and double.order == ["a"]
+    message = fleet.results["a"].message
+    assert "3 request(s) running after the drain timeout" in message and "put back in rotation" in message
+    assert "nothing was stopped" in message
+    a = fleet.gateway["a"]
+    assert a["taken_out"] and a["back"] and a["after"] == "ready" and a["problem"] is None
+    assert fake.posted == [{**OPERATOR, "url": "http://10.0.0.1:30000"}]
+
+
+def test_the_drain_timeout_stops_anyway_when_told_to(tmp_path: Path, mocker: Any) -> None:
+    fake = FakeGateway(["http://10.0.0.1:30000", "http://b.lan:31000", "http://10.0.0.3:30000"])
+    settings = DrainSettings(drain_timeout_s=0.0, on_drain_timeout="stop")
+    fleet = run(tmp_path, mocker, fake, Hosts({}, fake), settings=settings, in_flight=3)
+    assert fleet.exit_code == 0
+    assert all(g["in_flight_left"] == 3 and g["after"] == "ready" for g in fleet.gateway.values())
+
+
+def test_hosts_without_a_gateway_are_restarted_plainly(tmp_path: Path, mocker: Any) -> None:
+    fake = FakeGateway(["http://10.0.0.1:30000", "http://b.lan:31000"])
+    plain: list[str] = []
+
+    def double(loaded: Any, name: str, entry: Any, target: Any, options: ApplyOptions, report: Any) -> ApplyResult:
+        if name == "c":
+            assert options.before_stop is None and options.after_host is None
+            plain.append(name)
+            return ApplyResult(Exit.READY, "ready", name, "sglang", "ready")
+        return Hosts({}, fake)(loaded, name, entry, target, options, report)
+
+    fleet = run(tmp_path, mocker, fake, double, gateway_hosts='"a", "b"')  # type: ignore[arg-type]
+    assert fleet.exit_code == 0 and plain == ["c"]
+    assert set(fleet.gateway) == {"a", "b"} and fleet.rows()[2]["gateway"] is None
+
+
+def test_a_host_the_gateway_routes_to_but_the_inventory_does_not_put_behind_it_is_refused(
+        tmp_path: Path, mocker: Any) -> None:
+    fake = FakeGateway(["http://10.0.0.1:30000", "http://b.lan:31000", "http://10.0.0.3:30000"])
+    with pytest.raises(GatewayError, match=r"c \(gateway 'front' lists http://10.0.0.3:30000\).*no gateway"):
+        run(tmp_path, mocker, fake, Hosts({}, fake), gateway_hosts='"a", "b"')
+    assert not any(method in ("DELETE", "POST") for method, _ in fake.calls)
+
+
+def test_a_rollback_behind_the_gateway_is_drained_and_put_back(tmp_path: Path, mocker: Any) -> None:
+    fake = FakeGateway(["http://10.0.0.1:30000", "http://b.lan:31000"], operator=OPERATOR)
+    mocker.patch.object(drained, "server_said", lambda session, port, keyed: dict(SAID))
+    mocker.patch.object(drained, "worker_in_flight", lambda session, port, keyed: 0)
+    mocker.patch.object(secret_args, "api_key_for", lambda remote, deployment: "worker-key")
+    mocker.patch.object(drained, "POLL_S", 0.0)
+
+    def rollback(name: str, entry: Any, unit: str, to: Any, options: ApplyOptions, report: Any) -> ApplyResult:
+        assert options.before_stop is not None and options.after_host is not None
+        assert options.before_stop(SESSION, Handover(deployment(30002), None, 30000)) is None
+        assert fake.workers["http://10.0.0.1:30000"]["status"] == "draining"  # drained before the stop
+        result = ApplyResult(Exit.READY, "ready", name, unit, "rolled back")
+        options.after_host(SESSION, result)
+        return result
+
+    mocker.patch.object(drained, "rollback_unit", rollback)
+    inv = inventory_with(tmp_path, '[gateways.front]\nurl = "http://gw:1"\nhosts = ["both"]\n').model
+    client = lambda name, entry: GatewayClient(name, entry.url, transport=fake)  # noqa: E731
+    host = FleetHost("a", inv.hosts["a"], HostTarget("a"))
+    prepared = drained.prepare_rollback(inv, host, DrainSettings(), client=client)
+    assert prepared is not None and prepared[1].rotations["a"].before.url == "http://10.0.0.1:30000"
+    result, rotation = drained.rollback_drained("a", inv.hosts["a"], "sglang", None, ApplyOptions(), *prepared,
+                                                report=lambda *a, **k: None)
+    assert result.exit_code == 0 and rotation["back"] and rotation["worker_url"] == "http://10.0.0.1:30002"
+    assert fake.posted == [{**OPERATOR, "url": "http://10.0.0.1:30002", "api_key": "worker-key"}]
+    assert rotation["worker_api_key"] and "worker-key" not in json.dumps(rotation)
+
+
+def test_a_multinode_launch_behind_the_gateway_drains_rank_0(tmp_path: Path, mocker: Any) -> None:
+    from sgdeploy import multinode
+    from sgdeploy.fleet import FleetResult
+
+    fake = FakeGateway(["http://10.0.0.1:30000", "http://10.0.0.3:30000"])
+    mocker.patch.object(drained, "server_said", lambda session, port, keyed: dict(SAID))
+    mocker.patch.object(drained, "worker_in_flight", lambda session, port, keyed: 0)
+    mocker.patch.object(secret_args, "api_key_for", lambda remote, deployment: None)
+    mocker.patch.object(drained, "POLL_S", 0.0)
+
+    def launch(loaded: Any, hosts: Any, options: ApplyOptions, report_for: Any = None) -> FleetResult:
+        fleet = FleetResult([h.name for h in hosts])
+        assert options.before_stop is not None and options.after_host is not None
+        assert options.before_stop(SESSION, Handover(deployment(), deployment(), 30000)) is None
+        for h in hosts:
+            fleet.results[h.name] = ApplyResult(Exit.READY, "ready", h.name, "sglang", "ready")
+        options.after_host(SESSION, fleet.results[hosts[0].name])
+        return fleet
+
+    mocker.patch.object(multinode, "apply_multinode", launch)
+    profile = tmp_path / "p.toml"
+    profile.write_text(PROFILE.replace("port = 30000", "port = 30000\nnnodes = 2\ntp_size = 2"))
+    loaded = load_profile(profile)
+    inv = inventory_with(tmp_path, '[hosts.c]\naddress = "10.0.0.3"\n'
+                         '[gateways.front]\nurl = "http://gw:1"\nhosts = ["a", "c"]\n').model
+    hosts = [FleetHost(n, inv.hosts[n], HostTarget(n)) for n in ("a", "b")]
+    client = lambda name, entry: GatewayClient(name, entry.url, transport=fake)  # noqa: E731
+    front, plan = drained.prepare(loaded, hosts, inv, DrainSettings(), client=client)
+    assert plan.order == ("a", "b") and set(plan.rotations) == {"a"}  # rank 0 alone is a worker
+    fleet = drained.run_drained_multinode(loaded, hosts, ApplyOptions(), front, plan)
+    assert fleet.exit_code == 0 and set(fleet.gateway) == {"a"}
+    assert fleet.gateway["a"]["taken_out"] and fleet.gateway["a"]["after"] == "ready"
+
+
+def test_a_worker_draining_already_is_not_removed_twice(tmp_path: Path, mocker: Any) -> None:
+    """An interrupted rollout's removal still under way: a second DELETE would remove the worker
+    once it is registered again (smg removes by URL after its settle time)."""
+    fake = FakeGateway(["http://10.0.0.1:30000", "http://b.lan:31000", "http://10.0.0.3:30000"], operator=OPERATOR)
+    fake.workers["http://10.0.0.1:30000"]["status"] = "draining"
+    fake.draining["http://10.0.0.1:30000"] = 3
+    fleet = run(tmp_path, mocker, fake, Hosts({}, fake))
+    assert fleet.exit_code == 0 and fleet.rows()[0]["host"] == "a"
+    assert ("DELETE", "/workers/id-0") not in fake.calls
+    assert fleet.gateway["a"]["after"] == "ready" and fleet.gateway["a"]["restored"] == OPERATOR

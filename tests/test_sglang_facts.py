@@ -103,6 +103,18 @@ def test_mamba_table_covers_the_v1x_rule() -> None:
     assert table["Qwen3NextForCausalLM"] == [True, True]
 
 
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.11", "0.5.12", "0.5.13"])
+def test_mamba_table_names_only_the_models_whose_branch_calls_the_handler(version: str) -> None:
+    """0.5.10-0.5.13 share one model branch between the Qwen3 MoE models and the Qwen3-Next/3.5
+    hybrids and call _handle_mamba_radix_cache for the hybrids only, inside a nested test."""
+    table = fact("mamba_radix_cache_archs", parse_version(version))
+    assert "Qwen3MoeForCausalLM" not in table and "Qwen3VLMoeForConditionalGeneration" not in table
+    assert table["Qwen3_5MoeForConditionalGeneration"] == [True, True]
+    server = {"model_path": "/m", "speculative_algorithm": "EAGLE"}
+    assert not fired("SGD509", ctx(version, server, "Qwen3MoeForCausalLM"))
+    assert fired("SGD509", ctx(version, server, "Qwen3_5MoeForConditionalGeneration"))
+
+
 # --------------------------------------------------------------------------- rules against facts
 def ctx(version: str, server: dict[str, Any], architecture: str | None = None) -> LaunchContext:
     catalog = load_catalog(version)

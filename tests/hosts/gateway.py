@@ -91,7 +91,9 @@ def start_gateway(folder: Path, api_key: str | None = None, port: int | None = N
     """`smg launch` on 127.0.0.1, waited for until it answers; its log in `folder`."""
     port = port or free_port()
     log = folder / f"smg-{port}.log"
+    # smg's metrics server binds 0.0.0.0:29000 unless told otherwise: two gateways on one machine collide
     argv = [sys.executable, "-m", "smg", "launch", "--host", "127.0.0.1", "--port", str(port),
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
             "--log-level", "info", *(["--api-key", api_key] if api_key else []), *extra]
     with log.open("ab") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

@@ -32,17 +32,9 @@ def chunked_prefill_page(ctx: LaunchContext) -> Iterator[Finding]:
                       f"page_size = {page}")
 
 
-# 0.5.10-0.5.13 share one branch of _handle_model_specific_adjustments between these MoE models
-# and the Qwen3-Next/3.5 hybrids, but call _handle_mamba_radix_cache only for the hybrids, inside an
-# inner `if` (the facts table lists the whole branch).
-_DENSE_IN_A_MAMBA_BRANCH = frozenset({"Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration"})
-
-
 def _mamba_cache_support(ctx: LaunchContext) -> tuple[bool, bool] | None:
     """Up to 0.5.13: (radix cache, extra_buffer) SGLang supports for the architecture, from the
     `_handle_mamba_radix_cache` call of its model branch; None for an architecture without one."""
-    if ctx.architecture in _DENSE_IN_A_MAMBA_BRANCH:
-        return None
     table = fact("mamba_radix_cache_archs", ctx.version) or {}
     entry = table.get(ctx.architecture or "")
     return (bool(entry[0]), bool(entry[1])) if entry else None
