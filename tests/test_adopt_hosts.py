@@ -46,7 +46,7 @@ def no_server_left(host: HostSet) -> Iterator[None]:
              check=False)
     for pid in server_pids(host):
         host.ssh("ct129", f"kill {pid}", check=False)
-    wait_gpus_free(host)
+    host.wait_gpus_free("ct129")
 
 
 @pytest.fixture(scope="module")
@@ -83,15 +83,6 @@ def wait_healthy(host: HostSet, port: int, log: str, timeout_s: float = 60) -> N
         time.sleep(0.3)
     tail = host.ssh("ct129", f"tail -n 30 {log}", check=False).stdout
     raise AssertionError(f"no server became healthy on port {port}:\n{tail}")
-
-
-def wait_gpus_free(host: HostSet, timeout_s: float = 60) -> None:
-    """Until no process holds GPU memory (an earlier test's server lets go of it after its stop)."""
-    deadline = time.monotonic() + timeout_s
-    query = "--query-gpu=memory.used --format=csv,noheader,nounits"
-    while any(int(v) > 1024 for v in host.nvidia_smi("ct129", query).split()):
-        assert time.monotonic() < deadline, host.nvidia_smi("ct129") + host.ssh("ct129", "ps -ef").stdout
-        time.sleep(0.3)
 
 
 def server_pids(host: HostSet, port: int | None = None) -> list[int]:
@@ -225,7 +216,7 @@ def test_hand_written_unit_is_imported_and_adopted(host: HostSet, tmp_path: Path
 def test_two_servers_on_one_host_need_a_pid(host: HostSet, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     ports = [free_port(), free_port()]
-    wait_gpus_free(host)
+    host.wait_gpus_free("ct129")
     entries = ["/root/ml-env/bin/python3 -m sglang.launch_server", "/root/ml-env/bin/sglang serve"]
     for gpu, port in enumerate(ports):  # one GPU each
         start_by_hand(host, f"--model-path {MODEL} --port {port} --mem-fraction 0.5 --served-model-name "

@@ -301,6 +301,7 @@ def test_a_server_run_with_keys_is_imported_and_adopted(host: HostSet, tmp_path:
     """`import` of a hand-run server started with --api-key/--admin-api-key: [secrets] names a file and the
     notes say what to write in it; after doing exactly that, `apply --adopt` takes the server over."""
     host.ssh("a6000-new", f"systemctl stop {UNIT}.service")
+    host.wait_gpus_free("a6000-new")
     admin, unit = "sk-adm-" + "4e8a2c6b1d3f5a79", "sglang-imp"
     port = next(p for p in iter(free_port, None) if p not in (PORT, OLD_PORT))
     host.ssh("a6000-new", "cd /root; setsid nohup /root/ml-env/bin/python3 -m sglang.launch_server --model-path "

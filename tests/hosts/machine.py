@@ -366,6 +366,15 @@ class HostSet:
     def nvidia_smi(self, host: Host | str, args: str = "") -> str:
         return self.ssh(host, f"nvidia-smi {args}").stdout
 
+    def wait_gpus_free(self, host: Host | str, timeout_s: float = 60) -> None:
+        """Until no process holds GPU memory (a stopped server lets go of it only after its release delay)."""
+        deadline = time.monotonic() + timeout_s
+        query = "--query-gpu=memory.used --format=csv,noheader,nounits"
+        while any(int(v) > 1024 for v in self.nvidia_smi(host, query).split()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(self.nvidia_smi(host) + self.ssh(host, "ps -ef").stdout)
+            time.sleep(0.3)
+
     def journal(self, host: Host | str, unit: str) -> str:
         return self.ssh(host, f"journalctl -u {shlex.quote(unit)} -o cat --no-pager").stdout
 
