@@ -247,7 +247,7 @@ def run_apply(hs: HostSet, profile: Path, settle: float, measure: bool = True) -
     origin = float(match.group(1))
     journal = server_times(hs)
     events = document["events"]
-    marks: list[tuple[float, str]] = [(launched, "cli start + offline validation")]
+    marks: list[tuple[float, str]] = [(launched, "cli start"), (origin, "(offline validation done)")]
     seen: set[str] = set()
     for event in events:  # each step, where it was first reported, on the wall clock
         key = (event["step"] if event["event"] == "step" else
@@ -507,6 +507,8 @@ def main() -> int:
         print(f"total {settle['total_s']:.3f} s, server startup {settle['server_startup_s']:.3f} s, adds "
               f"{settle['overhead_s']:.3f} s, downtime overhead {settle['downtime_overhead_s']:.3f} s, "
               f"detect {settle['detect_s'] * 1000:.0f} ms, ssh {settle['ssh']}")
+        for key, value in settle["breakdown"].items():
+            print(f"  {key:52} {value:7.3f} s")
     finally:
         hs.ssh("ct129", "systemctl stop sglang.service", check=False)
         hs.close()

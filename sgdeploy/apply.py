@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -24,8 +25,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-
-from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from sgdeploy.diagnostics import Diagnostic
 from sgdeploy.facts import (
@@ -69,6 +68,7 @@ from sgdeploy.remote import (
     HeldCommand,
     RemoteError,
     RemoteHost,
+    write_files_command,
 )
 from sgdeploy.secret_args import (
     api_key_for,
@@ -103,9 +103,13 @@ _LOCK_HOLDER = (
     'if [ -n "$3" ]; then lg=$(readlink "$d/last_good" 2>/dev/null || head -n 1 "$d/last_good" 2>/dev/null); '
     'lg=${lg%/}; us=$(sha256sum "$3" 2>/dev/null); '
     'printf "state:%s %s %s\\n" "${lg##*/}" "${us%% *}" "$(systemctl show -p ActiveState --value "$4")"; fi; '
+    # $5: staging the new unit and its record, under the lock (`HostSession.stage_command`).
+    'if [ -n "$5" ]; then e=$(sh -c "$5" 2>&1 >/dev/null); printf "staged:%s\\n" "$?"; '
+    'printf "%s\\n" "$e" | sed "s/^/stage-err:/"; fi; '
     f"echo {LOCKED_MARKER}; cat >/dev/null; : > \"$d/lock\""
 )
 UNIT_FILE_MARKER = "@@sgdeploy:unit-file@@"
+RECORD_MARKER = "@@sgdeploy:last-good@@"
 SWAP_INSTALL_FAILED = "@@sgdeploy:install-failed@@"
 SWAP_WINDOW_S = 5.0  # how long `HostSession.swap` waits on the host for the GPUs to be idle
 
@@ -248,7 +252,7 @@ def build_deployment(
 
 # --------------------------------------------------------------------------- the host side
 @dataclass
-class Swap:
+class Swapped:
     """What `HostSession.swap` did: the unit installed, the GPUs' state after the stop, started."""
 
     result: CommandResult
@@ -266,6 +270,7 @@ class UnitLock:
     refusal: str | None = None
     warnings: list[str] = field(default_factory=list)
     state: str | None = None  # `last_good unit-sha256 active` as read under the lock (`host_state`)
+    staged: CommandResult | None = None  # the staging done under the lock, when asked for
 
     def release(self) -> None:
         if self.holder is not None:
@@ -280,28 +285,54 @@ class HostSession:
         self.report = report
         self._records: dict[tuple[str, str], dict[str, str] | None] = {}
         self._health_paths: dict[str, str] = {}  # deployment id -> /health where /ready is missing
+        self._facts_ahead: dict[tuple[Any, ...], tuple[HostFacts, str | None]] = {}  # `read_ahead`
+        self.checks_ahead: list[_Background] = []  # SGLang's checks begun before the plan (`EarlyConnection`)
+
+    def read_ahead(self, loaded: LoadedProfile) -> None:
+        """Read the facts `_decide` will ask for, now (while the CLI still validates offline)."""
+        key = facts_key(loaded)
+        self._facts_ahead[key] = self.facts(*key)
 
     # -- facts --------------------------------------------------------------------------
     def facts(self, unit: str, python: str, model_path: str, port: int,
               user: str | None = None) -> tuple[HostFacts, str | None]:
         """Host facts and the current unit file text, in one round trip; the interpreter and the
         model are probed as `user` (the unit's User=, None: root)."""
+        ahead = self._facts_ahead.pop((unit, python, model_path, port, user), None)
+        if ahead is not None:
+            return ahead
         script = facts_command(unit, python, model_path, port, user=user)
         path = f"/etc/systemd/system/{unit}.service"
+        state = state_dir(unit)
+        record_sh = _record_files_sh('"$d/$lg"')
+        # The last good record comes in the same round trip: apply reads it to decide "up to
+        # date", as the rollback target and as the probe's baseline (`read_record`).
         command = (f"sh -c {shlex.quote(script)}; printf '%s\\n' {UNIT_FILE_MARKER}; "
-                   f"cat {shlex.quote(path)} 2>/dev/null || printf '%s' '@@none@@'")
+                   f"cat {shlex.quote(path)} 2>/dev/null || printf '%s' '@@none@@'; "
+                   f"d={shlex.quote(state)}; lg=$(readlink \"$d/last_good\" 2>/dev/null || "
+                   f"head -n 1 \"$d/last_good\" 2>/dev/null); lg=${{lg%/}}; lg=${{lg##*/}}; "
+                   f"printf '\\n%s%s\\n' {RECORD_MARKER} \"$lg\"; [ -z \"$lg\" ] || "
+                   f"{record_sh}")
         output = self.remote.run(command).stdout
-        facts_out, _, unit_text = output.partition(UNIT_FILE_MARKER + "\n")
-        return parse_facts(facts_out), (None if unit_text == "@@none@@" else unit_text)
+        facts_out, _, rest = output.partition(UNIT_FILE_MARKER + "\n")
+        unit_text, _, record = rest.rpartition("\n" + RECORD_MARKER)
+        facts = parse_facts(facts_out)
+        last_good, _, files = record.partition("\n")
+        if facts.last_good and last_good.strip() == facts.last_good:
+            self._records[(state, facts.last_good)] = _split_files(files)
+        return facts, (None if unit_text == "@@none@@" else unit_text)
 
     # -- lock ----------------------------------------------------------------------------
-    def lock(self, state_dir: str, unit: str | None = None) -> UnitLock:
+    def lock(self, state_dir: str, unit: str | None = None, stage: Deployment | None = None) -> UnitLock:
         """Take the per-unit lock. Under it, records that an earlier apply left at `starting` (it
-        died or lost its connection) are marked `interrupted`, and with `unit` what "up to date"
-        depends on is read (`UnitLock.state`), in the same round trip."""
+        died or lost its connection) are marked `interrupted`, with `unit` what "up to date"
+        depends on is read (`UnitLock.state`), and `stage` is staged (`UnitLock.staged`), all in
+        the same round trip."""
         holder = f"{who()} pid={os.getpid()} since={datetime.now(UTC).isoformat(timespec='seconds')}"
         q = shlex.quote(state_dir)
         extra = (f" {shlex.quote(f'{UNIT_DIR}/{unit}.service')} {shlex.quote(f'{unit}.service')}" if unit else "")
+        if unit and stage is not None:
+            extra += f" {shlex.quote(self.stage_command(stage))}"
         command = (f"mkdir -p {q} && exec flock -n -E {LOCK_BUSY_RC} {q}/lock "
                    f"sh -c {shlex.quote(_LOCK_HOLDER)} sh {q} {shlex.quote(holder)}{extra}")
         held = self.remote.hold(command, LOCKED_MARKER)
@@ -314,12 +345,23 @@ class HostSession:
             if interrupted:
                 warnings.append(f"earlier applies did not finish (connection lost or killed): "
                                 f"{', '.join(interrupted)}; marked interrupted")
-            return UnitLock(held, warnings=warnings, state=state)
+            rc = next((line[7:] for line in lines if line.startswith("staged:")), None)
+            staged = None if rc is None else CommandResult(
+                "stage", int(rc) if rc.isdigit() else 1, "",
+                "\n".join(line[10:] for line in lines if line.startswith("stage-err:")))
+            return UnitLock(held, warnings=warnings, state=state, staged=staged)
         if held.exit_code == LOCK_BUSY_RC:
             current = self.remote.run(f"cat {q}/lock 2>/dev/null").stdout.strip() or "unknown"
             return UnitLock(None, refusal=f"another apply holds the lock on this unit: {current}")
         return UnitLock(None, refusal=f"cannot take the lock under {state_dir}: "
                                       f"{held.output.strip() or held.exit_code}")
+
+    def lock_held(self, state_dir: str) -> str | None:
+        """Who holds the unit's lock right now (what it wrote into the file); None when it is free."""
+        q = shlex.quote(f"{state_dir}/lock")
+        out = self.remote.run(f"[ -e {q} ] || exit 0; flock -n -E {LOCK_BUSY_RC} {q} true; "
+                              f"[ $? -ne {LOCK_BUSY_RC} ] || {{ echo busy; cat {q}; }}").stdout
+        return (out.partition("\n")[2].strip() or "unknown") if out.startswith("busy") else None
 
     # -- stop and GPUs -------------------------------------------------------------------
     def stop(self, unit: str) -> CommandResult:
@@ -381,6 +423,8 @@ class HostSession:
         return parse_verdict(result.stdout, result.stderr, result.exit_code, time.monotonic() - began)
 
     def wait_gpus_idle(self, gpus: tuple[int | str, ...], timeout_s: float) -> IdleVerdict:
+        from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
+
         self.report("step", step="wait_gpus_idle", gpus=list(gpus))
 
         def check() -> IdleVerdict:
@@ -406,6 +450,13 @@ class HostSession:
 
         A unit folder that is read-only or full fails here, while the old server still runs.
         """
+        return self.remote.run(self.stage_command(deployment))
+
+    def unstage(self, deployment: Deployment) -> None:
+        """Take back what `stage` wrote (a plan decided again under the lock)."""
+        self.remote.run(f"rm -rf {shlex.quote(deployment.record_dir)} {shlex.quote(deployment.staged_unit_path)}")
+
+    def stage_command(self, deployment: Deployment) -> str:
         meta = deployment_meta(deployment, "starting")
         record = deployment.record_dir
         files = {  # the unit first: if it cannot be written, nothing else is
@@ -414,7 +465,8 @@ class HostSession:
             f"{record}/unit.service": deployment.unit_text.encode(),
             f"{record}/meta.json": (json.dumps(meta, indent=2) + "\n").encode(),
         }
-        return self.remote.write_files(files)
+        self.remote.stats.uploads += len(files)
+        return write_files_command(files)
 
     def install_and_start(self, deployment: Deployment, start: bool = True) -> tuple[CommandResult, str | None]:
         """Move the staged unit into place (an atomic rename), daemon-reload and start it (or,
@@ -433,7 +485,7 @@ class HostSession:
         invocation = tail.strip() or None
         return result, invocation
 
-    def swap(self, deployment: Deployment, stop_first: bool, window_s: float) -> Swap:
+    def swap(self, deployment: Deployment, stop_first: bool, window_s: float) -> Swapped:
         """Install the staged unit (rename, daemon-reload) while the old server still serves; then,
         in the same round trip, stop it, wait up to `window_s` on the host until the GPUs are idle
         (`gpus_idle`'s rule, decided there by `idle_check_sh`) and start the new unit. The downtime
@@ -468,7 +520,7 @@ class HostSession:
         self.report("step", step="start", unit=deployment.unit)
         result = self.remote.run(command, timeout=600 + window_s)
         if SWAP_INSTALL_FAILED in result.stdout:
-            return Swap(result, installed=False)
+            return Swapped(result, installed=False)
         head, _, state = result.stdout.partition("@@gpus@@\n")
         gpus_text, _, rest = state.partition("@@apps@@\n")
         apps_text, _, owners_text = rest.partition("@@owners@@\n")
@@ -478,7 +530,7 @@ class HostSession:
         if started and not verdict.idle:  # the host's rule and gpus_idle disagree: never run on busy GPUs
             self.remote.run(f"systemctl stop {unit_q}")
             started, invocation = "", ""
-        return Swap(result, True, verdict, bool(started), invocation.strip() or None)
+        return Swapped(result, True, verdict, bool(started), invocation.strip() or None)
 
     def start_installed(self, deployment: Deployment) -> tuple[CommandResult, str | None]:
         """Start the unit `swap` installed and left stopped (its GPUs were freed later)."""
@@ -560,6 +612,11 @@ class HostSession:
                 self.report("log", text=message)
                 report = reader.report()
                 if expected is not None and report.ready and not report.missing(expected):
+                    # The health check goes first: the follower is ended beside it.
+                    ending = threading.Thread(target=self._end_follower, args=(folder, lines), daemon=True,
+                                              name="sgdeploy-end-follower")
+                    ending.start()
+                    folder, lines = None, iter(())
                     return StartupResult(True, report, seconds=time.monotonic() - started,
                                          ready_seen_at=time.monotonic())
         finally:
@@ -694,12 +751,15 @@ class HostSession:
         probe baseline), and sgdeploy never rewrites a record other than the one it is writing."""
         key = (state_dir, deployment_id)
         if key not in self._records:
-            folder = shlex.quote(f"{state_dir}/{deployment_id}")
-            out = self.remote.run(
-                f"for f in meta.json profile.toml unit.service; do printf '@@file %s@@\\n' $f; "
-                f"base64 {folder}/$f 2>/dev/null || exit 1; done").stdout
+            out = self.remote.run(_record_files_sh(shlex.quote(f"{state_dir}/{deployment_id}"))).stdout
             self._records[key] = _split_files(out)
         return self._records[key]
+
+
+def _record_files_sh(folder: str) -> str:
+    """Print a record's files in `folder` (a shell word) for `_split_files`."""
+    return (f"for f in meta.json profile.toml unit.service; do printf '@@file %s@@\\n' $f; "
+            f"base64 {folder}/$f 2>/dev/null || exit 1; done")
 
 
 def _split_files(output: str) -> dict[str, str] | None:
@@ -744,7 +804,8 @@ class Transaction:
 
     def start(self, deployment: Deployment, stop_first: bool, best_effort_idle: bool = False,
               takeover: tuple[Takeover, ...] = (),
-              gate: Callable[[], StartupResult | None] | None = None) -> StartupResult:
+              gate: Callable[[], StartupResult | None] | None = None,
+              staged: CommandResult | None = None) -> StartupResult:
         """Stop what runs, wait for the GPUs, install and start `deployment`, wait until healthy.
 
         `gate` runs after staging and before the stop; a result from it ends the start there,
@@ -753,7 +814,7 @@ class Transaction:
         but stopped, never started into GPUs that are not free.
         """
         began = time.monotonic()
-        staged = self.session.stage(deployment)
+        staged = staged or self.session.stage(deployment)  # done already when taking the lock
         if not staged.ok:
             return StartupResult(False, reason=f"cannot write {deployment.unit_path} or the record (nothing was "
                                  f"stopped): {staged.stderr.strip() or 'exit ' + str(staged.exit_code)}",
@@ -777,6 +838,10 @@ class Transaction:
                                  seconds=time.monotonic() - began)
         startup = self.session.follow(deployment, invocation, deployment.expected_phases)
         if startup.ready:
+            info: list[dict[str, Any] | None] = []  # /server_info, asked beside the health check
+            asking = threading.Thread(target=self._server_info, args=(deployment, info), daemon=True,
+                                      name="sgdeploy-server-info")
+            asking.start()
             healthy, why = self.session.check_health(deployment, self.options.health_timeout_s)
             if healthy:
                 healthy, why = self.session.settle(deployment, self.options.settle_s)
@@ -784,10 +849,14 @@ class Transaction:
                 startup.ready, startup.reason, startup.failure_kind = False, why, "unhealthy"
                 startup.explain = self.session.journal_tail(deployment.unit)
             else:
-                startup.auto_adjusted = _adjustments(startup.report, self.session.server_info(deployment),
-                                                     deployment.server)
+                asking.join()
+                startup.auto_adjusted = _adjustments(startup.report, info[0] if info else None, deployment.server)
         startup.seconds = time.monotonic() - began
         return startup
+
+    def _server_info(self, deployment: Deployment, into: list[dict[str, Any] | None]) -> None:
+        with contextlib.suppress(RemoteError):  # none: the adjustments come from the log alone
+            into.append(self.session.server_info(deployment))
 
     def _swap(self, deployment: Deployment, stop_first: bool) -> tuple[CommandResult, str | None, StartupResult | None]:
         """Install, stop, start in one round trip when the GPUs free at once; else wait for them."""
@@ -987,6 +1056,78 @@ def connect(name: str, entry: HostEntry) -> RemoteHost:
     return RemoteHost(name, entry).connect()
 
 
+def facts_key(loaded: LoadedProfile) -> tuple[str, str, str, int, str | None]:
+    """What `HostSession.facts` is asked for a profile: unit, python, model path, port, user."""
+    profile = loaded.model
+    assert profile is not None
+    port = profile.server.get("port", 30000)
+    return (profile.deploy.unit, profile.deploy.python, str(profile.server.get("model_path", "")),
+            port if isinstance(port, int) else 30000, profile.deploy.user)
+
+
+class EarlyConnection:
+    """The connection to a host and its facts, begun before the profile is known to be valid
+    (`sgdeploy apply` starts it while it still validates offline): nothing on the host changes
+    until `apply_profile` takes it over. Built and run on a thread of the caller's."""
+
+    def __init__(self, name: str, entry: HostEntry, loaded: LoadedProfile, check: EarlyCheck | None = None) -> None:
+        self.name = name
+        self.session: HostSession | None = None
+        self.error: ConnectError | None = None
+        try:
+            remote = RemoteHost(name, entry).connect()
+        except ConnectError as exc:
+            self.error = exc
+            return
+        session = self.session = HostSession(remote)
+        if remote.privileges.refusal:
+            return
+        facts = threading.Thread(target=self._read_ahead, args=(session, loaded), daemon=True,
+                                 name="sgdeploy-facts")
+        facts.start()
+        if check is not None and check.validated.wait(60):
+            check.begin(session, loaded, name)
+        facts.join()
+
+    @staticmethod
+    def _read_ahead(session: HostSession, loaded: LoadedProfile) -> None:
+        with contextlib.suppress(RemoteError, ValueError):  # apply reads them again and says what went wrong
+            session.read_ahead(loaded)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.remote.close()
+
+
+@dataclass
+class EarlyCheck:
+    """SGLang's own check of the launch as rendered for the release the inventory declares,
+    begun beside the facts once offline validation has passed (`validated` is set); apply
+    keeps it when the release the host reports renders the same launch."""
+
+    version: str
+    timeout_s: float
+    validated: threading.Event = field(default_factory=threading.Event)
+
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        """Offline validation refused the profile: begin nothing."""
+        self.cancelled = True
+        self.validated.set()
+
+    def begin(self, session: HostSession, loaded: LoadedProfile, name: str) -> None:
+        if self.cancelled:
+            return
+        try:
+            request = build_deployment(loaded, name, self.version).check
+        except (KeyError, ValueError, LookupError):
+            return  # apply renders it again, after the facts, and says what is wrong
+        if request is not None:
+            session.checks_ahead.append(
+                _Background(lambda: session.sglang_check(request, self.timeout_s), request))
+
+
 def apply_profile(
     loaded: LoadedProfile,
     name: str,
@@ -994,31 +1135,37 @@ def apply_profile(
     declared: HostTarget | None,
     options: ApplyOptions,
     report: Reporter = _quiet,
+    early: EarlyConnection | None = None,
 ) -> ApplyResult:
-    """`sgdeploy apply` (and `plan` with options.dry_run) on one host."""
+    """`sgdeploy apply` (and `plan` with options.dry_run) on one host; `early`: the connection
+    and facts already begun for it."""
     profile = loaded.model
     assert profile is not None
     began = time.monotonic()
     return _on_host(name, entry, profile.deploy.unit, report, "apply",
-                    lambda session: _apply(session, loaded, name, declared, options, report, began),
+                    lambda session: _apply(session, loaded, name, declared, options, report, began), early,
                     options.after_host)
 
 
 def _on_host(
     name: str, entry: HostEntry, unit: str, report: Reporter, what: str,
-    work: Callable[[HostSession], ApplyResult],
+    work: Callable[[HostSession], ApplyResult], early: EarlyConnection | None = None,
     after: Callable[[HostSession, ApplyResult], None] | None = None,
 ) -> ApplyResult:
-    """Connect, run `work` over the connection, and turn connection problems into results."""
+    """Connect (or take over `early`'s connection), run `work` over it, and turn connection
+    problems into results."""
     try:
-        remote = connect(name, entry)
+        if early is not None and early.error is not None:
+            raise early.error
+        remote = early.session.remote if early is not None and early.session else connect(name, entry)
     except ConnectError as exc:
         return ApplyResult(Exit.REFUSED, "refused", name, unit, str(exc))
     with remote:
         if remote.privileges.refusal:
             return ApplyResult(Exit.REFUSED, "refused", name, unit,
                                f"{remote.privileges.refusal}; nothing was changed", stats=remote.stats.as_dict())
-        session = HostSession(remote, report)
+        session = early.session if early is not None and early.session else HostSession(remote, report)
+        session.report = report
         try:
             result = confirmed(session, work(session))
             if after is not None:
@@ -1098,15 +1245,20 @@ def _apply(
     unit = profile.deploy.unit
     decided = _decide(session, loaded, name, declared, options, report)
     if isinstance(decided, ApplyResult):
+        held = None if options.dry_run else session.lock_held(state_dir(unit))
+        if held is not None:  # another apply is mid-way: the state it leaves half-done refused this one
+            decided.message = f"another apply holds the lock on this unit: {held}; nothing was changed"
         return decided
     plan, current_unit = decided
     common: dict[str, Any] = {"host": name, "unit": unit, "plan": plan, "diagnostics": list(plan.diagnostics)}
     if options.dry_run:
-        if not plan.up_to_date and options.sglang_check and plan.deployment.check is not None:
-            plan = _judged(plan, session.sglang_check(plan.deployment.check, options.sglang_check_timeout_s), loaded)
+        if (planned := _start_check(session, plan, options)) is not None:
+            plan = _judged(plan, planned.result(), loaded)
             common.update(plan=plan, diagnostics=list(plan.diagnostics), sglang_check=_check_doc(plan))
         return ApplyResult(Exit.READY, "planned", message=f"{len(plan.steps)} steps would run", **common)
-    lock = session.lock(plan.deployment.state_dir, unit)
+    # SGLang's own check takes seconds on a real host: it starts now, beside the lock and the staging.
+    check = _start_check(session, plan, options)
+    lock = session.lock(plan.deployment.state_dir, unit, None if plan.up_to_date else plan.deployment)
     if lock.holder is None:
         return ApplyResult(Exit.REFUSED, "refused", message=f"{lock.refusal}; nothing was changed", **common)
     for text in lock.warnings:
@@ -1116,6 +1268,9 @@ def _apply(
             # Another apply changed the unit since the facts were read: decide again, under the lock.
             report("warning", text=f"{unit}.service changed on {name} since its facts were read (another apply?); "
                    "deciding again under the lock")
+            if lock.staged is not None:
+                session.unstage(plan.deployment)
+                lock.staged = None
             decided = _decide(session, loaded, name, declared, options, report)
             if isinstance(decided, ApplyResult):
                 return decided
@@ -1125,9 +1280,21 @@ def _apply(
             return ApplyResult(Exit.READY, "up_to_date", deployment_id=plan.last_good,
                                message=f"{unit}.service already runs this unit (deployment {plan.last_good}, "
                                "checked under the lock); nothing to do (--force redeploys)", **common)
-        return _transact(session, plan, current_unit, options, report, began, common, loaded)
+        if check is not None and check.request != plan.deployment.check:
+            check = None  # decided again under the lock: another launch, its own check
+        return _transact(session, plan, current_unit, options, report, began, common, loaded,
+                         check or _start_check(session, plan, options), lock.staged)
     finally:
         lock.release()
+
+
+def _start_check(session: HostSession, plan: Plan, options: ApplyOptions) -> _Background | None:
+    """SGLang's own check of the plan's launch, running on its own channel; None when skipped."""
+    request = plan.deployment.check
+    if plan.up_to_date or not options.sglang_check or request is None:
+        return None
+    begun = next((c for c in session.checks_ahead if c.request == request), None)
+    return begun or _Background(lambda: session.sglang_check(request, options.sglang_check_timeout_s), request)
 
 
 def host_state(facts: HostFacts | None, unit_text: str | None) -> str:
@@ -1148,8 +1315,7 @@ def _decide(
     unit = profile.deploy.unit
     port = profile.server.get("port", 30000)
     report("step", step="facts", host=name)
-    facts, current_unit = session.facts(unit, profile.deploy.python, str(profile.server.get("model_path", "")),
-                                        port if isinstance(port, int) else 30000, profile.deploy.user)
+    facts, current_unit = session.facts(*facts_key(loaded))
     diagnostics, _, version = preflight(loaded, name, facts, declared, host_check=options.sglang_check)
     version = options.sglang or version
     diagnostics += host_secret_diagnostics(session.remote, loaded, name, version)
@@ -1241,38 +1407,25 @@ def _transact(
     began: float,
     common: dict[str, Any],
     loaded: LoadedProfile,
+    check: _Background | None,
+    staged: CommandResult | None = None,
 ) -> ApplyResult:
     deployment = plan.deployment
     transaction = Transaction(session, plan.host, options, report)
-    request = deployment.check
-    check = (_Background(lambda: session.sglang_check(request, options.sglang_check_timeout_s))
-             if options.sglang_check and request is not None else None)
     previous = previous_deployment(session, plan, current_unit)  # while SGLang's check runs
     judged = [plan]
 
     def gate() -> StartupResult | None:
-        """Before the stop: strangers gone from the GPUs (--wait-for-gpus), SGLang's verdict."""
-        held = None
-        if plan.strangers:
-            own = tuple(pid for t in plan.takeover for pid in (t.pid, *t.family))
-            unit_state = plan.facts.unit if plan.facts else None
-            own += (unit_state.main_pid,) if unit_state and unit_state.main_pid else ()
-            held = _strangers_left(session, deployment, own, options)
-        if check is not None:
-            judged[0] = _judged(plan, check.result(), loaded)
-        verdict = judged[0].sglang_check
-        if judged[0].refused and verdict is not None:
-            why = (f"SGLang {verdict.sglang_version or deployment.sglang_version} on {plan.host} refuses the "
-                   f"launch ({verdict.stage})" if verdict.refused else "SGLang's own check did not answer in time")
-            return StartupResult(False, reason=why, failure_kind="sglang_refused")
-        if held is None and options.before_stop is not None:
+        judged[0], refused = pre_stop(session, plan, check, options, loaded)
+        if refused is None and options.before_stop is not None:
             running = (_exec_port(current_unit) or 30000) if plan.previous_active and current_unit else None
             refusal = options.before_stop(session, Handover(deployment, previous, running))
             if refusal:
                 return StartupResult(False, reason=refusal, failure_kind="drain_refused")
-        return held
+        return refused
 
-    startup = transaction.start(deployment, stop_first=plan.previous_active, takeover=plan.takeover, gate=gate)
+    startup = transaction.start(deployment, stop_first=plan.previous_active, takeover=plan.takeover, gate=gate,
+                                staged=staged)
     plan = judged[0]
     common.update(plan=plan, diagnostics=plan.diagnostics)
     checked = _check_doc(plan, startup.auto_adjusted if startup.ready else None)
@@ -1310,6 +1463,14 @@ def _transact(
         failed.stats = session.remote.stats.as_dict()
         return failed
     report("step", step="rollback", to=previous.rollback_of)
+    unusable = unrestorable(session, previous, plan.host)
+    if unusable is not None:
+        session.stop(deployment.unit)  # stopped, not left restarting into the same failure
+        failed.rollback = {"deployment_id": None, "restored": previous.rollback_of, "ready": False,
+                           "reason": unusable, "startup_s": 0.0}
+        failed.message += f"; the rollback to {previous.rollback_of} was not started: {unusable}; the unit is stopped"
+        failed.stats = session.remote.stats.as_dict()
+        return failed
     restored = transaction.start(previous, stop_first=True, best_effort_idle=True)
     transaction.record(previous, restored, "ready" if restored.ready else "failed")
     failed.rollback = {"deployment_id": previous.id, "restored": previous.rollback_of, "ready": restored.ready,
@@ -1327,11 +1488,39 @@ def _transact(
     return failed
 
 
+def unrestorable(session: HostSession, previous: Deployment, host: str) -> str | None:
+    """Why a recorded deployment cannot be started again (its [secrets] file is not usable on
+    the host), asked before it is; None when it can."""
+    problems = [d.message for d in recorded_secret_diagnostics(session.remote, previous, host) if d.is_error]
+    return f"its secrets file is not usable: {'; '.join(problems)}" if problems else None
+
+
+def pre_stop(session: HostSession, plan: Plan, check: _Background | None, options: ApplyOptions,
+             loaded: LoadedProfile) -> tuple[Plan, StartupResult | None]:
+    """What must hold before the stop: strangers gone from the GPUs (--wait-for-gpus) and
+    SGLang's own verdict. The plan with that verdict, and the refusal (None: go on)."""
+    deployment = plan.deployment
+    held = None
+    if plan.strangers:
+        own = tuple(pid for t in plan.takeover for pid in (t.pid, *t.family))
+        unit_state = plan.facts.unit if plan.facts else None
+        own += (unit_state.main_pid,) if unit_state and unit_state.main_pid else ()
+        held = _strangers_left(session, deployment, own, options)
+    judged = _judged(plan, check.result(), loaded) if check is not None else plan
+    verdict = judged.sglang_check
+    if judged.refused and verdict is not None:
+        why = (f"SGLang {verdict.sglang_version or deployment.sglang_version} on {plan.host} refuses the "
+               f"launch ({verdict.stage})" if verdict.refused else "SGLang's own check did not answer in time")
+        return judged, StartupResult(False, reason=why, failure_kind="sglang_refused")
+    return judged, held
+
+
 class _Background:
     """A call run on a thread while the caller goes on (SGLang's check beside the other pre-stop work)."""
 
-    def __init__(self, call: Callable[[], HostVerdict]) -> None:
+    def __init__(self, call: Callable[[], HostVerdict], request: CheckRequest | None = None) -> None:
         self._call = call
+        self.request = request  # what is being checked
         self._value: HostVerdict | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True, name="sgdeploy-sglang-check")

@@ -266,22 +266,105 @@ def _apply_options(args: argparse.Namespace, dry_run: bool) -> Any:
                         sglang_check_timeout_s=getattr(args, "sglang_check_timeout", 60.0))
 
 
+class _EarlyStart:
+    """The one host of an apply, connected to and asked for its facts on a thread of its own
+    while the profile is still validated offline. The thread imports the SSH stack and reads
+    the inventory and the profile itself; the validation waits until the connection is under
+    way, so that the host's work (the facts, then SGLang's own check once validation has passed)
+    overlaps the client's. Nothing on the host changes until apply takes the connection over."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.early: Any = None
+        self.check: Any = None  # SGLang's check begun beside the facts, once validation passed
+        self.ready = threading.Event()  # connecting has begun, or will not
+        self._thread = threading.Thread(target=self._run, daemon=True, name="sgdeploy-connect")
+        self._thread.start()
+        self.ready.wait(5)
+
+    def _run(self) -> None:
+        try:
+            target = self._target()
+            if target is None:
+                return
+            from sgdeploy.apply import EarlyCheck, EarlyConnection
+
+            name, entry, loaded, version = target
+            timeout = getattr(self.args, "sglang_check_timeout", 60.0)
+            checking = version and not getattr(self.args, "no_sglang_check", False)
+            self.check = EarlyCheck(str(version), timeout) if checking else None
+        except Exception:  # whatever it is, the validation that follows says it, located
+            return
+        finally:
+            self.ready.set()
+        self.early = EarlyConnection(name, entry, loaded, self.check)
+
+    def _target(self) -> tuple[str, Any, Any, str | None] | None:
+        """The host the apply will act on, its inventory entry, the profile and the release the
+        inventory declares; None when that is not one host (a group, a gateway) or not known yet."""
+        from sgdeploy.inventory import inventory_path, load_inventory
+        from sgdeploy.profile import load_profile
+
+        path = inventory_path(self.args.inventory)
+        if not Path(self.args.profile).is_file() or not path.is_file():
+            return None
+        inventory = load_inventory(path).model
+        loaded = load_profile(self.args.profile)
+        if inventory is None or loaded.model is None:
+            return None
+        wanted = self.args.host if isinstance(self.args.host, list) else ([self.args.host] if self.args.host else [])
+        name = wanted[0] if len(wanted) == 1 else loaded.model.deploy.host
+        entry = inventory.hosts.get(name)
+        if entry is None or len(wanted) > 1 or inventory.gateway_of(name):
+            return None
+        return name, entry, loaded, getattr(self.args, "sglang", None) or entry.sglang_version
+
+    def validated(self) -> None:
+        """Offline validation passed: SGLang's own check may begin."""
+        if self.check is not None:
+            self.check.validated.set()
+
+    def take(self, name: str) -> Any:
+        """The early connection to `name` (None: none was begun, or to another host)."""
+        if self.check is not None and not self.check.validated.is_set():
+            self.check.cancel()
+        self._thread.join()
+        early, self.early = self.early, None
+        if early is not None and early.name != name:
+            early.close()
+            return None
+        return early
+
+    def close(self) -> None:
+        self.take("")
+
+
 def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
     from sgdeploy import report
-    from sgdeploy.apply import apply_profile
-    from sgdeploy.multinode import is_multinode
 
-    loaded, targets, inventory = _load_for_hosts(args, many=True)
-    if any(inventory.gateway_of(t.name) for t in targets) and not is_multinode(loaded):
-        return _run_drained(args, loaded, targets, inventory, dry_run)
-    if dry_run:
-        _one_host_only(loaded, targets)
+    begun = _EarlyStart(args)
+    try:
+        loaded, targets, inventory = _load_for_hosts(args, many=True)
+        from sgdeploy.apply import apply_profile
+        from sgdeploy.multinode import is_multinode
+
+        workers = targets[:1] if is_multinode(loaded) else targets  # multi-node: rank 0 alone serves
+        if any(inventory.gateway_of(t.name) for t in workers):
+            begun.close()
+            return _run_drained(args, loaded, targets, inventory, dry_run)
+        if dry_run:
+            _one_host_only(loaded, targets)
+    except BaseException:
+        begun.close()
+        raise
+    begun.validated()
     if len(targets) > 1:
+        begun.close()
         return _run_rollout(args, loaded, targets, inventory)
     target = targets[0]
     progress = Progress(json_events=getattr(args, "json", False))
     result = apply_profile(loaded, target.name, inventory.hosts[target.name], target,
-                           _apply_options(args, dry_run), progress)
+                           _apply_options(args, dry_run), progress, early=begun.take(target.name))
     args._port_in_use = any(d.rule == "SGD705" for d in result.diagnostics)
     plan = result.plan
     connection = _connection(args, target.name, inventory.hosts[target.name])
@@ -313,9 +396,10 @@ def _run_drained(args: argparse.Namespace, loaded: Any, targets: list[Any], inve
     """A rollout behind a gateway (sgdeploy.drained); `plan` shows it with each host's own plan."""
     from sgdeploy import report
     from sgdeploy.apply import apply_profile
-    from sgdeploy.drained import prepare, run_drained
+    from sgdeploy.drained import prepare, run_drained, run_drained_multinode
     from sgdeploy.fleet import FleetHost
     from sgdeploy.gateway import GatewayError
+    from sgdeploy.multinode import is_multinode, node_profiles
 
     hosts = [FleetHost(t.name, inventory.hosts[t.name], t) for t in targets]
     settings = _drain_settings(args)
@@ -325,14 +409,17 @@ def _run_drained(args: argparse.Namespace, loaded: Any, targets: list[Any], inve
     except GatewayError as exc:
         raise RefusedError(f"{exc}; nothing was changed") from None
     progress = Progress(json_events=args.json)
+    multinode = is_multinode(loaded)
     if dry_run:
-        results = [apply_profile(loaded, h.name, h.entry, h.target, _apply_options(args, True),
-                                 progress.for_host(h.name)) for h in hosts]
+        each = node_profiles(loaded, hosts) if multinode else [loaded] * len(hosts)
+        results = [apply_profile(node, h.name, h.entry, h.target, _apply_options(args, True),
+                                 progress.for_host(h.name)) for node, h in zip(each, hosts, strict=True)]
         _emit(args.json, lambda: {"rollout": plan.as_dict(), "hosts": [r.as_dict() for r in results]}, progress,
               lambda: report.drained_plan_text(plan, results))
         planned = all(r.exit_code == 0 and r.plan is not None and not r.plan.refused for r in results)
         return EXIT_OK if planned else EXIT_FAILED
-    fleet = run_drained(loaded, hosts, _apply_options(args, False), front, plan, report_for=progress.for_host)
+    execute = run_drained_multinode if multinode else run_drained
+    fleet = execute(loaded, hosts, _apply_options(args, False), front, plan, report_for=progress.for_host)
     _emit(args.json, fleet.as_dict, progress, lambda: report.rollout_text(fleet))
     return fleet.exit_code
 

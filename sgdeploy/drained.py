@@ -265,6 +265,17 @@ def routed_unfronted(hosts: Sequence[FleetHost], front: Fronted, views: dict[str
     return found
 
 
+def routed_ranks(nodes: Sequence[FleetHost], views: dict[str, list[WorkerView]], port: int) -> list[str]:
+    """Nodes of rank 1 and above of a multi-node launch that a gateway lists as workers."""
+    found = []
+    for rank, node in enumerate(nodes, 1):
+        for listed in views.values():
+            view = planned_view(listed, worker_url(node.entry, port))
+            if view.listed:
+                found.append(f"{node.name}, rank {rank} ({view.url})")
+    return found
+
+
 def prepare(loaded: LoadedProfile, hosts: Sequence[FleetHost], inventory: Inventory, settings: DrainSettings,
             parallel: int = 1, canary: bool = True,
             client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry) -> tuple[Fronted, RolloutPlan]:
@@ -278,6 +289,11 @@ def prepare(loaded: LoadedProfile, hosts: Sequence[FleetHost], inventory: Invent
     if front is None:
         raise GatewayError("no gateway fronts these hosts")
     views = views_of(front)
+    ranks = routed_ranks(hosts[1:], views, port) if len(workers) < len(hosts) else []
+    if ranks:
+        raise GatewayError(f"the gateway routes to {'; '.join(ranks)}: in a launch of nnodes > 1 only rank 0 "
+                           "serves the API, so these would stop answering while still routed to; take them out "
+                           "of the gateway first (DELETE /workers/ID), then apply")
     stray = routed_unfronted(workers, front, views, port)
     if stray:
         raise GatewayError(f"{'; '.join(stray)}: the inventory gives {'it' if len(stray) == 1 else 'them'} no "

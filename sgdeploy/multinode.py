@@ -20,19 +20,23 @@ from sgdeploy.apply import (
     ApplyOptions,
     ApplyResult,
     Exit,
+    Handover,
     HostSession,
     Reporter,
     StartupResult,
     Transaction,
+    _decide,
+    _exec_port,
     _result_from,
-    build_deployment,
+    _start_check,
     confirmed,
     connection_lost,
+    pre_stop,
     previous_deployment,
+    unrestorable,
 )
 from sgdeploy.fleet import FleetHost, FleetResult
-from sgdeploy.plan import Deployment, Plan, make_plan, new_deployment_id
-from sgdeploy.preflight import preflight
+from sgdeploy.plan import Deployment, Plan, deployment_meta, new_deployment_id
 from sgdeploy.profile import LoadedProfile
 from sgdeploy.remote import ConnectError, ConnectionLost, RemoteHost
 
@@ -74,6 +78,7 @@ class Node:
     plan: Plan | None = None
     current_unit: str | None = None
     previous: Deployment | None = None
+    check: Any = None  # SGLang's own check of this node's launch (apply._Background)
 
 
 def _each(items: Sequence[T], work: Callable[[T], R]) -> list[R]:
@@ -109,7 +114,11 @@ def apply_multinode(
             nodes.append(Node(host, rank, node_loaded, HostSession(remote, reporter(host.name))))
         unit = loaded.model.deploy.unit if loaded.model else ""
         try:
-            return _confirmed(nodes, _apply_nodes(nodes, options, fleet))
+            fleet = _confirmed(nodes, _apply_nodes(nodes, options, fleet))
+            first = fleet.results.get(hosts[0].name)
+            if options.after_host is not None and first is not None:
+                options.after_host(nodes[0].session, first)  # rank 0 alone is a gateway's worker
+            return fleet
         except ConnectionLost as exc:
             # rank 0 alone serves: what it runs now says whether anything healthy does
             lost = connection_lost(hosts[0].name, hosts[0].entry, unit, "apply", exc, {})
@@ -132,29 +141,24 @@ def _confirmed(nodes: list[Node], fleet: FleetResult) -> FleetResult:
 
 
 def _apply_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResult) -> FleetResult:
-    def prepare(node: Node) -> list[Any]:
-        profile = node.loaded.model
-        assert profile is not None
-        port = profile.server.get("port", 30000)
-        facts, node.current_unit = node.session.facts(profile.deploy.unit, profile.deploy.python,
-                                                      str(profile.server.get("model_path", "")),
-                                                      port if isinstance(port, int) else 30000, profile.deploy.user)
-        diagnostics, _, version = preflight(node.loaded, node.host.name, facts, node.host.target)
-        if version is None or any(d.is_error for d in diagnostics):
-            return diagnostics or ["no SGLang version"]
-        deployment = build_deployment(node.loaded, node.host.name, options.sglang or version)
-        node.plan = make_plan(node.host.name, deployment, facts, node.current_unit, diagnostics, options.force)
-        return []
+    single = replace(options, adopt=False)  # a multi-node launch takes over no server outside its units
+
+    def prepare(node: Node) -> ApplyResult | None:
+        """Each node decided as a single host is (`_decide`): facts, preflight with the host's own
+        checks, its [secrets] file, GPU holders (SGD710), the plan; its refusal, or None."""
+        decided = _decide(node.session, node.loaded, node.host.name, node.host.target, single, node.session.report)
+        if isinstance(decided, ApplyResult):
+            return decided
+        node.plan, node.current_unit = decided
+        return None
 
     refusals = _each(nodes, prepare)
     unit = nodes[0].loaded.model.deploy.unit if nodes[0].loaded.model else ""
     if any(refusals):
-        for node, problems in zip(nodes, refusals, strict=True):
-            diagnostics = [d for d in problems if not isinstance(d, str)]
-            fleet.results[node.host.name] = ApplyResult(
-                Exit.REFUSED, "refused", node.host.name, unit,
-                "preflight refused the profile on this node" if problems else "not changed: another node refused",
-                diagnostics=diagnostics)
+        for node, refused in zip(nodes, refusals, strict=True):
+            fleet.results[node.host.name] = (
+                replace(refused, message=f"node {node.rank}: {refused.message}; no node was changed") if refused
+                else ApplyResult(Exit.REFUSED, "refused", node.host.name, unit, "not changed: another node refused"))
         fleet.stopped_at = next(n.host.name for n, p in zip(nodes, refusals, strict=True) if p)
         return fleet
     plans = [n.plan for n in nodes if n.plan is not None]
@@ -168,6 +172,9 @@ def _apply_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResult) -
     for node in nodes:
         assert node.plan is not None
         node.plan = replace(node.plan, deployment=replace(node.plan.deployment, id=deployment_id))
+    for node in nodes:  # SGLang's own check on every node (its argv, install and files), beside the locks
+        assert node.plan is not None
+        node.check = _start_check(node.session, node.plan, options)
     locks = []
     try:
         for node in nodes:  # in rank order, so two multi-node applies cannot deadlock
@@ -189,25 +196,38 @@ def _apply_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResult) -
 
 
 def _start_all(nodes: Sequence[Node], deployments: Sequence[Deployment], options: ApplyOptions,
-               stop_first: bool, best_effort_idle: bool) -> list[StartupResult]:
-    """Stop, wait idle, install and start every node; follow rank 0 to ready, watch the rest."""
+               stop_first: bool, best_effort_idle: bool,
+               gate: Callable[[], list[StartupResult | None]] | None = None) -> list[StartupResult]:
+    """Stop, wait idle, install and start every node; follow rank 0 to ready, watch the rest.
+
+    `gate` runs after staging and before any node stops; a refusal from it for any node ends
+    the start there on every node. `best_effort_idle` is a restore: GPUs still busy on any node
+    leave every node's unit installed and stopped, never started into GPUs that are not free.
+    """
     transactions = [Transaction(n.session, n.host.name, options, n.session.report) for n in nodes]
 
     def stop_and_wait(i: int) -> StartupResult | None:
         if stop_first:
             nodes[i].session.stop(deployments[i].unit)
         verdict = nodes[i].session.wait_gpus_idle(deployments[i].gpus, options.gpu_idle_timeout_s)
-        if verdict.idle or best_effort_idle:
+        if verdict.idle:
             return None
-        return StartupResult(False, reason=f"GPUs still busy: {verdict.describe()}", failure_kind="gpus_busy")
+        return StartupResult(False, reason=f"GPUs still busy after {options.gpu_idle_timeout_s:.0f} s on "
+                             f"{nodes[i].host.name}: {verdict.describe()}", failure_kind="gpus_busy")
 
     indices = list(range(len(nodes)))
     staged = _each(indices, lambda i: nodes[i].session.stage(deployments[i]))
     if not all(s.ok for s in staged):
         return [StartupResult(s.ok, reason="" if s.ok else f"cannot write the unit: {s.stderr.strip()}",
                               failure_kind=None if s.ok else "stage_failed") for s in staged]
+    refused = gate() if gate is not None else []
+    if any(refused):
+        return [r or StartupResult(False, reason="not started: another node refused before the stop",
+                                   failure_kind=next(x for x in refused if x).failure_kind) for r in refused]
     busy = _each(indices, stop_and_wait)
     if any(busy):
+        if best_effort_idle:
+            _each(indices, lambda i: nodes[i].session.install_and_start(deployments[i], start=False))
         return [b or StartupResult(False, reason="not started: another node's GPUs were busy",
                                    failure_kind="gpus_busy") for b in busy]
     started = _each(indices, lambda i: nodes[i].session.install_and_start(deployments[i]))
@@ -241,13 +261,36 @@ def _start_all(nodes: Sequence[Node], deployments: Sequence[Deployment], options
     return results
 
 
+def _before_stop(rank0: Node, deployment: Deployment, options: ApplyOptions) -> str | None:
+    """`options.before_stop` for rank 0, the node that serves (a gateway drains it): a refusal, or None."""
+    if options.before_stop is None:
+        return None
+    active = rank0.plan is not None and rank0.plan.previous_active and rank0.current_unit
+    running = (_exec_port(rank0.current_unit or "") or 30000) if active else None
+    return options.before_stop(rank0.session, Handover(deployment, rank0.previous, running))
+
+
 def _transact(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit: str) -> FleetResult:
     deployments = [n.plan.deployment for n in nodes if n.plan is not None]
     for node in nodes:
         assert node.plan is not None
         node.previous = previous_deployment(node.session, node.plan, node.current_unit)
+
+    def gate() -> list[StartupResult | None]:
+        """Every node's pre-stop guarantees, as a single host has them (`apply.pre_stop`)."""
+        def one(node: Node) -> StartupResult | None:
+            assert node.plan is not None
+            node.plan, refused = pre_stop(node.session, node.plan, node.check, options, node.loaded)
+            return refused
+        refused = _each(nodes, one)
+        drain = None if any(refused) else _before_stop(nodes[0], deployments[0], options)
+        return [StartupResult(False, reason=drain, failure_kind="drain_refused"), *refused[1:]] if drain else refused
+
     results = _start_all(nodes, deployments, options,
-                         stop_first=any(n.plan.previous_active for n in nodes if n.plan), best_effort_idle=False)
+                         stop_first=any(n.plan.previous_active for n in nodes if n.plan), best_effort_idle=False,
+                         gate=gate)
+    if any(r.failure_kind in ("sglang_refused", "gpus_held", "drain_refused") for r in results):
+        return _refused_before_stop(nodes, deployments, results, options, fleet, unit)
     if any(r.failure_kind == "stage_failed" for r in results):
         for node, result in zip(nodes, results, strict=True):
             fleet.results[node.host.name] = ApplyResult(
@@ -276,6 +319,14 @@ def _transact(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit
         for outcome in fleet.results.values():
             outcome.message += f"; {why}, so nothing healthy is running"
         return fleet
+    unusable = _unrestorable(nodes)
+    if unusable is not None:  # checked before any node starts its previous deployment again
+        for node, deployment in zip(nodes, deployments, strict=True):
+            node.session.stop(deployment.unit)
+        for outcome in fleet.results.values():
+            outcome.rollback = {"restored": None, "ready": False, "reason": unusable}
+            outcome.message += f"; the rollback was not started ({unusable}); every node is stopped"
+        return fleet
     restored = _start_all(nodes, [p for p in previous if p is not None], options, stop_first=True,
                           best_effort_idle=True)
     back = all(r.ready for r in restored)
@@ -288,3 +339,28 @@ def _transact(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit
         else:
             outcome.message += f"; the rollback failed too: {again.reason or 'another node failed'}"
     return fleet
+
+
+def _refused_before_stop(nodes: list[Node], deployments: list[Deployment], results: list[StartupResult],
+                         options: ApplyOptions, fleet: FleetResult, unit: str) -> FleetResult:
+    """A node refused before the stop (SGLang's check, GPUs held): recorded on every node, none stopped."""
+    for node, deployment, result in zip(nodes, deployments, results, strict=True):
+        failure = {"kind": result.failure_kind, "reason": result.reason}
+        node.session.record(deployment, {**deployment_meta(deployment, "refused"), "host": node.host.name,
+                                         "failure": failure}, last_good=False, keep=options.keep, unstage=True)
+        fleet.results[node.host.name] = ApplyResult(
+            Exit.REFUSED, "refused", node.host.name, unit, f"node {node.rank}: {result.reason}; no node was stopped",
+            deployment_id=deployment.id, plan=node.plan, failure={**failure, "line": None},
+            diagnostics=list(node.plan.diagnostics) if node.plan else [])
+    fleet.stopped_at = next(n.host.name for n, r in zip(nodes, results, strict=True)
+                            if not r.reason.startswith("not started"))
+    return fleet
+
+
+def _unrestorable(nodes: list[Node]) -> str | None:
+    """Why some node's previous deployment cannot be started again (its [secrets] file)."""
+    for node in nodes:
+        why = unrestorable(node.session, node.previous, node.host.name) if node.previous else None
+        if why is not None:
+            return f"{node.host.name}: {why}"
+    return None

@@ -925,10 +925,11 @@ def test_up_to_date_is_decided_under_the_lock(hs: HostSet, profiles: dict[str, P
     real_lock = HostSession.lock
     ran: list[int] = []
 
-    def lock_after_another_apply(self: HostSession, state_dir: str, unit: str | None = None) -> Any:
+    def lock_after_another_apply(self: HostSession, state_dir: str, unit: str | None = None,
+                                 stage: Any = None) -> Any:
         if not ran:
             ran.append(_cli_apply(hs.inventory_path, profiles["third"], "--force").wait(120))
-        return real_lock(self, state_dir, unit)
+        return real_lock(self, state_dir, unit, stage)
 
     monkeypatch.setattr(HostSession, "lock", lock_after_another_apply)
     events: list[tuple[str, dict[str, Any]]] = []

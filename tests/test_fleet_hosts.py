@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sgdeploy import cli
+from tests.faults import HealthPoller
 from tests.hosts import HostSet, HostSpec, SimSettings, skip_reason, start_hosts
 
 pytestmark = pytest.mark.hosts
@@ -65,6 +66,10 @@ def no_failures(hs: HostSet) -> None:
     """Every simulated SGLang of the group starts normally."""
     for name in NAMES:
         hs.configure_sim(name, failure="", fail_when_arg=[])
+
+
+def main_pid(hs: HostSet, host: str) -> str:
+    return hs.ssh(host, "systemctl show -p MainPID --value sglang.service").stdout.strip()
 
 
 def cmdline(hs: HostSet, host: str) -> str:
@@ -126,6 +131,32 @@ def test_multi_node_rank_one_crash_rolls_back_both(fleet: tuple[HostSet, Path], 
     assert {h["status"] for h in result["hosts"]} == {"rolled_back"}
     for name in ("n1", "n2"):
         assert "max-running-requests 16" in cmdline(hs, name)
+
+
+def test_multi_node_stranger_on_rank_one_refuses_before_any_stop(fleet: tuple[HostSet, Path], tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A process outside the unit on a GPU of node 1: refused before anything stops, on every node."""
+    hs, inventory = fleet
+    no_failures(hs)
+    good, other = tmp_path / "good.toml", tmp_path / "other.toml"
+    good.write_text(profile("pair", "nnodes = 2", "max_running_requests = 16", tp=4))
+    other.write_text(profile("pair", "nnodes = 2", "max_running_requests = 12", tp=4))
+    code, result = run(inventory, capsys, "apply", str(good))
+    assert code == 0, result
+    pids = {name: main_pid(hs, name) for name in ("n1", "n2")}
+    stray = hs.plant_stray("n2", gpu=1, mib=4000, name="other-team-job")
+    try:
+        with HealthPoller(30000, every_s=0.1, host=hs["n1"].address) as poll:
+            code, result = run(inventory, capsys, "apply", str(other))
+    finally:
+        hs.ssh("n2", f"kill {stray}", check=False)
+    assert code == 2, result
+    found = [d for d in result["results"]["n2"]["diagnostics"] if d["rule"] == "SGD710"]
+    assert found and f"pid {stray}" in found[0]["message"] and "other-team-job" in found[0]["message"], found
+    assert "no node was changed" in result["results"]["n2"]["message"]
+    assert {name: main_pid(hs, name) for name in ("n1", "n2")} == pids  # nothing stopped on any node
+    assert poll.checks > 0 and not poll.failures, poll.failures
+    assert "max-running-requests 16" in cmdline(hs, "n1") and "max-running-requests 16" in cmdline(hs, "n2")
 
 
 def test_status_and_history_across_a_group(fleet: tuple[HostSet, Path], tmp_path: Path,

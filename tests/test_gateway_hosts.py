@@ -371,3 +371,26 @@ def test_hosts_without_a_gateway_are_restarted_plainly_unless_the_gateway_routes
     assert rows["w1"]["gateway"]["taken_out"] and rows["w2"]["gateway"]["taken_out"]
     assert all("max-running-requests 16" in fleet.cmdline(h) for h in NAMES)
     assert fleet.states() == {"w1": "ready", "w2": "ready", "w3": "absent"}
+
+
+def test_a_multinode_launch_drains_rank_0_and_never_the_last_worker(fleet: Fleet,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """nnodes = 3 on the three hosts: rank 0 alone will serve, so ranks 1 and 2 still routed to are
+    refused first; with them out of the gateway, rank 0 is its last worker: refused before any
+    node stops (the drain hook runs in the multi-node transaction, after every node's checks)."""
+    deployed(fleet, capsys, 12)
+    path = fleet.folder / "mn.toml"
+    path.write_text(profile(12).replace("max_running_requests = 12", "max_running_requests = 12\nnnodes = 3\n"
+                                        "tp_size = 6"))
+    pids = {h: fleet.main_pid(h) for h in NAMES}
+    code = cli.main(["apply", str(path), "--inventory", str(fleet.inventory), "--json", "--no-sglang-check"])
+    assert code == 2 and "rank 1" in capsys.readouterr().err
+    for name in NAMES[1:]:
+        fleet.gateway.request("DELETE", f"/workers/{fleet.gateway.workers()[fleet.url(name)]['id']}")
+    assert gone(fleet, [fleet.url(n) for n in NAMES[1:]])
+    code, result = apply(fleet, capsys, path)
+    assert code == 2, result
+    assert all("last worker" in r["message"] and "no node was stopped" in r["message"] for r in result["hosts"]
+               if r["host"] == NAMES[0]), result["hosts"]
+    assert set(result["gateway"]) == {NAMES[0]} and result["gateway"][NAMES[0]]["after"] == "ready"
+    assert {h: fleet.main_pid(h) for h in NAMES} == pids
