@@ -354,9 +354,43 @@ EXTRACTORS: dict[str, Callable[[dict[str, str]], Any]] = {
 }
 
 
+# Checks and behaviours outside the check-site inventory (model loading, workers, the engine),
+# which rules cite: `source:<name>` is true in the releases whose file (or, for a folder, any file
+# under it) contains the text. A text no release has is recorded with no range (an absence the
+# rules claim, such as an environment variable nobody reads).
+SOURCE_TEXTS: dict[str, tuple[str, str]] = {
+    "spec_v2_env": ("sglang/srt/environ.py", "SGLANG_ENABLE_SPEC_V2"),
+    "unknown_speculative_algorithm": ("sglang/srt/speculative/spec_info.py", "Unknown speculative algorithm name"),
+    "nccl_nvls_env": ("sglang/srt/entrypoints/engine.py", "NCCL_NVLS_ENABLE"),
+    "context_length_above_derived": ("sglang/srt/configs/model_config.py",
+                                     "is greater than the derived context_length"),
+    "quantization_differs": ("sglang/srt/configs/model_config.py", "Quantization method specified in the model config"),
+    "json_model_override_args": ("sglang/srt/configs/model_config.py", "json.loads(model_override_args)"),
+    "ensure_divisibility": ("sglang/srt/distributed/utils.py", "is not divisible by"),
+    "config_file_yaml_suffix": ("sglang/srt/", 'not in [".yaml", ".yml"]'),
+    "media_url_domains": ("sglang/srt/", "allowed media domains cannot be empty"),
+    "api_key_env": ("sglang/srt/", "SGLANG_API_KEY"),
+    "encoder_url_receive": ("sglang/srt/disaggregation/", "/scheduler_receive_url"),
+    "quantize_and_serve_disabled": ("sglang/srt/configs/model_config.py",
+                                    "quantize_and_serve functionality is currently disabled"),
+    # the MHA default on Blackwell narrowed from is_blackwell() to SM100/SM103 (0.5.7)
+    "trtllm_mha_default_sm10x": ("sglang/srt/", "Use trtllm_mha for SM100/SM103"),
+}
+
+
+def source_texts(files: dict[str, str]) -> dict[str, bool | None]:
+    """`source:<name>` -> True where the release's sources hold the text, else None."""
+    out: dict[str, bool | None] = {}
+    for name, (where, text) in SOURCE_TEXTS.items():
+        paths = [where] if where.endswith(".py") else [p for p in files if p.startswith(where) and p.endswith(".py")]
+        out[f"source:{name}"] = True if any(text in files.get(p, "") for p in paths) else None
+    return out
+
+
 def extract_facts(files: dict[str, str]) -> dict[str, Any]:
     """Every fact of one release (None where the release does not have it)."""
     facts = {name: extract(files) for name, extract in EXTRACTORS.items()}
+    facts.update(source_texts(files))
     # one fact per gate, so that each keeps its own release ranges
     facts.update({f"sm_gate:{gate}": value for gate, value in (sm_gates(files) or {}).items()})
     return facts

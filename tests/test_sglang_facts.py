@@ -290,3 +290,24 @@ def test_sgd404_fires_exactly_outside_each_gates_majors(version: str) -> None:
             host = HostTarget(name="h", gpu="GPU", compute_capability=f"{major}.0", gpu_count=8)
             context = LaunchContext(server=server, raw_server=server, env={}, catalog=load_catalog(version), host=host)
             assert fired("SGD404", context) is (major not in found["majors"]), (version, gate.gate, major)
+
+
+# --------------------------------------------------------------------------- DFLASH with DP attention
+@pytest.mark.parametrize("version", [v for v in VERSIONS if parse_version(v) >= (0, 5, 11, 0)])
+def test_dflash_with_dp_attention_follows_each_releases_check(version: str) -> None:
+    """Up to 0.5.22 SGLang refuses DFLASH with DP attention on CUDA ('does not support dp attention');
+    0.5.23 takes it with enable_dp_lm_head (measured on 0.5.11 and 0.5.23 with SGLang's own resolution).
+    Which releases refuse is read from the check-site inventories."""
+    from sgdeploy.sglang import checksites
+
+    keys = {site["key"] for site in checksites.refusal_sites(version)}
+    refuses = any(k.endswith("Currently DFLASH speculative decoding does not support dp attention.")
+                  or k.endswith("does not support dp attention on non-NPU devices.") for k in keys)
+    needs_lm_head = "handle_dflash: DFLASH with dp attention requires --enable-dp-lm-head." in keys
+    assert refuses != needs_lm_head, version
+    dp: dict[str, Any] = {"attn_dp_size": 2} if "attn_dp_size" in load_catalog(version) \
+        else {"dp_size": 2, "enable_dp_attention": True}
+    server = {"model_path": "/m", "tp_size": 2, "speculative_algorithm": "DFLASH",
+              "speculative_draft_model_path": "/d", **dp}
+    assert fired("SGD216", ctx(version, server))
+    assert fired("SGD216", ctx(version, {**server, "enable_dp_lm_head": True})) is refuses

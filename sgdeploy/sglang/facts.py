@@ -35,3 +35,8 @@ def fact(name: str, version: Version) -> Any:
 def spans(name: str) -> list[tuple[Version, Version | None, Any]]:
     """Every (since, until, value) range of one fact, oldest first."""
     return list(_table().get(name, ()))
+
+
+def recorded(name: str) -> bool:
+    """Whether facts.json records fact `name` at all (with no range: no release has it)."""
+    return name in _table()

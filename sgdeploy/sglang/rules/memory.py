@@ -40,11 +40,16 @@ def _mamba_cache_support(ctx: LaunchContext) -> tuple[bool, bool] | None:
     return (bool(entry[0]), bool(entry[1])) if entry else None
 
 
+# 0.5.10-0.5.13 refuse speculative decoding with the radix cache under no_buffer; 0.5.9 turns the
+# radix cache off instead ("Disabling radix cache since speculative decoding for ... is not supported").
+MAMBA_SPEC_REFUSED = VersionRange(since="0.5.10", until=V1X.until)
+
+
 @rule("SGD509", "mamba-no-buffer-speculative", ERROR,
-      "Up to 0.5.13, a hybrid (Mamba) model with speculative decoding and the radix cache needs the "
+      "0.5.10-0.5.13: a hybrid (Mamba) model with speculative decoding and the radix cache needs the "
       "extra_buffer strategy, which only some architectures support.",
       "set mamba_scheduler_strategy = \"extra_buffer\" where the architecture supports it, else "
-      "disable_radix_cache = true", versions=V1X)
+      "disable_radix_cache = true", versions=MAMBA_SPEC_REFUSED)
 def mamba_no_buffer(ctx: LaunchContext) -> Iterator[Finding]:
     support = _mamba_cache_support(ctx)
     # Without radix-cache support SGLang turns the radix cache off by itself (KimiLinear, ...).
