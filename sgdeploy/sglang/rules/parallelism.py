@@ -363,7 +363,9 @@ def tp_lm_head_all_to_all(ctx: LaunchContext) -> Iterator[Finding]:
         said = f"--enable-tp-lm-head-all-to-all currently requires attn_cp_size == 1, got {ctx.int('attn_cp_size', 1)}."
     else:
         return
-    yield Finding("server.enable_tp_lm_head_all_to_all", f"SGLang refuses it: '{said}'")
+    hint = None if new else ("set dp_size = tp_size with enable_dp_attention = true (attn_cp_size 1, no "
+                             "enable_dp_lm_head), or drop enable_tp_lm_head_all_to_all")
+    yield Finding("server.enable_tp_lm_head_all_to_all", f"SGLang refuses it: '{said}'", hint)
 
 
 _UNKNOWN = "?"
