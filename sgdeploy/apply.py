@@ -1070,12 +1070,16 @@ class EarlyConnection:
     (`sgdeploy apply` starts it while it still validates offline): nothing on the host changes
     until `apply_profile` takes it over. Built and run on a thread of the caller's."""
 
-    def __init__(self, name: str, entry: HostEntry, loaded: LoadedProfile, check: EarlyCheck | None = None) -> None:
+    def __init__(self, name: str, entry: HostEntry, loaded: LoadedProfile, check: EarlyCheck | None = None,
+                 connected: RemoteHost | ConnectError | None = None) -> None:
+        """`connected`: the connection (or why there is none) when the caller made it already."""
         self.name = name
         self.session: HostSession | None = None
         self.error: ConnectError | None = None
         try:
-            remote = RemoteHost(name, entry).connect()
+            if isinstance(connected, ConnectError):
+                raise connected
+            remote = connected or RemoteHost(name, entry).connect()
         except ConnectError as exc:
             self.error = exc
             return

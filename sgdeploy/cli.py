@@ -11,6 +11,7 @@ import atexit
 import dataclasses
 import gc
 import glob
+import importlib
 import json
 import os
 import shutil
@@ -287,9 +288,10 @@ class _EarlyStart:
             target = self._target()
             if target is None:
                 return
+            name, entry, loaded, version = target
+            connected = self._connect(name, entry)  # beside the import of the rest of apply
             from sgdeploy.apply import EarlyCheck, EarlyConnection
 
-            name, entry, loaded, version = target
             timeout = getattr(self.args, "sglang_check_timeout", 60.0)
             checking = version and not getattr(self.args, "no_sglang_check", False)
             self.check = EarlyCheck(str(version), timeout) if checking else None
@@ -297,7 +299,22 @@ class _EarlyStart:
             return
         finally:
             self.ready.set()
-        self.early = EarlyConnection(name, entry, loaded, self.check)
+        self.early = EarlyConnection(name, entry, loaded, self.check, connected)
+
+    @staticmethod
+    def _connect(name: str, entry: Any) -> Any:
+        """Connect while another thread imports sgdeploy.apply: the RemoteHost, or the ConnectError."""
+        from sgdeploy.remote import ConnectError, RemoteHost
+
+        importing = threading.Thread(target=importlib.import_module, args=("sgdeploy.apply",), daemon=True,
+                                     name="sgdeploy-import")
+        importing.start()
+        try:
+            return RemoteHost(name, entry).connect()
+        except ConnectError as exc:
+            return exc
+        finally:
+            importing.join()
 
     def _target(self) -> tuple[str, Any, Any, str | None] | None:
         """The host the apply will act on, its inventory entry, the profile and the release the
@@ -340,9 +357,9 @@ class _EarlyStart:
 
 
 def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
+    begun = _EarlyStart(args)  # first: its imports and connection come before the validation's imports
     from sgdeploy import report
 
-    begun = _EarlyStart(args)
     try:
         loaded, targets, inventory = _load_for_hosts(args, many=True)
         from sgdeploy.apply import apply_profile

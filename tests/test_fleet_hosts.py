@@ -159,6 +159,34 @@ def test_multi_node_stranger_on_rank_one_refuses_before_any_stop(fleet: tuple[Ho
     assert "max-running-requests 16" in cmdline(hs, "n1") and "max-running-requests 16" in cmdline(hs, "n2")
 
 
+def test_multi_node_sglang_check_refusing_on_rank_one_stops_no_node(fleet: tuple[HostSet, Path], tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """SGLang's own check runs on every node: one that does not answer on node 1 refuses the launch
+    before any node stops (its time limit; a refusal ends the same way)."""
+    hs, inventory = fleet
+    no_failures(hs)
+    good, other = tmp_path / "good.toml", tmp_path / "other.toml"
+    good.write_text(profile("pair", "nnodes = 2", "max_running_requests = 16", tp=4))
+    other.write_text(profile("pair", "nnodes = 2", "max_running_requests = 12", tp=4))
+    code, result = run(inventory, capsys, "apply", str(good))
+    assert code == 0, result
+    pids = {name: main_pid(hs, name) for name in ("n1", "n2")}
+    hs.configure_sim("n2", resolve_hang_s=60.0)
+    try:
+        code, result = run(inventory, capsys, "apply", str(other), "--sglang-check-timeout", "2")
+    finally:
+        hs.configure_sim("n2", resolve_hang_s=0.0)
+    assert code == 2, result
+    n2 = result["results"]["n2"]
+    assert "no node was stopped" in n2["message"] and n2["failure"]["kind"] == "sglang_refused", n2
+    assert any(d["rule"] == "SGD712" for d in n2["diagnostics"]), n2["diagnostics"]
+    assert result["results"]["n1"]["status"] == "refused"
+    assert {name: main_pid(hs, name) for name in ("n1", "n2")} == pids
+    for name in ("n1", "n2"):
+        assert "max-running-requests 16" in cmdline(hs, name)
+        assert not hs.ssh(name, "ls -a /etc/systemd/system | grep sgdeploy || true").stdout.strip()
+
+
 def test_status_and_history_across_a_group(fleet: tuple[HostSet, Path], tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     hs, inventory = fleet
