@@ -358,7 +358,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, str]], Any]] = {
 # which rules cite: `source:<name>` is true in the releases whose file (or, for a folder, any file
 # under it) contains the text. A text no release has is recorded with no range (an absence the
 # rules claim, such as an environment variable nobody reads).
-SOURCE_TEXTS: dict[str, tuple[str, str]] = {
+SOURCE_TEXTS: dict[str, tuple[str, str | tuple[str, ...]]] = {
     "spec_v2_env": ("sglang/srt/environ.py", "SGLANG_ENABLE_SPEC_V2"),
     "unknown_speculative_algorithm": ("sglang/srt/speculative/spec_info.py", "Unknown speculative algorithm name"),
     "nccl_nvls_env": ("sglang/srt/entrypoints/engine.py", "NCCL_NVLS_ENABLE"),
@@ -375,6 +375,10 @@ SOURCE_TEXTS: dict[str, tuple[str, str]] = {
                                     "quantize_and_serve functionality is currently disabled"),
     # the MHA default on Blackwell narrowed from is_blackwell() to SM100/SM103 (0.5.7)
     "trtllm_mha_default_sm10x": ("sglang/srt/", "Use trtllm_mha for SM100/SM103"),
+    # check_server_args skips the chunked-prefill/page-size assert on a PD decode server (0.5.3+)
+    "chunked_prefill_decode_exempt": ("sglang/srt/", (
+        'self.chunked_prefill_size > 0 and self.disaggregation_mode != "decode"',
+        'cfg.chunked_prefill_size > 0 and cfg.disaggregation_mode != "decode"')),
 }
 
 
@@ -383,7 +387,8 @@ def source_texts(files: dict[str, str]) -> dict[str, bool | None]:
     out: dict[str, bool | None] = {}
     for name, (where, text) in SOURCE_TEXTS.items():
         paths = [where] if where.endswith(".py") else [p for p in files if p.startswith(where) and p.endswith(".py")]
-        out[f"source:{name}"] = True if any(text in files.get(p, "") for p in paths) else None
+        texts = (text,) if isinstance(text, str) else text
+        out[f"source:{name}"] = True if any(t in files.get(p, "") for p in paths for t in texts) else None
     return out
 
 

@@ -311,3 +311,11 @@ def test_dflash_with_dp_attention_follows_each_releases_check(version: str) -> N
               "speculative_draft_model_path": "/d", **dp}
     assert fired("SGD216", ctx(version, server))
     assert fired("SGD216", ctx(version, {**server, "enable_dp_lm_head": True})) is refuses
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sgd502_exempts_a_decode_server_where_the_wheel_does(version: str) -> None:
+    exempt = fact("source:chunked_prefill_decode_exempt", parse_version(version)) is not None
+    server = {"model_path": "/m", "page_size": 64, "chunked_prefill_size": 1000}
+    assert fired("SGD502", ctx(version, server))
+    assert fired("SGD502", ctx(version, {**server, "disaggregation_mode": "decode"})) is not exempt

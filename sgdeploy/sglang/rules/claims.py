@@ -31,7 +31,7 @@ from sgdeploy.sglang.rules.common import (
     TBO_NEEDS_A2A,
     V2X,
 )
-from sgdeploy.sglang.rules.memory import MAMBA_SPEC_REFUSED
+from sgdeploy.sglang.rules.memory import CHUNKED_PREFILL_DECODE_EXEMPT, MAMBA_SPEC_REFUSED
 from sgdeploy.sglang.rules.model import DSA_KV_CHECK, MAMBA_STATE_CHECK
 from sgdeploy.sglang.rules.parallelism import (
     CONTEXT_PARALLEL,
@@ -291,7 +291,8 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
     # ------------------------------------------------------------------ memory, scheduling, serving
     "SGD501": (Own("a policy: SGLang checks no range, and fails when it sizes the KV cache"),
                Flag("mem_fraction_static", cited=False)),
-    "SGD502": (Site("check_server_args: chunked_prefill_size must be divisible by page_size", cited=False),),
+    "SGD502": (Site("check_server_args: chunked_prefill_size must be divisible by page_size", cited=False),
+               Fact("source:chunked_prefill_decode_exempt", CHUNKED_PREFILL_DECODE_EXEMPT)),
     "SGD503": (Site("check_server_args: served_model_name cannot contain a colon (':') character. The colon is "
                     "reserved for the 'model:adapter' syntax used in LoRA adapter specification. Invalid value: "
                     "'{}'", _since("0.5.5.post1")),),

@@ -23,11 +23,16 @@ def mem_fraction_range(ctx: LaunchContext) -> Iterator[Finding]:
                       "accepts it and fails when it sizes the KV cache")
 
 
+# From 0.5.3 check_server_args skips the chunked-prefill check on a PD decode server.
+CHUNKED_PREFILL_DECODE_EXEMPT = VersionRange(since="0.5.3")
+
+
 @rule("SGD502", "chunked-prefill-page-size", ERROR, "chunked_prefill_size must be a multiple of page_size.",
       "make chunked_prefill_size a multiple of page_size")
 def chunked_prefill_page(ctx: LaunchContext) -> Iterator[Finding]:
     chunk, page = ctx.int("chunked_prefill_size", 0), ctx.int("page_size", 1) or 1
-    if chunk > 0 and page > 0 and chunk % page and ctx.get("disaggregation_mode") != "decode":
+    exempt = ctx.version in CHUNKED_PREFILL_DECODE_EXEMPT and ctx.get("disaggregation_mode") == "decode"
+    if chunk > 0 and page > 0 and chunk % page and not exempt:
         yield Finding("server.chunked_prefill_size", f"chunked_prefill_size = {chunk} is not divisible by "
                       f"page_size = {page}")
 
