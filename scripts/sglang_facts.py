@@ -76,6 +76,17 @@ def mixed_chunk_algorithms(files: dict[str, str]) -> list[str] | None:
     return None
 
 
+def speculative_algorithms(files: dict[str, str]) -> list[str] | None:
+    """The members of `SpeculativeAlgorithm` but NONE: the names `from_string` takes (upper-cased)."""
+    tree = _tree(files, SPEC_INFO)
+    for node in tree.body if tree else ():
+        if isinstance(node, ast.ClassDef) and node.name == "SpeculativeAlgorithm":
+            names = [t.id for stmt in node.body if isinstance(stmt, ast.Assign) for t in stmt.targets
+                     if isinstance(t, ast.Name) and t.id.isupper()]
+            return sorted(n for n in names if n != "NONE") or None
+    return None
+
+
 def mamba_radix_cache(files: dict[str, str]) -> dict[str, list[bool]] | None:
     """Up to 0.5.13: arch -> [radix cache supported, extra_buffer supported], from the
     `_handle_mamba_radix_cache(...)` call each model branch of `ServerArgs` makes."""
@@ -348,6 +359,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, str]], Any]] = {
         f, MODEL_CONFIG, "multimodal_piecewise_cuda_graph_supported_model_archs"),
     "encoder_disagg_archs": encoder_disagg_archs,
     "mixed_chunk_speculative_algorithms": mixed_chunk_algorithms,
+    "speculative_algorithms": speculative_algorithms,
     "mamba_radix_cache_archs": mamba_radix_cache,
     "paged_topk_backends": paged_topk_backends,
     "mamba_extra_buffer_archs": mamba_extra_buffer_archs,

@@ -319,3 +319,13 @@ def test_sgd502_exempts_a_decode_server_where_the_wheel_does(version: str) -> No
     server = {"model_path": "/m", "page_size": 64, "chunked_prefill_size": 1000}
     assert fired("SGD502", ctx(version, server))
     assert fired("SGD502", ctx(version, {**server, "disaggregation_mode": "decode"})) is not exempt
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if parse_version(v) >= (0, 5, 12, 0)])
+def test_sgd201_knows_the_members_of_each_releases_speculative_algorithm(version: str) -> None:
+    members = fact("speculative_algorithms", parse_version(version))
+    for name in [*members, "NEXTN", "nextn"]:
+        assert not fired("SGD201", ctx(version, {"model_path": "/m", "speculative_algorithm": name})), (version, name)
+    assert fired("SGD201", ctx(version, {"model_path": "/m", "speculative_algorithm": "MTP"}))
+    if "UNO" not in members:
+        assert fired("SGD201", ctx(version, {"model_path": "/m", "speculative_algorithm": "UNO"}))

@@ -198,7 +198,8 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
                Site("dp_lm_head_validation: --enable-tp-lm-head-all-to-all requires attention DP (--attn-dp-size).",
                     _since("0.5.22"))),
     # ------------------------------------------------------------------ speculative decoding
-    "SGD201": (ARGPARSE, Fact("source:unknown_speculative_algorithm", _since("0.5.8"), cited=False)),
+    "SGD201": (ARGPARSE, Fact("source:unknown_speculative_algorithm", _since("0.5.8"), cited=False),
+               Flag("speculative_algorithm", cited=False)),
     "SGD202": (Site("ServerArgs.__post_init__: assert speculative_eagle_topk is None and speculative_num_draft_tokens "
                     "is None", _range(None, "0.5.3"), cited=False),
                Site("handle_speculative_decoding: assert speculative_eagle_topk is None and "

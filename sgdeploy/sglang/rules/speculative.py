@@ -27,7 +27,11 @@ def unknown_speculative_algorithm(ctx: LaunchContext) -> Iterator[Finding]:
     if not isinstance(value, str):
         return
     flag = ctx.catalog.get("speculative_algorithm")
-    known = [str(c) for c in flag.choices] if flag and flag.choices else list(SPECULATIVE_ALGORITHMS)
+    # Without argparse choices (0.5.12+) the names are SpeculativeAlgorithm's members (facts.json),
+    # and NEXTN, which resolution renames to EAGLE first.
+    members = fact("speculative_algorithms", ctx.version)
+    known = ([str(c) for c in flag.choices] if flag and flag.choices
+             else [*members, "NEXTN"] if members else list(SPECULATIVE_ALGORITHMS))
     # 0.5.1x checks choices at argparse (exact case); 0.5.2x upper-cases first.
     accepted = value in known if flag and flag.choices else value.upper() in known
     if not accepted:
