@@ -22,7 +22,8 @@ for i in 1 2 3; do echo "import sglang.srt.server_args, SGLang compiled #$i: $(t
 # as on a host whose packages pip installed (with bytecode): compile the interpreter's own
 # site-packages too, into a cache folder of our own (the image's may be read-only)
 export PYTHONPYCACHEPREFIX=/tmp/pycache
-( time python3 -m compileall -q -j 0 /tmp/site $(python3 -c 'import site; print(" ".join(site.getsitepackages()))') >/dev/null ) 2>&1 | grep real | sed 's/^/compileall everything: /'
+mapfile -t sites < <(python3 -c 'import site; print("\n".join(site.getsitepackages()))')
+( time python3 -m compileall -q -j 0 /tmp/site "${sites[@]}" >/dev/null ) 2>&1 | grep real | sed 's/^/compileall everything: /'
 for i in 1 2 3; do echo "import sglang.srt.server_args, everything compiled #$i: $(t python3 -c 'import sglang.srt.server_args')"; done
 M=/tmp/models/tiny-llama; mkdir -p $M
 cat > $M/config.json <<'JSON'
