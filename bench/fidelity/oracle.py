@@ -70,9 +70,12 @@ def _store(version: str, entries: Iterable[tuple[str, dict[str, Any]]]) -> None:
 
 
 def verdicts(version: str, cases: list[dict[str, Any]], jobs: int = 2, timeout: int = 120,
-             run_missing: bool = True) -> dict[str, dict[str, Any]]:
-    """case id -> SGLang's verdict; cases without one (oracle unavailable, not run) are left out."""
-    cached = load_cache(version)
+             run_missing: bool = True, cache: str | None = None,
+             keep: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """case id -> SGLang's verdict; cases without one (oracle unavailable, not run) are left out.
+    `cache` names another cache file (default: the version's), `keep` more of the oracle's fields."""
+    name = cache or version
+    cached = load_cache(name)
     missing = [c for c in cases if case_key(c) not in cached]
     if missing and run_missing:
         if not available(version):
@@ -81,15 +84,16 @@ def verdicts(version: str, cases: list[dict[str, Any]], jobs: int = 2, timeout: 
         # In chunks of whole simulated hosts (one oracle zygote each), stored as each ends.
         missing.sort(key=lambda c: (c["gpu"], c["gpu_count"], json.dumps(c.get("env") or {}, sort_keys=True)))
         for start in range(0, len(missing), CHUNK):
-            fresh = _run(version, missing[start:start + CHUNK], jobs, timeout)
+            fresh = _run(version, missing[start:start + CHUNK], jobs, timeout, keep)
             # A crash or timeout of the oracle itself is asked again next time.
-            _store(version, ((k, v) for k, v in fresh.items()
+            _store(name, ((k, v) for k, v in fresh.items()
                              if v["accepted"] is not None or v["error_type"] == "OracleMissingDependency"))
             cached.update(fresh)
     return {c["id"]: cached[case_key(c)] for c in cases if case_key(c) in cached}
 
 
-def _run(version: str, cases: list[dict[str, Any]], jobs: int, timeout: int) -> dict[str, dict[str, Any]]:
+def _run(version: str, cases: list[dict[str, Any]], jobs: int, timeout: int,
+         keep: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
     script = ORACLE_DIR / ORACLES[version][0]
     with tempfile.TemporaryDirectory(prefix="sgd-fidelity-") as tmp:
         batch = Path(tmp) / "cases.jsonl"
@@ -103,5 +107,5 @@ def _run(version: str, cases: list[dict[str, Any]], jobs: int, timeout: int) -> 
         results = {}
         for line in out.read_text(encoding="utf-8").splitlines():
             raw = json.loads(line)
-            results[str(raw["id"])] = {k: raw.get(k) for k in KEPT}
+            results[str(raw["id"])] = {k: raw.get(k) for k in (*KEPT, *keep)}
         return results
