@@ -111,6 +111,7 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
     "SGD013": (ARGPARSE,),
     "SGD014": (ARGPARSE,),
     "SGD015": (ARGPARSE,
+               Site("DeprecatedAction.__call__: {}", _range("0.5.3", "0.5.4.post1")),
                Fact("option:stream_output", _range("0.5.10", "0.5.20")),
                Fact("option:enable_piecewise_cuda_graph", _range("0.5.10", "0.5.14"))),
     "SGD016": (ARGPARSE, Flag("model_path", cited=False)),
@@ -285,6 +286,8 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
     "SGD402": (Fact("sm_gate:allreduce_fusion", V2X),),
     "SGD403": (Fact("sm_gate:allreduce_fusion", V2X),),
     "SGD404": (Fact("sm_gate:trtllm_mla", cited=False), Fact("sm_gate:megamoe_a2a", _since("0.5.21"))),
+    "SGD409": (Own("a note where sgdeploy cannot follow SGLang's own pick of the attention backends "
+                   "(sgdeploy.sglang.rules.attention); the checks that read the pick are then not made"),),
     "SGD405": (Site("handle_multi_item_scoring: Multi-item scoring requires flashinfer attention backend for custom "
                     "attention mask support. Please set --attention-backend flashinfer when using --enable-mis. "
                     "Current backends: prefill={}, decode={}", _since("0.5.11")),

@@ -17,7 +17,7 @@ from sgdeploy.sglang.flags import (
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import DEDICATED_VALUE_RULES, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
-from sgdeploy.sglang.versions import parse_version
+from sgdeploy.sglang.versions import VersionRange, parse_version
 from sgdeploy.tomlfile import did_you_mean
 
 
@@ -106,6 +106,10 @@ def invalid_choice(ctx: LaunchContext) -> Iterator[Finding]:
             yield Finding(server_field(key), problem)
 
 
+# 0.5.3-0.5.4's DeprecatedAction raises ValueError(help) instead of warning; later ones warn.
+DEPRECATED_ACTION_RAISES = VersionRange(since="0.5.3", until="0.5.4.post1")
+
+
 @rule("SGD015", "deprecated-flag", WARNING, "A flag SGLang still accepts but has deprecated.",
       "move to the flag the deprecation message names")
 def deprecated_flag(ctx: LaunchContext) -> Iterator[Finding]:
@@ -116,7 +120,10 @@ def deprecated_flag(ctx: LaunchContext) -> Iterator[Finding]:
         replacement = replacement_for(key, ctx.catalog)
         fix = f"use {replacement.text}" if replacement else None
         version = ctx.catalog.version
-        if flag.ignored:
+        if flag.ignored and ctx.version in DEPRECATED_ACTION_RAISES:
+            yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang {version}, which stops with "
+                          f"its help text when it is given ('{flag.help}'); the unit leaves it out", f"remove '{key}'")
+        elif flag.ignored:
             yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang {version} and has no effect "
                           "(SGLang warns and stores nothing); the unit leaves it out", f"remove '{key}'")
         elif flag.stored(value) is NOT_GIVEN:

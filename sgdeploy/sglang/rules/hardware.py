@@ -14,7 +14,8 @@ from typing import Any
 
 from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
-from sgdeploy.sglang.rules.common import V1X, V2X, server_field
+from sgdeploy.sglang.rules.attention import resolve
+from sgdeploy.sglang.rules.common import V1X, V2X, algorithm, server_field
 from sgdeploy.sglang.rules.parallelism import attn_dp_size, ep_size
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
 
@@ -170,28 +171,48 @@ def needs_newer_gpu(ctx: LaunchContext) -> Iterator[Finding]:
                           f"('{found['message']}'; it runs on {_majors_words(found['majors'])}); {_gpu_words(ctx)}")
 
 
-def _uses_mla(ctx: LaunchContext) -> bool:
-    """An MLA model (kv_lora_rank in its config, or a DeepSeek architecture): SGLang's default
-    attention backend for it is not flashinfer on SM8x."""
-    if ctx.model_config is not None:
-        return ctx.model_config.value("kv_lora_rank") is not None
-    return bool(ctx.architecture and ctx.architecture.startswith(("Deepseek", "KimiK", "MistralLarge3")))
-
-
 @rule("SGD405", "mis-needs-flashinfer", ERROR,
-      "enable_mis needs flashinfer as both the prefill and the decode attention backend; SGLang's default is "
-      "flashinfer only on SM8x for a non-MLA model.",
+      "enable_mis needs flashinfer as both the prefill and the decode attention backend, as SGLang resolves them "
+      "(its default for a non-MLA model is flashinfer below SM90 and on SM12x, and on SM100 with deterministic "
+      "inference from 0.5.15).",
       "set attention_backend = \"flashinfer\" (and no other prefill_/decode_attention_backend)")
 def mis_needs_flashinfer(ctx: LaunchContext) -> Iterator[Finding]:
     if not ctx.on("enable_mis"):
         return
-    base = ctx.get("attention_backend")
-    prefill = ctx.get("prefill_attention_backend") or base
-    decode = ctx.get("decode_attention_backend") or base
-    host_major = major(ctx)
-    default_flashinfer = host_major is None or (host_major < 9 and not _uses_mla(ctx))
-    resolved = [b if b is not None else ("flashinfer" if default_flashinfer else "default") for b in (prefill, decode)]
-    if any(b != "flashinfer" for b in resolved):
-        shown = f"prefill={resolved[0]}, decode={resolved[1]}".replace("default", "SGLang's default for this GPU")
+    backends = resolve(ctx)
+    if backends.exact and backends.pair != ("flashinfer", "flashinfer"):
+        picked = "" if ctx.given("attention_backend") else " as SGLang resolves them for this GPU and model"
         yield Finding("server.enable_mis", "SGLang refuses it: 'Multi-item scoring requires flashinfer attention "
-                      f"backend for custom attention mask support' ({shown})")
+                      f"backend for custom attention mask support' ({backends.words()}{picked})")
+
+
+def _backend_readers(ctx: LaunchContext) -> list[str]:
+    """The checks of this launch that read the attention backends SGLang resolves."""
+    readers = []
+    if ctx.on("enable_mis") and ctx.version >= (0, 5, 11, 0):
+        readers.append("multi-item scoring (flashinfer for prefill and decode)")
+    if algorithm(ctx) == "UNO" and ctx.version >= (0, 5, 20, 0):
+        readers.append("UNO (fa3 for prefill and decode)")
+    if ctx.on("enable_unified_memory") and algorithm(ctx) and ctx.version >= (0, 5, 18, 0):
+        readers.append("the unified pool's speculative checks (audited backends)")
+    if ctx.on("enable_deterministic_inference") and ctx.version >= (0, 5, 15, 0) and not ctx.get("attention_backend"):
+        readers.append("deterministic inference (its backend list, after the model's own branch)")
+    dtype = str(ctx.get("kv_cache_dtype") or "")
+    if dtype in ("fp4_e2m1", "nvfp4", "fp4_mx_block16") and ctx.version >= (0, 5, 7, 0):
+        readers.append("the FP4 KV cache (its backend lists)")
+    return readers
+
+
+@rule("SGD409", "attention-backend-unresolved", WARNING,
+      "A check that reads the attention backends SGLang picks, on a launch whose pick sgdeploy cannot follow "
+      "(no GPU facts, an architecture with a branch of its own, no model known).",
+      "set attention_backend (or both prefill_ and decode_attention_backend) explicitly")
+def attention_backend_unresolved(ctx: LaunchContext) -> Iterator[Finding]:
+    readers = _backend_readers(ctx)
+    if not readers:
+        return
+    backends = resolve(ctx)
+    if not backends.exact:
+        yield Finding("server", f"SGLang {ctx.catalog.version} picks the attention backends itself here and "
+                      f"sgdeploy cannot follow its pick ({backends.why}); {', '.join(readers)} read(s) that pick, "
+                      "so they are not checked")

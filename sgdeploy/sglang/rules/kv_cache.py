@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from sgdeploy.sglang import models
 from sgdeploy.sglang.rule import LaunchContext
+from sgdeploy.sglang.rules.attention import resolve
 from sgdeploy.sglang.rules.common import algorithm, radix_cache_off
 from sgdeploy.sglang.rules.sites import Condition, Refusal, both, given, on, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
@@ -206,6 +207,72 @@ def _eagle(ctx: LaunchContext) -> bool:
     return algorithm(ctx) in ("EAGLE", "EAGLE3", "NEXTN")
 
 
+# The attention backends the unified pool's speculative checks audit, per release (kv_cache_hook.py).
+_DSPARK_AUDITED_0_5_18 = frozenset({"triton", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla"})
+_SPEC_AUDITED_0_5_22 = frozenset({"triton", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "flashmla", "flashinfer",
+                                  "fa3"})
+_SPEC_AUDITED_0_5_23 = _SPEC_AUDITED_0_5_22 - {"tokenspeed_mla"}
+_MHA_RAILS_0_5_22 = frozenset({"triton", "flashinfer", "fa3"})
+_MHA_RAILS_0_5_23 = _MHA_RAILS_0_5_22 | {"trtllm_mha"}
+
+
+def _chain(ctx: LaunchContext) -> bool:
+    return ctx.get("speculative_eagle_topk") in (None, 1)
+
+
+def _resolved_backends(ctx: LaunchContext) -> set[str] | None:
+    """The resolved (prefill, decode) backends as a set, None where the pick cannot be followed."""
+    backends = resolve(ctx)
+    return {b for b in backends.pair if b is not None} if backends.exact else None
+
+
+def _mha_rails(ctx: LaunchContext) -> frozenset[str]:
+    return _MHA_RAILS_0_5_23 if ctx.version >= (0, 5, 23, 0) else _MHA_RAILS_0_5_22
+
+
+def _audited(ctx: LaunchContext) -> frozenset[str]:
+    """_assert_spec_verify_backends' list for the launch's algorithm (0.5.22+), less flashinfer under DCP."""
+    spark = algorithm(ctx) == "DSPARK"
+    if ctx.version >= (0, 5, 23, 0):
+        allowed = _SPEC_AUDITED_0_5_23 | {"fa4"} if spark else _MHA_RAILS_0_5_23
+    else:
+        allowed = _SPEC_AUDITED_0_5_22 if spark else _MHA_RAILS_0_5_22
+    return allowed - {"flashinfer"} if ctx.int("dcp_size", 1) > 1 else allowed
+
+
+def _outside(allowed: Callable[[LaunchContext], frozenset[str]]) -> Condition:
+    def check(ctx: LaunchContext) -> bool:
+        backends = _resolved_backends(ctx)
+        return backends is not None and not backends <= allowed(ctx)
+    return check
+
+
+def _eagle_allowed(ctx: LaunchContext) -> frozenset[str]:
+    if _mla(ctx):
+        return _SPEC_AUDITED_0_5_23 if ctx.version >= (0, 5, 23, 0) else _SPEC_AUDITED_0_5_22
+    return _mha_rails(ctx)
+
+
+def _eagle_target_refused(ctx: LaunchContext) -> bool:
+    backends = resolve(ctx)
+    return backends.exact and (None in backends.pair or not set(backends.pair) <= _eagle_allowed(ctx))
+
+
+def _eagle_draft_refused(ctx: LaunchContext) -> bool:
+    draft = ctx.get("speculative_draft_attention_backend")
+    backends = {draft} if isinstance(draft, str) and draft else _resolved_backends(ctx)
+    return backends is not None and not _eagle_target_refused(ctx) and not backends <= _mha_rails(ctx)
+
+
+def _decode_graph_on(ctx: LaunchContext) -> bool:
+    return not ctx.on("disable_cuda_graph") and ctx.get("cuda_graph_backend_decode") != "disabled" \
+        and not ctx.on("enable_mis")
+
+
+def _backends_words(ctx: LaunchContext) -> str:
+    return str(sorted(b for b in resolve(ctx).pair if b is not None))
+
+
 UNIFIED_MEMORY = (
     _s("handle_unified_memory_pool: --enable-unified-memory is not yet compatible with PD disaggregation.",
        "disaggregation_mode",
@@ -333,6 +400,60 @@ UNIFIED_MEMORY = (
        "does not allocate FP4 block scales or the prefill dequant workspace.", "kv_cache_dtype",
        _unified(lambda ctx: str(ctx.get("kv_cache_dtype") or "") in ("nvfp4", "fp4_mx_block16")),
        VersionRange(since="0.5.21")),
+    _s("handle_unified_memory_pool: --enable-unified-memory supports monolithic (decode) cuda-graph capture only; "
+       "disable piecewise prefill capture (e.g. --cuda-graph-backend-prefill=disabled).", "cuda_graph_backend_prefill",
+       _unified(lambda ctx: ctx.get("cuda_graph_backend_prefill") == "tc_piecewise"
+                and not ctx.on("disable_cuda_graph")),
+       VersionRange(since="0.5.15", until="0.5.19")),
+    Refusal("handle_unified_memory_pool: --enable-unified-memory supports decode cuda-graph capture only; prefill "
+            "capture is not wired (the prefill graph runner bypasses the unified virtual->physical loc rebind). Got "
+            "--cuda-graph-backend-prefill={}; pass --cuda-graph-backend-prefill=disabled.",
+            "cuda_graph_backend_prefill",
+            _unified(lambda ctx: ctx.get("cuda_graph_backend_prefill") not in (None, "disabled")
+                     and not ctx.on("disable_cuda_graph")),
+            lambda ctx: "--enable-unified-memory supports decode cuda-graph capture only; prefill capture is not "
+            f"wired. Got --cuda-graph-backend-prefill={ctx.get('cuda_graph_backend_prefill')!r}; pass "
+            "--cuda-graph-backend-prefill=disabled.", VersionRange(since="0.5.19", until="0.5.20")),
+    Refusal("handle_unified_memory_pool: --enable-unified-memory + DSPARK requires spec-verify-audited attention "
+            "backends {} for both prefill and decode; got {}. flashinfer / fa3 do not translate speculative verify "
+            "indices to the unified pool's dense space yet.", "attention_backend",
+            _unified(lambda ctx: algorithm(ctx) == "DSPARK", _chain, _outside(lambda ctx: _DSPARK_AUDITED_0_5_18)),
+            lambda ctx: f"--enable-unified-memory + DSPARK requires spec-verify-audited attention backends "
+            f"{sorted(_DSPARK_AUDITED_0_5_18)} for both prefill and decode; got {_backends_words(ctx)}.",
+            VersionRange(since="0.5.18", until="0.5.19")),
+    Refusal("handle_unified_memory_pool: --enable-unified-memory + DSPARK requires spec-verify-audited attention "
+            "backends {} for both prefill and decode; got {}. flashinfer / fa3 do not translate speculative verify "
+            "indices to the unified pool's kernel-facing space yet.", "attention_backend",
+            _unified(lambda ctx: algorithm(ctx) == "DSPARK", _chain, _outside(lambda ctx: _DSPARK_AUDITED_0_5_18)),
+            lambda ctx: f"--enable-unified-memory + DSPARK requires spec-verify-audited attention backends "
+            f"{sorted(_DSPARK_AUDITED_0_5_18)} for both prefill and decode; got {_backends_words(ctx)}.",
+            VersionRange(since="0.5.19", until="0.5.22")),
+    Refusal("assert_spec_verify_backends: --enable-unified-memory + {} requires spec-verify-audited attention backends "
+            "{}{} for both prefill and decode; got {}. Other backends do not translate speculative verify indices to "
+            "the unified pool's physical ids yet.", "attention_backend",
+            _unified(lambda ctx: algorithm(ctx) in ("DSPARK", "DFLASH"), _chain, _outside(_audited)),
+            lambda ctx: f"--enable-unified-memory + {algorithm(ctx)} requires spec-verify-audited attention backends "
+            f"{sorted(_audited(ctx))} for both prefill and decode; got {_backends_words(ctx)}.",
+            VersionRange(since="0.5.22")),
+    Refusal("handle_unified_memory_pool: --enable-unified-memory + EAGLE/EAGLE3 requires the target on the "
+            "spec-verify-audited attention backends {} (got {}).", "attention_backend",
+            _unified(_eagle, _chain, lambda ctx: _hybrid(ctx), _eagle_target_refused),
+            lambda ctx: "--enable-unified-memory + EAGLE/EAGLE3 requires the target on the spec-verify-audited "
+            f"attention backends {sorted(_eagle_allowed(ctx))} (got {_backends_words(ctx)}).",
+            VersionRange(since="0.5.22")),
+    Refusal("handle_unified_memory_pool: --enable-unified-memory + EAGLE/EAGLE3 runs the draft on {}, but a fused "
+            "draft is MHA-shaped and reads its KV through the translated MHA rails {}. Set "
+            "--speculative-draft-attention-backend to one of them.", "speculative_draft_attention_backend",
+            _unified(_eagle, _chain, lambda ctx: _hybrid(ctx), _eagle_draft_refused),
+            lambda ctx: "--enable-unified-memory + EAGLE/EAGLE3 runs the draft outside the translated MHA rails "
+            f"{sorted(_mha_rails(ctx))}. Set --speculative-draft-attention-backend to one of them.",
+            VersionRange(since="0.5.22")),
+    _s("handle_unified_memory_pool: --enable-unified-memory does not yet support decode cuda graphs with the "
+       "trtllm_mha attention backend: its replay refills the page table from the previous replay's sequence lengths. "
+       "Pass --disable-cuda-graph, or pick another decode attention backend (fa3 / fa4 / flashinfer / triton).",
+       "decode_attention_backend",
+       _unified(_decode_graph_on, lambda ctx: resolve(ctx).exact and resolve(ctx).decode == "trtllm_mha"),
+       VersionRange(since="0.5.22", until="0.5.23")),
 )
 
 refusal_rule("SGD552", "unified-memory-pool", "The unified memory pool (enable_unified_memory, 0.5.15 and later) "
@@ -467,6 +588,122 @@ def _ssm_dtype_not_fp16(ctx: LaunchContext) -> bool:
     return declared != "float16"
 
 
+def _linear_decode(ctx: LaunchContext) -> str | None:
+    """The linear-attention decode backend handle_linear_attn_backend checks: the given one, else
+    flashinfer on SM100 with a bf16 SSM state (not for a helion base from 0.5.18), else the base;
+    a flashkda base decodes on triton."""
+    base = ctx.get("linear_attn_backend")
+    if not ctx.get("linear_attn_decode_backend"):
+        sm100 = ctx.host is not None and ctx.host.sm is not None and ctx.host.sm // 10 == 10
+        helion = base == "helion" and ctx.version >= (0, 5, 18, 0)
+        if sm100 and not helion and _ssm_dtype(ctx) == "bfloat16":
+            return "flashinfer"
+        return "triton" if base == "flashkda" else base if isinstance(base, str) else None
+    value = ctx.get("linear_attn_decode_backend")
+    return value if isinstance(value, str) else None
+
+
+def _decode_not(*allowed: str) -> Condition:
+    return lambda ctx: (decode := _linear_decode(ctx)) is not None and decode not in allowed
+
+
+def _ragged_mode(ctx: LaunchContext) -> str:
+    return ctx.env.get("SGLANG_RAGGED_VERIFY_MODE", "static")
+
+
+def _replay_max_drafts(ctx: LaunchContext) -> int | None:
+    """max_speculative_num_draft_tokens where the profile decides it: a chain (topk 1) drafts
+    steps + 1 tokens, else the given count; None with adaptive steps or nothing given."""
+    if not _spec(ctx) or ctx.on("speculative_adaptive"):
+        return None
+    steps, draft = ctx.get("speculative_num_steps"), ctx.get("speculative_num_draft_tokens")
+    if ctx.get("speculative_eagle_topk") == 1 and isinstance(steps, int):
+        return steps + 1
+    return draft if isinstance(draft, int) and ctx.get("speculative_eagle_topk") is not None else None
+
+
+def _replay_message(prefix: str) -> Callable[[LaunchContext], str]:
+    return lambda ctx: f"{prefix}, got --linear-attn-decode-backend={_linear_decode(ctx)!r}."
+
+
+_GDN_SPEC = VersionRange(since="0.5.16", until="0.5.17")
+_LINEAR_SPEC = VersionRange(since="0.5.17")
+_EXCLUSIVE = ("they share the ring storage but drive it with incompatible cursor protocols (per-decode-forward vs "
+              "per-verify-commit advance).")
+
+REPLAYED_STATE = (
+    Refusal("handle_linear_attn_backend: --enable-linear-replayssm requires the Triton linear-attn decode backend, got "
+            "--linear-attn-decode-backend={}.", "linear_attn_decode_backend",
+            _with("enable_linear_replayssm", _decode_not("triton")),
+            _replay_message("--enable-linear-replayssm requires the Triton linear-attn decode backend"),
+            VersionRange(since="0.5.15", until="0.5.18")),
+    Refusal("handle_linear_attn_backend: --enable-linear-replayssm requires Triton, or Helion for KDA, as the "
+            "linear-attn decode backend; got --linear-attn-decode-backend={}.", "linear_attn_decode_backend",
+            _with("enable_linear_replayssm", _decode_not("triton", "helion")),
+            _replay_message("--enable-linear-replayssm requires Triton, or Helion for KDA, as the linear-attn decode "
+                            "backend"), VersionRange(since="0.5.18")),
+    Refusal("handle_linear_attn_backend: --enable-gdn-replayssm-spec requires a linear draft chain "
+            "(--speculative-eagle-topk in {}); the chunked verify kernel uses a strictly-lower causal mask and is "
+            "invalid for EAGLE tree verify. Got --speculative-eagle-topk={}.", "speculative_eagle_topk",
+            _with("enable_gdn_replayssm_spec", lambda ctx: ctx.get("speculative_eagle_topk") not in (None, 1)),
+            "--enable-gdn-replayssm-spec requires a linear draft chain (--speculative-eagle-topk in {None, 1}).",
+            _GDN_SPEC),
+    Refusal("handle_linear_attn_backend: --enable-gdn-replayssm-spec requires the Triton linear-attn decode backend, "
+            "got --linear-attn-decode-backend={}.", "linear_attn_decode_backend",
+            _with("enable_gdn_replayssm_spec", _decode_not("triton")),
+            _replay_message("--enable-gdn-replayssm-spec requires the Triton linear-attn decode backend"), _GDN_SPEC),
+    Refusal("handle_linear_attn_backend: --enable-gdn-replayssm-spec is not supported under PD disaggregation yet "
+            "(follow-up). Got --disaggregation-mode={}.", "disaggregation_mode",
+            _with("enable_gdn_replayssm_spec", _pd),
+            lambda ctx: "--enable-gdn-replayssm-spec is not supported under PD disaggregation yet (follow-up). Got "
+            f"--disaggregation-mode={ctx.get('disaggregation_mode')!r}.", _GDN_SPEC),
+    _s("handle_linear_attn_backend: --enable-gdn-replayssm-spec and --enable-linear-replayssm are mutually exclusive: "
+       + _EXCLUSIVE, "enable_linear_replayssm",
+       _with("enable_gdn_replayssm_spec", on("enable_linear_replayssm")), _GDN_SPEC),
+    Refusal("validate_gdn_replayssm_spec_ring: --linear-replayssm-cache-len must be >= 2 * the maximum speculative "
+            "draft-token count for the spec-verify ring (early-flush margin), got {} < {}.",
+            "linear_replayssm_cache_len",
+            _with("enable_gdn_replayssm_spec", lambda ctx: (m := _replay_max_drafts(ctx)) is not None
+                  and ctx.int("linear_replayssm_cache_len", 16) < 2 * m),
+            lambda ctx: "--linear-replayssm-cache-len must be >= 2 * the maximum speculative draft-token count for "
+            f"the spec-verify ring (early-flush margin), got {ctx.int('linear_replayssm_cache_len', 16)} < "
+            f"{2 * (_replay_max_drafts(ctx) or 0)}.", _GDN_SPEC),
+    Refusal("handle_linear_attn_backend: --enable-linear-replayssm-spec requires a linear draft chain "
+            "(--speculative-eagle-topk in {}); the chunked verify kernel uses a strictly-lower causal mask and is "
+            "invalid for EAGLE tree verify. Got --speculative-eagle-topk={}.", "speculative_eagle_topk",
+            _with("enable_linear_replayssm_spec", lambda ctx: ctx.get("speculative_eagle_topk") not in (None, 1)),
+            "--enable-linear-replayssm-spec requires a linear draft chain (--speculative-eagle-topk in {None, 1}).",
+            _LINEAR_SPEC),
+    Refusal("handle_linear_attn_backend: --enable-linear-replayssm-spec requires the triton or flashinfer linear-attn "
+            "decode backend, got --linear-attn-decode-backend={}.", "linear_attn_decode_backend",
+            _with("enable_linear_replayssm_spec", _chain, _decode_not("triton", "flashinfer")),
+            _replay_message("--enable-linear-replayssm-spec requires the triton or flashinfer linear-attn decode "
+                            "backend"), _LINEAR_SPEC),
+    Refusal("handle_linear_attn_backend: --enable-linear-replayssm-spec with SGLANG_RAGGED_VERIFY_MODE={} requires the "
+            "KDA fold-every-commit family (DSPARK/DFLASH) and a ring-writing verify kernel "
+            "(--linear-attn-verify-backend triton or nv_cutedsl); got algorithm={}, verify={}. Use "
+            "SGLANG_RAGGED_VERIFY_MODE=static.", "speculative_algorithm",
+            _with("enable_linear_replayssm_spec", _chain, lambda ctx: not _decode_not("triton", "flashinfer")(ctx),
+                  lambda ctx: _ragged_mode(ctx) in ("cap-accept", "compact"),
+                  lambda ctx: algorithm(ctx) not in ("DSPARK", "DFLASH")
+                  or ctx.get("linear_attn_verify_backend") not in ("triton", "nv_cutedsl")),
+            lambda ctx: f"--enable-linear-replayssm-spec with SGLANG_RAGGED_VERIFY_MODE={_ragged_mode(ctx)} requires "
+            "the KDA fold-every-commit family (DSPARK/DFLASH) and a ring-writing verify kernel; got "
+            f"algorithm={ctx.get('speculative_algorithm')!r}, verify={ctx.get('linear_attn_verify_backend')!r}. Use "
+            "SGLANG_RAGGED_VERIFY_MODE=static.", _LINEAR_SPEC),
+    _s("handle_linear_attn_backend: --enable-linear-replayssm-spec is not supported on a PD prefill server: the ring "
+       "is spec-verify-only scratch and the prefill server never runs spec verify.", "disaggregation_mode",
+       _with("enable_linear_replayssm_spec", lambda ctx: ctx.get("disaggregation_mode") == "prefill"), _LINEAR_SPEC),
+    _s("handle_linear_attn_backend: --enable-linear-replayssm-spec and --enable-linear-replayssm are mutually "
+       "exclusive: " + _EXCLUSIVE, "enable_linear_replayssm",
+       _with("enable_linear_replayssm_spec", on("enable_linear_replayssm")), _LINEAR_SPEC),
+    _s("handle_mamba_radix_cache: extra_buffer_lazy is not yet supported with speculative decoding. Use "
+       "--mamba-scheduler-strategy extra_buffer instead.", "mamba_scheduler_strategy",
+       lambda ctx: ctx.get("mamba_scheduler_strategy") == "extra_buffer_lazy" and _hybrid(ctx)
+       and ctx.get("speculative_num_draft_tokens") is not None and not ctx.on("disable_radix_cache"),
+       VersionRange(since="0.5.13", until="0.5.14")),
+)
+
 MAMBA_STATE = (
     Refusal("handle_mamba_backend: Stochastic rounding for the Mamba SSM cache requires --mamba-ssm-dtype float16, "
             "got {}. Run with --mamba-ssm-dtype float16 or disable --enable-mamba-cache-stochastic-rounding.",
@@ -571,7 +808,7 @@ MAMBA_STATE = (
 
 refusal_rule("SGD555", "mamba-state-options", "Mamba and linear-attention state options SGLang checks together: "
              "stochastic rounding, the int8 checkpoint, replayed SSM state.", "fix the Mamba options as the message "
-             "says", MAMBA_STATE)
+             "says", (*MAMBA_STATE, *REPLAYED_STATE))
 
 
 # --------------------------------------------------------------------------- SGD556 HiCache and cache policies
@@ -641,6 +878,12 @@ HICACHE = (
        "hicache_host_memory_mode",
        _hicache_dcp(given("hicache_storage_backend"), lambda ctx: ctx.get("hicache_host_memory_mode") == "buffer_only"),
        VersionRange(since="0.5.23")),
+    _s("resolve_hicache_dcp_compatibility: HiCache with --dcp-size > 1 does not support speculative decoding yet (the "
+       "draft-model host pool has no DCP index translation).", "speculative_algorithm",
+       _hicache_dcp(_spec), VersionRange(since="0.5.17", until="0.5.18")),
+    _s("resolve_hicache_dcp_compatibility: HiCache with --dcp-size > 1 only supports DSPARK speculative decoding; "
+       "other draft-model host pools have no DCP index translation.", "speculative_algorithm",
+       _hicache_dcp(lambda ctx: algorithm(ctx) not in (None, "DSPARK")), VersionRange(since="0.5.18")),
     _s("validate_hicache_host_memory_mode: --hicache-host-memory-mode buffer_only does not support "
        "--hicache-write-policy write_back; use write_through or write_through_selective.",
        "hicache_write_policy", _buffer_only_with_storage(lambda ctx: ctx.get("hicache_write_policy") == "write_back"),
@@ -861,20 +1104,13 @@ refusal_rule("SGD557", "events-and-watermark-options", "KV-event load publishing
 
 
 # --------------------------------------------------------------------------- SGD558 KV cache dtype and backend
-def _deepseek_v3_trtllm_mla(ctx: LaunchContext) -> bool:
-    """DeepSeek V3/R1 (no index_topk) on SM100 with no attention backend given: its model branch picks
-    trtllm_mla (0.5.3.post2 and later) before the MLA checks run."""
-    config = ctx.model_config
-    return (config is not None and config.architecture == "DeepseekV3ForCausalLM"
-            and config.value("index_topk") is None and ctx.version >= (0, 5, 3, 2)
-            and not any(ctx.get(f) for f in ("attention_backend", "prefill_attention_backend",
-                                             "decode_attention_backend"))
-            and ctx.host is not None and ctx.host.sm is not None and ctx.host.sm // 10 == 10)
-
-
 def _given_backend(ctx: LaunchContext, name: str, *, decode: bool = True) -> bool:
-    return (ctx.get("attention_backend") == name or (decode and ctx.get("decode_attention_backend") == name)
-            or (name == "trtllm_mla" and _deepseek_v3_trtllm_mla(ctx)))
+    """The attention (or decode) backend is `name` after SGLang's resolution, or as given where
+    sgdeploy cannot follow it (DeepSeek V3 on SM100 gets trtllm_mla from its model branch)."""
+    backends = resolve(ctx)
+    if not backends.exact:
+        return ctx.get("attention_backend") == name or (decode and ctx.get("decode_attention_backend") == name)
+    return backends.attention == name or (decode and backends.decode == name)
 
 
 def _mla_dtype(backend: str, allowed: tuple[str, ...], decode: bool = True) -> Condition:
@@ -912,23 +1148,27 @@ def _kv4_lists(ctx: LaunchContext, fa4: bool) -> tuple[str, ...]:
     return mla if is_mla else mha if is_mla is False else (*mla, *mha)
 
 
+def _kv4_resolved(ctx: LaunchContext) -> tuple[str | None, str | None, str | None] | None:
+    """(attention, prefill, decode) as the KV4 check reads them (resolved), None where it does not run
+    or sgdeploy cannot follow SGLang's pick."""
+    if not _kv4(ctx):
+        return None
+    backends = resolve(ctx)
+    return (backends.attention, *backends.pair) if backends.exact else None
+
+
 def _kv4_backend(ctx: LaunchContext) -> str | None:
-    """The single attention backend the KV4 check reads: attention_backend given alone (not fa4)."""
-    backend = ctx.get("attention_backend")
-    if not _kv4(ctx) or not isinstance(backend, str) or backend == "fa4":
+    """The attention backend the KV4 check reads when prefill and decode agree (and are not fa4)."""
+    resolved = _kv4_resolved(ctx)
+    if resolved is None or resolved[1] != resolved[2] or resolved[1] == "fa4":
         return None
-    if ctx.get("prefill_attention_backend") or ctx.get("decode_attention_backend"):
-        return None
-    return backend
+    return resolved[0]
 
 
 def _kv4_fa4_decode(ctx: LaunchContext) -> str | None:
-    """With an fa4 prefill, the decode backend the KV4 check reads (when it is given)."""
-    if not _kv4(ctx):
-        return None
-    prefill = ctx.get("prefill_attention_backend") or ctx.get("attention_backend")
-    decode = ctx.get("decode_attention_backend") or ctx.get("attention_backend")
-    return decode if prefill == "fa4" and isinstance(decode, str) else None
+    """With an fa4 prefill, the decode backend the KV4 check reads."""
+    resolved = _kv4_resolved(ctx)
+    return resolved[2] if resolved is not None and resolved[1] == "fa4" else None
 
 
 _TRTLLM_MLA = "TensorRT-LLM MLA backend only supports kv-cache-dtype of "
@@ -944,6 +1184,16 @@ def _dequant(ctx: LaunchContext) -> str:
 
 
 _NVFP4_PREFILL_BACKEND = {"fp8_e4m3": "flashinfer", "nvfp4": "trtllm_mha"}
+
+
+def _nvfp4_prefill(ctx: LaunchContext) -> str | None:
+    """The backend handle_nvfp4_prefill_kv_dequant_dtype reads: the prefill backend, else attention_backend
+    as the model's branch and deterministic inference left it (it runs before the default is picked)."""
+    backends = resolve(ctx)
+    if not backends.exact:
+        return _prefill_backend(ctx)
+    value = ctx.get("prefill_attention_backend") or backends.before_default
+    return value if isinstance(value, str) else None
 _NVFP4 = VersionRange(since="0.5.21")
 
 KV_CACHE_DTYPE = (
@@ -989,25 +1239,25 @@ KV_CACHE_DTYPE = (
             "CuteDSL MLA backend only supports kv-cache-dtype of fp8_e4m3, bf16, or auto.",
             VersionRange(since="0.5.15")),
     Refusal("handle_kv4_compatibility: KV4 MHA expects attention_backend to be one of {}, but got {}",
-            "attention_backend",
+            _where("attention_backend", "kv_cache_dtype"),
             lambda ctx: _mla(ctx) is not True and (b := _kv4_backend(ctx)) is not None
             and b not in _kv4_lists(ctx, fa4=False),
             lambda ctx: f"KV4 MHA expects attention_backend to be one of {list(_KV4_MHA)}, but got "
             f"{_kv4_backend(ctx)}", VersionRange(since="0.5.7")),
     Refusal("handle_kv4_compatibility: KV4 MLA expects attention_backend to be one of {}, but got {}",
-            "attention_backend",
+            _where("attention_backend", "kv_cache_dtype"),
             lambda ctx: _mla(ctx) is True and (b := _kv4_backend(ctx)) is not None
             and b not in _kv4_lists(ctx, fa4=False),
             lambda ctx: f"KV4 MLA expects attention_backend to be one of {list(_kv4_lists(ctx, fa4=False))}, but got "
             f"{_kv4_backend(ctx)}", VersionRange(since="0.5.7")),
     Refusal("handle_kv4_compatibility: KV4 FA4 MHA expects decode_attention_backend to be one of {}, but got {}",
-            "decode_attention_backend",
+            _where("decode_attention_backend", "kv_cache_dtype"),
             lambda ctx: _mla(ctx) is not True and (d := _kv4_fa4_decode(ctx)) is not None
             and d not in _kv4_lists(ctx, fa4=True),
             lambda ctx: f"KV4 FA4 MHA expects decode_attention_backend to be one of {list(_KV4_FA4_MHA)}, but got "
             f"{_kv4_fa4_decode(ctx)}", VersionRange(since="0.5.7")),
     Refusal("handle_kv4_compatibility: KV4 FA4 MLA expects decode_attention_backend to be one of {}, but got {}",
-            "decode_attention_backend",
+            _where("decode_attention_backend", "kv_cache_dtype"),
             lambda ctx: _mla(ctx) is True and (d := _kv4_fa4_decode(ctx)) is not None
             and d not in _kv4_lists(ctx, fa4=True),
             lambda ctx: "KV4 FA4 MLA expects decode_attention_backend to be one of "
@@ -1018,9 +1268,9 @@ KV_CACHE_DTYPE = (
     Refusal("handle_nvfp4_prefill_kv_dequant_dtype: NVFP4 prefill supports an FP8 E4M3 workspace or native NVFP4, "
             "but backend {} provides neither.", "attention_backend",
             lambda ctx: _nvfp4(ctx) and _dequant(ctx) == "auto"
-            and _prefill_backend(ctx) not in (None, *_NVFP4_PREFILL_BACKEND.values()),
+            and _nvfp4_prefill(ctx) not in (None, *_NVFP4_PREFILL_BACKEND.values()),
             lambda ctx: "NVFP4 prefill supports an FP8 E4M3 workspace or native NVFP4, but backend "
-            f"{_prefill_backend(ctx)!r} provides neither.", _NVFP4),
+            f"{_nvfp4_prefill(ctx)!r} provides neither.", _NVFP4),
     Refusal("handle_nvfp4_prefill_kv_dequant_dtype: --prefill-kv-cache-dequant-dtype={} requires prefill backend {}, "
             "but --prefill-attention-backend={} was set. Remove the backend option and select the KV dtype only.",
             "prefill_attention_backend",

@@ -231,6 +231,29 @@ def _hisparse(condition: Callable[[LaunchContext], bool]) -> Callable[[LaunchCon
     return lambda ctx: ctx.on("enable_hisparse") and condition(ctx)
 
 
+# _dsa_split_backend_resolution (0.5.22+): the DeepSeek-family DSA models it fills the DSA backends for.
+_DSA_TILELANG = VersionRange(since="0.5.22")
+_DEEPSEEK_FAMILY = frozenset({
+    "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK25ForConditionalGeneration", "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM", "Glm5NextForConditionalGeneration",
+})
+
+
+def _dsa_backends(ctx: LaunchContext) -> tuple[object, object]:
+    """The DSA prefill/decode backends: given, else the fill for an fp8 KV cache (never tilelang)."""
+    return ctx.get("dsa_prefill_backend") or "default", ctx.get("dsa_decode_backend") or "default"
+
+
+def _tilelang_fp8(condition: Callable[[LaunchContext], bool]) -> Callable[[LaunchContext], bool]:
+    """A DeepSeek-family DSA model (config.json) with an fp8_e4m3 KV cache and a tilelang DSA backend, on CUDA."""
+    def check(ctx: LaunchContext) -> bool:
+        config = ctx.model_config
+        return (config is not None and config.architecture in _DEEPSEEK_FAMILY and _dsa(config)
+                and ctx.get("kv_cache_dtype") == "fp8_e4m3" and "tilelang" in _dsa_backends(ctx)
+                and ctx.get("device") in (None, "cuda") and condition(ctx))
+    return check
+
+
 SPARSE_ATTENTION_MODELS = (
     Refusal("check_server_args: --enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models "
             "now(e.g., DeepSeek V3.2, GLM-5).", "enable_hisparse", _hisparse(_not_sparse()),
@@ -251,6 +274,17 @@ SPARSE_ATTENTION_MODELS = (
             lambda ctx: ctx.on("enable_dsa_cache_layer_split") and _not_sparse()(ctx),
             "--enable-dsa-cache-layer-split is only supported for DSA (DeepSeek Sparse Attention) models.",
             VersionRange(since="0.5.16")),
+    Refusal("check_dsa_backend_constraints: CUDA TileLang FP8 KV requires both DSA backends to be tilelang; raw and "
+            "scaled FP8 KV layouts cannot be mixed.", "dsa_decode_backend",
+            _tilelang_fp8(lambda ctx: _dsa_backends(ctx) != ("tilelang", "tilelang")),
+            "CUDA TileLang FP8 KV requires both DSA backends to be tilelang; raw and scaled FP8 KV layouts cannot be "
+            "mixed.", _DSA_TILELANG),
+    Refusal("check_dsa_backend_constraints: CUDA TileLang FP8 KV does not support --dcp-size > 1.", "dcp_size",
+            _tilelang_fp8(lambda ctx: _dsa_backends(ctx) == ("tilelang", "tilelang") and ctx.int("dcp_size", 1) > 1),
+            "CUDA TileLang FP8 KV does not support --dcp-size > 1.", _DSA_TILELANG),
+    Refusal("dsa_split_backend_resolution: CUDA TileLang FP8 KV does not support HiSparse.", "enable_hisparse",
+            _hisparse(_tilelang_fp8(lambda ctx: True)), "CUDA TileLang FP8 KV does not support HiSparse.",
+            _DSA_TILELANG),
 )
 
 refusal_rule("SGD587", "sparse-attention-model-options", "HiSparse and the DSA cache layer split need a "

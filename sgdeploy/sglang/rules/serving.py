@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Iterator
 
 from sgdeploy.sglang.rule import Finding, LaunchContext
+from sgdeploy.sglang.rules.attention import architecture, resolve
 from sgdeploy.sglang.rules.common import radix_cache_off, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
 from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
@@ -578,87 +579,66 @@ _DETERMINISTIC_BACKENDS = (
     (VersionRange(since="0.5.19"), ("ascend", "fa3", "fa4", "flashinfer", "intel_xpu", "triton")),
 )
 _DETERMINISTIC_CHECK = VersionRange(since="0.5.3")
-# Until 0.5.15 the check runs after the attention backend is resolved, so equal prefill and decode
-# backends count as the attention backend; from 0.5.15 it runs before, on --attention-backend alone.
+# 0.5.3.x refuses an unset attention backend; from 0.5.4 SGLang falls back to a deterministic one.
+_UNSET_REFUSED = VersionRange(since="0.5.3", until="0.5.4")
+# Until 0.5.15 the check runs after the attention backend is resolved (0.5.4.post1 and later resolve
+# it in ServerArgs: equal prefill and decode backends, the default); from 0.5.15 it runs before the
+# default, on what the profile and the model's own branch set (sgdeploy.sglang.rules.attention).
 _DETERMINISTIC_AFTER_RESOLUTION = VersionRange(until="0.5.15")
-
-
-def _deterministic_backend(ctx: LaunchContext) -> str | None:
-    backend = ctx.get("attention_backend")
-    prefill, decode = ctx.get("prefill_attention_backend"), ctx.get("decode_attention_backend")
-    if ctx.version in _DETERMINISTIC_AFTER_RESOLUTION and prefill is not None and prefill == decode:
-        backend = prefill
-    return backend if isinstance(backend, str) else None
-
-
 # 0.5.7 to 0.5.14 resolve a missing attention backend to trtllm_mha on SM100/SM103 for MHA models
 # without speculative decoding (_get_default_attn_backend), before the deterministic check reads it.
 _DEFAULT_TRTLLM_MHA = VersionRange(since="0.5.7", until="0.5.15")
-# Architectures with no model-specific attention branch in those releases: the default applies as is.
-_PLAIN_MHA_ARCHITECTURES = frozenset({
-    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM",
-    "Qwen3MoeForCausalLM", "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration",
-    "Qwen3VLMoeForConditionalGeneration",
-})
 
 
 def _allowed_deterministic(ctx: LaunchContext) -> tuple[str, ...]:
     return next(names for versions, names in _DETERMINISTIC_BACKENDS if ctx.version in versions)
 
 
-def _default_may_be_trtllm_mha(ctx: LaunchContext) -> bool:
-    """SGLang resolves the attention backend itself, on a Blackwell SM10x host, in 0.5.7-0.5.14."""
-    return (ctx.on("enable_deterministic_inference") and ctx.version in _DEFAULT_TRTLLM_MHA
-            and _deterministic_backend(ctx) is None and ctx.host is not None and ctx.host.sm is not None
-            and ctx.host.sm // 10 == 10)
+def _deterministic_reads(ctx: LaunchContext) -> tuple[str | None, bool]:
+    """The attention_backend SGLang's deterministic check reads, and whether sgdeploy follows it exactly."""
+    backends = resolve(ctx)
+    value = backends.attention if ctx.version in _DETERMINISTIC_AFTER_RESOLUTION else backends.branch
+    return value, backends.exact
 
 
-# DeepSeek V3/R1 (not DSA) on SM100 with no attention backend given gets trtllm_mla from its model
-# branch (0.5.3.post2 and later), before the deterministic check reads it.
-_DEEPSEEK_TRTLLM_MLA = VersionRange(since="0.5.3.post2")
+def _given_backend(ctx: LaunchContext) -> bool:
+    """The profile picks the backend the check reads (equal prefill and decode count until 0.5.15)."""
+    prefill, decode = ctx.get("prefill_attention_backend"), ctx.get("decode_attention_backend")
+    return ctx.given("attention_backend") or (ctx.version in _DETERMINISTIC_AFTER_RESOLUTION
+                                              and prefill is not None and prefill == decode)
 
 
-def _deepseek_v3_default(ctx: LaunchContext) -> bool:
-    config = ctx.model_config
-    arch = config.architecture if config else ctx.architecture
-    return (ctx.on("enable_deterministic_inference") and ctx.version in _DEEPSEEK_TRTLLM_MLA
-            and arch == "DeepseekV3ForCausalLM" and config is not None and config.value("index_topk") is None
-            and not any(ctx.get(f) for f in ("attention_backend", "prefill_attention_backend",
-                                             "decode_attention_backend"))
-            and ctx.host is not None and ctx.host.sm is not None and ctx.host.sm // 10 == 10)
-
-
-def _plain_mha(ctx: LaunchContext) -> bool:
-    """A dense MHA model whose default SGLang picks without a model-specific branch, no speculative decoding."""
-    arch = ctx.model_config.architecture if ctx.model_config else ctx.architecture
-    mla = ctx.model_config is not None and ctx.model_config.value("kv_lora_rank") is not None
-    return arch in _PLAIN_MHA_ARCHITECTURES and not mla and not ctx.get("speculative_algorithm")
+def _picked_words(ctx: LaunchContext, backend: str) -> str:
+    host = ctx.host
+    where = f"{host.gpu} (SM{host.sm})" if host and host.gpu else "this GPU"
+    return f"SGLang {ctx.catalog.version} picks {backend} for {architecture(ctx) or 'this model'} on {where}"
 
 
 @rule("SGD535", "deterministic-attention-backend", ERROR,
       "Deterministic inference works only with the attention backends SGLang lists for it in that release.",
       "set attention_backend to one of the backends the message lists", _DETERMINISTIC_CHECK)
 def deterministic_attention_backend(ctx: LaunchContext) -> Iterator[Finding]:
-    backend = _deterministic_backend(ctx)
     if not ctx.on("enable_deterministic_inference"):
         return
+    backend, exact = _deterministic_reads(ctx)
     allowed = _allowed_deterministic(ctx)
-    if backend is not None and backend not in allowed:
+    if backend is None:
+        if exact and ctx.version in _UNSET_REFUSED:
+            yield Finding("server.enable_deterministic_inference", f"attention_backend is unset: 'Currently only "
+                          f"{list(allowed)} attention backends are supported for deterministic inference.' "
+                          "(SGLang before 0.5.4)")
+        return
+    if backend in allowed:
+        return
+    if _given_backend(ctx):
         where = "attention_backend" if ctx.given("attention_backend") else "prefill_attention_backend"
         yield Finding(server_field(where), f"Currently only {list(allowed)} attention backends are supported for "
                       f"deterministic inference, but you explicitly specified '{backend}' (SGLang 0.5.3 and later)")
-    elif _deepseek_v3_default(ctx):
-        yield Finding("server.enable_deterministic_inference", f"SGLang {ctx.catalog.version} picks trtllm_mla for "
-                      "DeepseekV3ForCausalLM on an SM100 GPU when no attention backend is given, then refuses it: "
-                      f"'Currently only {list(allowed)} attention backends are supported for deterministic inference, "
-                      "but you explicitly specified 'trtllm_mla'.' (SGLang 0.5.3.post2 and later)",
-                      "set attention_backend = \"triton\" (SGLang's choice for DeepSeek models in deterministic mode)")
-    elif _default_may_be_trtllm_mha(ctx) and _plain_mha(ctx):
-        yield Finding("server.enable_deterministic_inference", f"SGLang {ctx.catalog.version} picks trtllm_mha for "
-                      f"this model on {ctx.host.gpu if ctx.host else 'the host'} (SM{ctx.host.sm if ctx.host else ''}) "
-                      f"when attention_backend is unset, then refuses it: 'Currently only {list(allowed)} attention "
-                      "backends are supported for deterministic inference, but you explicitly specified 'trtllm_mha'.' "
-                      "(SGLang from 0.5.7, before 0.5.15)")
+    elif exact:
+        yield Finding("server.enable_deterministic_inference", f"{_picked_words(ctx, backend)} when no attention "
+                      f"backend is given, then refuses it: 'Currently only {list(allowed)} attention backends are "
+                      f"supported for deterministic inference, but you explicitly specified '{backend}'.'",
+                      "set attention_backend = \"triton\" (or another backend of the list)")
 
 
 @rule("SGD536", "deterministic-default-backend", WARNING,
@@ -667,10 +647,13 @@ def deterministic_attention_backend(ctx: LaunchContext) -> Iterator[Finding]:
       "set attention_backend explicitly to one of the deterministic backends (e.g. \"flashinfer\" or \"triton\")",
       _DEFAULT_TRTLLM_MHA)
 def deterministic_default_backend(ctx: LaunchContext) -> Iterator[Finding]:
-    if _default_may_be_trtllm_mha(ctx) and not _plain_mha(ctx) and not _deepseek_v3_default(ctx):
-        sm = ctx.host.sm if ctx.host else ""
+    if not ctx.on("enable_deterministic_inference") or _given_backend(ctx):
+        return
+    backends = resolve(ctx)
+    sm10x = ctx.host is not None and ctx.host.sm is not None and ctx.host.sm // 10 == 10
+    if not backends.exact and (sm10x or ctx.host is None or ctx.host.sm is None):
         yield Finding("server.enable_deterministic_inference", f"attention_backend is unset: SGLang "
-                      f"{ctx.catalog.version} resolves it by model and speculative settings on SM{sm} "
-                      "(trtllm_mha for MHA models, refused for deterministic inference: 'Currently only "
+                      f"{ctx.catalog.version} resolves it by GPU, model and speculative settings (trtllm_mha for "
+                      "MHA models on SM100, refused for deterministic inference: 'Currently only "
                       f"{list(_allowed_deterministic(ctx))} attention backends are supported for deterministic "
-                      "inference'); sgdeploy cannot follow that resolution for this model")
+                      f"inference'); sgdeploy cannot follow that resolution here ({backends.why})")

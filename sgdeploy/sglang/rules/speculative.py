@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 
 from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
+from sgdeploy.sglang.rules.attention import resolve
 from sgdeploy.sglang.rules.common import (
     EAGLE_FAMILY,
     MIXED_CHUNK_BY_ALGORITHM,
@@ -365,15 +366,10 @@ def _uno_tree(ctx: LaunchContext) -> bool:
     return algorithm(ctx) == "UNO" and (_number(ctx, "speculative_eagle_topk") or 1) > 1
 
 
-def _uno_default_backend_not_fa3(ctx: LaunchContext) -> bool:
-    """UNO needs FA3 for prefill and decode; unset, SGLang picks FA3 only on Hopper (SM90)."""
-    given = [ctx.get(n) for n in ("prefill_attention_backend", "decode_attention_backend", "attention_backend")]
-    if any(b is not None for b in given):
-        prefill = given[0] or given[2]
-        decode = given[1] or given[2]
-        return (prefill not in (None, "fa3")) or (decode not in (None, "fa3"))
-    sm = ctx.host.sm if ctx.host else None
-    return sm is not None and sm // 10 != 9
+def _uno_backends_not_fa3(ctx: LaunchContext) -> bool:
+    """UNO needs FA3 for prefill and decode, as SGLang resolves them (its default is FA3 only on Hopper)."""
+    backends = resolve(ctx)
+    return backends.exact and backends.pair != ("fa3", "fa3")
 
 
 _DFLASH_V1 = VersionRange(since="0.5.11", until="0.5.13")  # the checks lived in handle_speculative_decoding
@@ -581,8 +577,9 @@ ALGORITHM_REQUIREMENTS: tuple[Refusal, ...] = (
             "UNO manages its own stochastic verification and does not use --speculative-use-rejection-sampling.",
             _UNO),
     Refusal("handle_uno: UNO requires FA3 for both prefill and decode attention; got prefill={}, decode={}.",
-            "attention_backend", _both(UNO, _uno_default_backend_not_fa3),
-            "UNO requires FA3 for both prefill and decode attention (SGLang picks FA3 by itself only on Hopper).",
+            "attention_backend", _both(UNO, _uno_backends_not_fa3),
+            lambda ctx: "UNO requires FA3 for both prefill and decode attention; got "
+            f"{resolve(ctx).words()} (SGLang picks FA3 by itself only on Hopper).",
             _UNO),
 )
 def _sam_budget_too_big(ctx: LaunchContext) -> bool:

@@ -1,0 +1,99 @@
+"""Rules that read the attention backends SGLang resolves, and the last check sites mapped to rules.
+
+Each case is a launch SGLang itself refuses or accepts (the verdicts of bench/fidelity's oracle
+runs of 0.5.11 and 0.5.23, or the check's source where no oracle covers the release).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sgdeploy.inventory import HostTarget
+from sgdeploy.sglang.catalog import load_catalog
+from sgdeploy.sglang.model_config import ModelConfig
+from sgdeploy.sglang.rule import LaunchContext
+from sgdeploy.sglang.rules import RULES
+
+HOSTS = {"A6000": ("NVIDIA RTX A6000", "8.6", 48), "H200": ("NVIDIA H200", "9.0", 141),
+         "B200": ("NVIDIA B200", "10.0", 180)}
+LLAMA = {"architectures": ["LlamaForCausalLM"], "num_attention_heads": 32, "num_key_value_heads": 8}
+DEEPSEEK_DSA = {"architectures": ["DeepseekV32ForCausalLM"], "kv_lora_rank": 512, "index_topk": 2048}
+QWEN_HYBRID = {"architectures": ["Qwen3_5ForConditionalGeneration"], "layer_types": ["linear_attention"]}
+
+
+def fires(rule_id: str, version: str, gpu: str, server: dict[str, Any], config: dict[str, Any] | None = None,
+          env: dict[str, str] | None = None) -> list[str]:
+    name, capability, memory = HOSTS[gpu]
+    model = ModelConfig(config, "config.json") if config else None
+    ctx = LaunchContext(server=server, env=env or {}, catalog=load_catalog(version),
+                        host=HostTarget("h", gpu=name, compute_capability=capability, gpu_count=8,
+                                        gpu_memory_gib=memory),
+                        architecture=model.architecture if model else None, model_config=model)
+    return [finding.message for finding in RULES.by_id(rule_id).run(ctx)]
+
+
+def test_mis_with_deterministic_inference_on_b200_runs_flashinfer_from_0_5_15() -> None:
+    server = {"enable_mis": True, "enable_deterministic_inference": True}
+    assert not fires("SGD405", "0.5.23", "B200", server, LLAMA)
+    assert fires("SGD405", "0.5.11", "B200", server, LLAMA)  # the default (trtllm_mha) comes first there
+    assert fires("SGD405", "0.5.23", "H200", {"enable_mis": True}, LLAMA)
+
+
+def test_deterministic_inference_without_a_backend_in_0_5_3_is_refused() -> None:
+    assert fires("SGD535", "0.5.3", "H200", {"enable_deterministic_inference": True}, LLAMA)
+    assert not fires("SGD535", "0.5.4", "H200", {"enable_deterministic_inference": True}, LLAMA)
+
+
+def test_deterministic_default_trtllm_mha_in_0_5_11_and_not_in_0_5_23() -> None:
+    server = {"enable_deterministic_inference": True}
+    assert fires("SGD535", "0.5.11", "B200", server, LLAMA)
+    assert not fires("SGD535", "0.5.23", "B200", server, LLAMA)
+
+
+def test_uno_needs_fa3_as_sglang_resolves_it() -> None:
+    server = {"speculative_algorithm": "UNO"}
+    assert not [m for m in fires("SGD216", "0.5.23", "H200", server, LLAMA) if "FA3" in m]
+    assert [m for m in fires("SGD216", "0.5.23", "B200", server, LLAMA) if "FA3" in m]
+
+
+def test_kv4_reads_the_default_backend() -> None:
+    assert fires("SGD558", "0.5.11", "A6000", {"kv_cache_dtype": "fp4_e2m1"}, LLAMA)  # flashinfer
+    assert not fires("SGD558", "0.5.11", "B200", {"kv_cache_dtype": "fp4_e2m1"}, LLAMA)  # trtllm_mha
+
+
+def test_unified_memory_with_dspark_needs_audited_backends() -> None:
+    server = {"enable_unified_memory": True, "speculative_algorithm": "DSPARK"}
+    assert fires("SGD552", "0.5.20", "H200", server, LLAMA)  # fa3
+    assert not fires("SGD552", "0.5.20", "H200", {**server, "attention_backend": "triton"}, LLAMA)
+
+
+def test_linear_replayssm_spec_and_replayssm_are_exclusive() -> None:
+    server = {"enable_linear_replayssm_spec": True, "enable_linear_replayssm": True}
+    assert fires("SGD555", "0.5.23", "H200", server, QWEN_HYBRID)
+    assert not fires("SGD555", "0.5.23", "H200", {"enable_linear_replayssm_spec": True}, QWEN_HYBRID)
+
+
+def test_hicache_with_dcp_takes_only_dspark_from_0_5_18() -> None:
+    server = {"enable_hierarchical_cache": True, "dcp_size": 2, "speculative_algorithm": "EAGLE"}
+    assert [m for m in fires("SGD556", "0.5.23", "H200", server) if "DSPARK" in m]
+    assert not [m for m in fires("SGD556", "0.5.23", "H200", {**server, "speculative_algorithm": "DSPARK"})
+                if "DSPARK" in m]
+
+
+@pytest.mark.parametrize(("server", "refused"), [
+    ({"kv_cache_dtype": "fp8_e4m3", "dsa_prefill_backend": "tilelang"}, True),
+    ({"kv_cache_dtype": "fp8_e4m3", "dsa_prefill_backend": "tilelang", "dsa_decode_backend": "tilelang"}, False),
+    ({"kv_cache_dtype": "fp8_e4m3", "dsa_prefill_backend": "tilelang", "dsa_decode_backend": "tilelang",
+      "dcp_size": 2}, True),
+])
+def test_tilelang_fp8_kv_on_a_dsa_model(server: dict[str, Any], refused: bool) -> None:
+    found = [m for m in fires("SGD587", "0.5.23", "H200", server, DEEPSEEK_DSA) if "TileLang" in m]
+    assert bool(found) is refused
+
+
+def test_a_model_with_a_branch_of_its_own_is_a_warning() -> None:
+    gpt_oss = {"architectures": ["GptOssForCausalLM"]}
+    assert not fires("SGD405", "0.5.23", "B200", {"enable_mis": True}, gpt_oss)
+    assert fires("SGD409", "0.5.23", "B200", {"enable_mis": True}, gpt_oss)
