@@ -97,3 +97,17 @@ def test_a_model_with_a_branch_of_its_own_is_a_warning() -> None:
     gpt_oss = {"architectures": ["GptOssForCausalLM"]}
     assert not fires("SGD405", "0.5.23", "B200", {"enable_mis": True}, gpt_oss)
     assert fires("SGD409", "0.5.23", "B200", {"enable_mis": True}, gpt_oss)
+
+
+def test_options_of_one_model_family_read_config_json() -> None:
+    replay = {"enable_encoder_swa_bounded_replay": True}
+    v41 = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v41"}
+    v4 = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4"}
+    assert fires("SGD592", "0.5.23", "H200", replay, LLAMA)
+    assert not fires("SGD592", "0.5.22", "H200", replay, LLAMA)  # the check on any model is 0.5.23's
+    assert fires("SGD592", "0.5.22", "H200", replay, v4)
+    assert not fires("SGD592", "0.5.23", "H200", replay, v41)
+    assert not fires("SGD592", "0.5.23", "H200", replay)  # no config.json: skipped (SGD580)
+    cp = {"enable_cp_decode_attn_tp": True}
+    assert fires("SGD592", "0.5.20", "H200", cp, LLAMA)
+    assert not fires("SGD592", "0.5.20", "H200", cp, {"architectures": ["GlmMoeDsaForCausalLM"]})

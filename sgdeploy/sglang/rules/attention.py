@@ -23,8 +23,8 @@ read the resolved pair. `resolve` follows that resolution, read from the wheels:
 
 A profile that names no model (no config.json, no deploy.model_architecture) is read as a model
 without a branch of its own, the common case. Where a step cannot be followed (no GPU facts, an
-architecture with a branch of its own that is not modelled, MLA unknown where it matters), the result is not `exact` and the rules
-that read it warn (SGD409) instead of refusing.
+architecture with a branch of its own that is not modelled, MLA unknown where it matters), the
+result is not `exact` and the rules that read it warn (SGD409) instead of refusing.
 """
 
 from __future__ import annotations

@@ -54,6 +54,8 @@ def _skipped(ctx: LaunchContext) -> list[str]:
         wanted.append("the Mamba state an extra_buffer strategy needs")
     if (ctx.on("enable_hisparse") and ctx.version in _HISPARSE_MODEL_CHECK) or ctx.on("enable_dsa_cache_layer_split"):
         wanted.append("the sparse-attention model HiSparse needs")
+    if any(ctx.on(name) for name in ("enable_encoder_swa_bounded_replay", "enable_cp_decode_attn_tp")):
+        wanted.append("the model an option of DeepSeek V4 / GLM-5 needs")
     if wanted and ctx.int("tp_size", 1) > 1:
         wanted.append("attention heads against tp_size")
     return wanted
@@ -409,3 +411,43 @@ LANGUAGE_MODEL_ONLY = (
 refusal_rule("SGD591", "language-model-only", "language_model_only serves the language model of the few "
              "architectures SGLang lists for it, without the encoder and multimodal options.",
              "remove language_model_only, or the option it cannot be combined with", LANGUAGE_MODEL_ONLY)
+
+
+# --------------------------------------------------------------------------- options of one model family
+# CP_DECODE_ATTN_TP_SUPPORTED_ARCHS (layers/cp/cp_decode_attn_tp.py), the same in 0.5.20-0.5.23.
+_CP_DECODE_ATTN_TP_ARCHS = ("DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark",
+                            "GlmMoeDsaForCausalLM", "GlmMoeDsaForCausalLMNextN")
+_ENCODER_REPLAY = "--enable-encoder-swa-bounded-replay requires DeepSeek-V4.1"
+
+
+def _config(condition: Callable[[ModelConfig], bool]) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: ctx.model_config is not None and condition(ctx.model_config)
+
+
+def _not_v41(config: ModelConfig) -> bool:
+    return config.raw.get("model_type") != "deepseek_v41"
+
+
+MODEL_FAMILY_OPTIONS = (
+    Refusal("handle_model_specific_adjustments: --enable-cp-decode-attn-tp is only supported for models whose "
+            "attention linears are replicated across CP ranks (attn_tp_size=1). Got {}; supported: {}.",
+            "enable_cp_decode_attn_tp",
+            lambda ctx: ctx.on("enable_cp_decode_attn_tp")
+            and _config(lambda c: c.architecture not in _CP_DECODE_ATTN_TP_ARCHS)(ctx),
+            lambda ctx: "--enable-cp-decode-attn-tp is only supported for models whose attention linears are "
+            "replicated across CP ranks (attn_tp_size=1). Got "
+            f"{ctx.model_config.architecture if ctx.model_config else None}; supported: "
+            f"{sorted(_CP_DECODE_ATTN_TP_ARCHS)}.", VersionRange(since="0.5.20")),
+    Refusal("validate_deepseek_v41_features: " + _ENCODER_REPLAY, "enable_encoder_swa_bounded_replay",
+            lambda ctx: ctx.on("enable_encoder_swa_bounded_replay")
+            and _config(lambda c: c.architecture == "DeepseekV4ForCausalLM" and _not_v41(c))(ctx),
+            _ENCODER_REPLAY, VersionRange(since="0.5.21")),
+    Refusal("handle_model_capability_adjustments: " + _ENCODER_REPLAY, "enable_encoder_swa_bounded_replay",
+            lambda ctx: ctx.on("enable_encoder_swa_bounded_replay")
+            and _config(lambda c: c.architecture != "DeepseekV4ForCausalLM" and _not_v41(c))(ctx),
+            _ENCODER_REPLAY, VersionRange(since="0.5.23")),
+)
+
+refusal_rule("SGD592", "model-family-options", "Options of one model family (DeepSeek V4.1's encoder SWA replay, "
+             "the CP-decode attention TP of DeepSeek V4 and GLM-5) on another model: read from config.json.",
+             "remove the option, or serve a model it supports", MODEL_FAMILY_OPTIONS)
