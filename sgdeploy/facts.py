@@ -171,6 +171,9 @@ class HostFacts:
     lock_pid: int | None = None
     lock_holder: str | None = None  # what the holder wrote into the lock file
     unit_dir_free_bytes: int | None = None
+    # The launch's host files (sgdeploy.sglang.hostfiles) as the unit's user sees them: path ->
+    # "ok", "missing" or "unreadable"; a path the probe did not report is not in it.
+    host_files: Mapping[str, str] = field(default_factory=dict)
     errors: tuple[FactError, ...] = ()
 
     def error(self, section: str) -> FactError | None:
@@ -564,6 +567,14 @@ s_model() {
   [ "$sgd_pyok" = 1 ] || exit 0
   sgd_t 30 $sgd_as "$sgd_py" -c @MODEL_PROBE@ "$sgd_model/config.json"
 }
+# Each host file the launch names: missing, or readable (a folder: listable) by the unit's user.
+s_files() {
+  printf '%s\n' "$sgd_files" | while IFS= read -r f; do
+    [ -n "$f" ] || continue
+    if [ ! -e "$f" ]; then s=missing; elif $sgd_as test -r "$f"; then s=ok; else s=unreadable; fi
+    printf '%s %s\n' "$s" "$f"
+  done
+}
 s_listen_ss() { ss -Hltn; }
 s_listen_proc() { cat /proc/net/tcp || exit; [ ! -r /proc/net/tcp6 ] || cat /proc/net/tcp6; }
 s_port_holders() {
@@ -597,6 +608,7 @@ g_python() {
   sgd_section python s_python && sgd_pyok=1
   [ "$sgd_pyok" = 0 ] || sgd_section sglang s_sglang
   sgd_section model s_model
+  [ -z "$sgd_files" ] || sgd_section files s_files
 }
 g_system() {
   sgd_section request s_request
@@ -648,22 +660,26 @@ def state_dir(unit: str) -> str:
 
 
 def facts_command(
-    unit: str, python: str, model_path: str, port: int, gpu_query: bool = True, user: str | None = None
+    unit: str, python: str, model_path: str, port: int, gpu_query: bool = True, user: str | None = None,
+    files: Sequence[str] = (),
 ) -> str:
     """The one POSIX sh command that prints every section `parse_facts` reads.
 
     `unit` is a unit name with or without `.service`. Values reach the shell only through
     shlex.quote'd variable assignments, so no value can change the script. `user` is the
     unit's `User=` (None: root): the interpreter and the model's config.json are probed as that
-    user, with the rights the server will have. Raises ValueError for an invalid unit or user
-    name, a port outside 1-65535, or a NUL byte (no path can hold one).
+    user, with the rights the server will have, and so are `files` (absolute paths the launch
+    opens: each is reported missing, unreadable or ok). Raises ValueError for an invalid unit or
+    user name, a port outside 1-65535, a NUL byte (no path can hold one) or a newline in a file.
     """
     if not 0 < port < 65536:
         raise ValueError(f"port out of range: {port}")
     if user is not None and not _USER_NAME.fullmatch(user):
         raise ValueError(f"not a valid user name: {user!r}")
-    if "\0" in python + model_path:
-        raise ValueError("python and model_path cannot contain NUL bytes")
+    if "\0" in python + model_path + "".join(files):
+        raise ValueError("python, model_path and files cannot contain NUL bytes")
+    if any("\n" in f or not f.startswith("/") for f in files):
+        raise ValueError("files must be absolute paths without newlines")
     assignments = {
         "sgd_unit": _service_name(unit),
         "sgd_state": state_dir(unit),
@@ -672,6 +688,7 @@ def facts_command(
         "sgd_port": str(port),
         "sgd_gpu": "1" if gpu_query else "0",
         "sgd_user": user or "",
+        "sgd_files": "\n".join(files),
     }
     head = "".join(f"{k}={shlex.quote(v)}\n" for k, v in assignments.items())
     return head + _render_script()
@@ -869,6 +886,17 @@ def _facts_model(b: _Builder) -> None:
         b.values["model_config_json"] = kv["config_json"]
 
 
+def _facts_files(b: _Builder) -> None:
+    if (s := b.ok("files")) is None:
+        return
+    found = {}
+    for line in s.stdout.splitlines():
+        status, _, path = line.partition(" ")
+        if status in ("ok", "missing", "unreadable") and path:
+            found[path] = status
+    b.values["host_files"] = found
+
+
 def _facts_listen(b: _Builder) -> None:
     ss = b.sections.get("listen_ss")
     proc = b.sections.get("listen_proc")
@@ -927,6 +955,7 @@ _STEPS = (
     ("gpus", _facts_gpus),
     ("python", _facts_python),
     ("model", _facts_model),
+    ("files", _facts_files),
     ("listen", _facts_listen),
     ("unit", _facts_unit),
     ("state", _facts_state),

@@ -12,6 +12,7 @@ from sgdeploy.facts import GpuHolder, HostFacts, gpu_strangers
 from sgdeploy.inventory import HostTarget
 from sgdeploy.profile import LoadedProfile
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
+from sgdeploy.sglang.hostfiles import host_files
 from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, parse_model_config
 from sgdeploy.validate import check_launch
 
@@ -77,6 +78,7 @@ def preflight(
         add("SGD704", f"{profile.server.get('model_path')}/config.json on {name} cannot be read by {reader}, "
             f"who runs the server: {unreadable.message}", "server.model_path",
             "make the model readable by deploy.user (or fix deploy.user), or repair config.json")
+    found.extend(_host_file_problems(loaded, name, facts))
     if facts.port_listening and not (facts.unit and facts.unit.active):
         holders = "; ".join(h.describe() for h in facts.port_holders) or "a process"
         add("SGD705", f"port {facts.port} is already in use on {name} by {holders} outside the unit",
@@ -105,6 +107,31 @@ def preflight(
         found.extend(check_launch(loaded, target, version, architecture=facts.model_architecture,
                                   model_config=host_model_config(facts, name, profile.server.get("model_path"))))
     return found, target, version
+
+
+def host_file_paths(loaded: LoadedProfile) -> tuple[str, ...]:
+    """The absolute paths the facts round trip checks for this launch (sgdeploy.sglang.hostfiles)."""
+    profile = loaded.model
+    assert profile is not None
+    return tuple(f.path for f in host_files(profile.server, profile.deploy.working_directory))
+
+
+def _host_file_problems(loaded: LoadedProfile, name: str, facts: HostFacts) -> list[Diagnostic]:
+    """SGD713: each host file the launch names that the unit's user cannot open."""
+    profile = loaded.model
+    assert profile is not None
+    reader = f"user {profile.deploy.user}" if profile.deploy.user else "root"
+    found = []
+    for host_file in host_files(profile.server, profile.deploy.working_directory):
+        status = facts.host_files.get(host_file.path)
+        if status not in ("missing", "unreadable"):
+            continue
+        shown = host_file.path if host_file.path == host_file.value else f"{host_file.value!r} ({host_file.path})"
+        what = "does not exist" if status == "missing" else f"cannot be read by {reader}, who runs the server"
+        found.append(loaded.diagnostic(
+            "SGD713", f"{host_file.key}: {shown} {what} on {name}", dotted=f"server.{host_file.key}",
+            hint="copy the file to the host, fix the path, or make it readable by deploy.user"))
+    return found
 
 
 def gpu_holders(

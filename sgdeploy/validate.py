@@ -144,6 +144,7 @@ def check_launch(
         model_config=model_config,
         secret_file=profile.secrets.file if profile.secrets else None,
         secret_keys=tuple(profile.secrets.keys) if profile.secrets else (),
+        working_directory=profile.deploy.working_directory,
     )
     found = []
     for rule in RULES:

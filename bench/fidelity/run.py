@@ -57,6 +57,7 @@ POLICY_RULES = {
     "SGD106": "node_rank >= nnodes: the node never joins a valid group and serves no HTTP",
     "SGD105": "nnodes > 1 without dist_init_addr: every node waits on its own loopback",
     "SGD537": "a port outside 1-65535: 0 binds a random port, others fail when the server binds",
+    "SGD024": "a relative path for a file-only option without deploy.working_directory: the unit runs in /",
     "SGD402": "FlashInfer all-reduce fusion below SM90 (0.5.2x): SGLang raises when the model runner starts",
 }
 STARTUP_CHECKS = ("gpu_count", "attention_heads_divisible", "mem_fraction_static_range")

@@ -43,6 +43,7 @@ class LaunchContext:
     model_config: ModelConfig | None = None  # the model's config.json, when known (host, file or profile)
     secret_file: str | None = None  # [secrets] file on the host (no value: sgdeploy.secret_args)
     secret_keys: tuple[str, ...] = ()  # [secrets] keys: ServerArgs fields the file provides
+    working_directory: str | None = None  # the unit's WorkingDirectory= (deploy.working_directory); None: "/"
 
     @property
     def version(self) -> Version:

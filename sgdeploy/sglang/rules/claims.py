@@ -120,6 +120,9 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
     "SGD021": (_UNIT, Fact("source:api_key_env", NEVER, cited=False), Flag("config", _since("0.5.3"))),
     "SGD022": (_UNIT, Flag("config", _since("0.5.3")), Fact("source:config_file_yaml_suffix", _since("0.5.3"))),
     "SGD023": (_UNIT, Fact("source:api_key_env", NEVER, cited=False)),
+    "SGD024": (Own("a policy: the unit's working directory is / unless deploy.working_directory says otherwise, "
+                   "so a relative path names a file under /; SGLang only fails when it opens it"),
+               Flag("ssl_keyfile", _since("0.5.10"), cited=False)),
     "SGD030": (_FORMAT,),
     "SGD031": (_FORMAT,),
     "SGD032": (Own("no bundled catalog: SGLang on the host decides (SGD711)"),),
@@ -385,4 +388,5 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
                                          "SGD708", "SGD709", "SGD710")},
     "SGD711": (Own("SGLang's own parse, resolution and checks, run on the host"),),
     "SGD712": (_HOST,),
+    "SGD713": (_HOST,),
 }

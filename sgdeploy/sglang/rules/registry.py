@@ -48,5 +48,7 @@ STRUCTURAL_RULES = {
     "SGD710": ("gpus-held", "Processes outside the unit hold the GPUs the launch uses."),
     "SGD711": ("sglang-refuses", "SGLang on the host refuses the launch (its own parse, resolution and checks)."),
     "SGD712": ("sglang-check-unavailable", "SGLang's own check could not run on the host."),
+    "SGD713": ("host-file-unusable", "A file the launch names (the SSL key and certificate, ...) is missing on "
+               "the host or not readable by the unit's user."),
 }
 HOST_RULES = tuple(rule_id for rule_id in STRUCTURAL_RULES if rule_id.startswith("SGD7"))

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sgdeploy.secret_args import ENV_LOOKALIKE, YAML_SUFFIXES, file_key, mechanism
+from sgdeploy.sglang.hostfiles import host_files
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
@@ -114,3 +115,16 @@ def env_not_read(ctx: LaunchContext) -> Iterator[Finding]:
             yield Finding(f"env.{key}", f"SGLang reads no {key} environment variable: the server would start "
                           f"without {name} ({'no API key is enforced' if 'api_key' in name else 'it is ignored'})",
                           f'list "{name}" in [secrets] keys, with its value in the secrets file on the host')
+
+
+@rule("SGD024", "relative-host-file", ERROR,
+      "A relative path for an option that is always a file on the host, without deploy.working_directory: the "
+      "unit starts in /, so it names a file under /.",
+      "write the absolute path, or set deploy.working_directory to the folder it is relative to")
+def relative_host_file(ctx: LaunchContext) -> Iterator[Finding]:
+    if ctx.working_directory:
+        return
+    for found in host_files(ctx.raw_server, None):
+        if found.relative:
+            yield Finding(server_field(found.key), f"{found.key} = {found.value!r} is a relative path: the unit "
+                          f"runs in / (no deploy.working_directory), so SGLang opens {found.path}")
