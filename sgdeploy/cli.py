@@ -11,7 +11,6 @@ import atexit
 import dataclasses
 import gc
 import glob
-import importlib
 import json
 import os
 import shutil
@@ -256,7 +255,7 @@ class RefusedError(Exception):
 
 
 def _apply_options(args: argparse.Namespace, dry_run: bool) -> Any:
-    from sgdeploy.apply import ApplyOptions
+    from sgdeploy.transaction import ApplyOptions
 
     return ApplyOptions(rollback=not getattr(args, "no_rollback", False), force=getattr(args, "force", False),
                         dry_run=dry_run, gpu_idle_timeout_s=getattr(args, "gpu_idle_timeout", 120.0),
@@ -267,97 +266,14 @@ def _apply_options(args: argparse.Namespace, dry_run: bool) -> Any:
                         sglang_check_timeout_s=getattr(args, "sglang_check_timeout", 60.0))
 
 
-class _EarlyStart:
-    """The one host of an apply, connected to and asked for its facts on a thread of its own
-    while the profile is still validated offline. The thread imports the SSH stack and reads
-    the inventory and the profile itself; the validation waits until the connection is under
-    way, so that the host's work (the facts, then SGLang's own check once validation has passed)
-    overlaps the client's. Nothing on the host changes until apply takes the connection over."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.early: Any = None
-        self.check: Any = None  # SGLang's check begun beside the facts, once validation passed
-        self.ready = threading.Event()  # connecting has begun, or will not
-        self._thread = threading.Thread(target=self._run, daemon=True, name="sgdeploy-connect")
-        self._thread.start()
-        self.ready.wait(5)
-
-    def _run(self) -> None:
-        try:
-            target = self._target()
-            if target is None:
-                return
-            name, entry, loaded, version = target
-            connected = self._connect(name, entry)  # beside the import of the rest of apply
-            from sgdeploy.apply import EarlyCheck, EarlyConnection
-
-            timeout = getattr(self.args, "sglang_check_timeout", 60.0)
-            checking = version and not getattr(self.args, "no_sglang_check", False)
-            self.check = EarlyCheck(str(version), timeout) if checking else None
-        except Exception:  # whatever it is, the validation that follows says it, located
-            return
-        finally:
-            self.ready.set()
-        self.early = EarlyConnection(name, entry, loaded, self.check, connected)
-
-    @staticmethod
-    def _connect(name: str, entry: Any) -> Any:
-        """Connect while another thread imports sgdeploy.apply: the RemoteHost, or the ConnectError."""
-        from sgdeploy.remote import ConnectError, RemoteHost
-
-        importing = threading.Thread(target=importlib.import_module, args=("sgdeploy.apply",), daemon=True,
-                                     name="sgdeploy-import")
-        importing.start()
-        try:
-            return RemoteHost(name, entry).connect()
-        except ConnectError as exc:
-            return exc
-        finally:
-            importing.join()
-
-    def _target(self) -> tuple[str, Any, Any, str | None] | None:
-        """The host the apply will act on, its inventory entry, the profile and the release the
-        inventory declares; None when that is not one host (a group, a gateway) or not known yet."""
-        from sgdeploy.inventory import inventory_path, load_inventory
-        from sgdeploy.profile import load_profile
-
-        path = inventory_path(self.args.inventory)
-        if not Path(self.args.profile).is_file() or not path.is_file():
-            return None
-        inventory = load_inventory(path).model
-        loaded = load_profile(self.args.profile)
-        if inventory is None or loaded.model is None:
-            return None
-        wanted = self.args.host if isinstance(self.args.host, list) else ([self.args.host] if self.args.host else [])
-        name = wanted[0] if len(wanted) == 1 else loaded.model.deploy.host
-        entry = inventory.hosts.get(name)
-        if entry is None or len(wanted) > 1 or inventory.gateway_of(name):
-            return None
-        return name, entry, loaded, getattr(self.args, "sglang", None) or entry.sglang_version
-
-    def validated(self) -> None:
-        """Offline validation passed: SGLang's own check may begin."""
-        if self.check is not None:
-            self.check.validated.set()
-
-    def take(self, name: str) -> Any:
-        """The early connection to `name` (None: none was begun, or to another host)."""
-        if self.check is not None and not self.check.validated.is_set():
-            self.check.cancel()
-        self._thread.join()
-        early, self.early = self.early, None
-        if early is not None and early.name != name:
-            early.close()
-            return None
-        return early
-
-    def close(self) -> None:
-        self.take("")
-
-
 def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
-    begun = _EarlyStart(args)  # first: its imports and connection come before the validation's imports
+    from sgdeploy.early import EarlyStart
+
+    wanted = args.host if isinstance(args.host, list) else ([args.host] if args.host else [])
+    # first: its imports and connection come before the validation's imports
+    begun = EarlyStart(args.profile, args.inventory, wanted, getattr(args, "sglang", None),
+                       sglang_check=not getattr(args, "no_sglang_check", False),
+                       sglang_check_timeout_s=getattr(args, "sglang_check_timeout", 60.0))
     from sgdeploy import report
 
     try:
@@ -381,7 +297,7 @@ def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
     target = targets[0]
     progress = Progress(json_events=getattr(args, "json", False))
     result = apply_profile(loaded, target.name, inventory.hosts[target.name], target,
-                           _apply_options(args, dry_run), progress, early=begun.take(target.name))
+                           _apply_options(args, dry_run), progress, begun=begun.take(target.name))
     args._port_in_use = any(d.rule == "SGD705" for d in result.diagnostics)
     plan = result.plan
     connection = _connection(args, target.name, inventory.hosts[target.name])
@@ -645,7 +561,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _worker_states(args: argparse.Namespace) -> dict[str, Any]:
     """What the gateways in front of status's hosts think of their workers (one request each)."""
-    from sgdeploy.drained import worker_states
+    from sgdeploy.drained import profile_port, worker_states
     from sgdeploy.inventory import inventory_path, load_inventory
 
     inventory = load_inventory(inventory_path(args.inventory)).model
@@ -653,8 +569,10 @@ def _worker_states(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     targets = _unit_targets(args)
     loaded = targets[0][3]
-    port = loaded.model.server.get("port", 30000) if loaded is not None and loaded.model is not None else 30000
-    return worker_states(inventory, [t[0] for t in targets], port if isinstance(port, int) else 30000)
+    from sgdeploy.plan import DEFAULT_PORT
+
+    port = profile_port(loaded) if loaded is not None else DEFAULT_PORT
+    return worker_states(inventory, [t[0] for t in targets], port)
 
 
 def _with_gateway(status: Any, state: dict[str, Any] | None) -> Any:
@@ -669,7 +587,8 @@ def _with_gateway(status: Any, state: dict[str, Any] | None) -> Any:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from sgdeploy import report
-    from sgdeploy.apply import ApplyOptions, Exit, rollback_unit
+    from sgdeploy.rollback import rollback_unit
+    from sgdeploy.transaction import ApplyOptions, Exit
 
     name, entry, unit, _, _ = _unit_target(args)
     options = ApplyOptions(gpu_idle_timeout_s=args.gpu_idle_timeout, settle_s=args.settle,

@@ -7,7 +7,7 @@ gateway's view of its worker: read the worker's registration from the gateway an
 until nothing is in flight (the gateway's count for it and the server's own `/v1/loads` or
 `/get_load`, asked on the host), bounded by the drain timeout, at which the host is refused and
 the worker put back (`on_drain_timeout = "refuse"`, the default) or stopped anyway (`"stop"`);
-then the host's own transaction (`sgdeploy.apply`: stop, idle GPUs, start, ready, rolled back
+then the host's own transaction (`sgdeploy.transaction`: stop, idle GPUs, start, ready, rolled back
 on failure); then register the worker again (`POST /workers`) for the server that runs now, at
 that server's port, with the operator's part of the old registration (`gateway.registration`)
 and the server's own API key read on the host, and wait until the gateway lists it `ready`, the
@@ -40,16 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sgdeploy.apply import (
-    ApplyOptions,
-    ApplyResult,
-    Exit,
-    Handover,
-    HostSession,
-    Reporter,
-    apply_profile,
-    rollback_unit,
-)
+from sgdeploy import multinode
+from sgdeploy.apply import apply_profile
 from sgdeploy.fleet import FleetHost, FleetResult
 from sgdeploy.gateway import (
     ABSENT,
@@ -63,8 +55,13 @@ from sgdeploy.gateway import (
     server_labels,
 )
 from sgdeploy.inventory import HostEntry, Inventory, worker_url
-from sgdeploy.plan import Deployment
+from sgdeploy.journal import Reporter
+from sgdeploy.plan import DEFAULT_PORT, Deployment, Step, server_port
+from sgdeploy.prestop import Handover
 from sgdeploy.profile import LoadedProfile
+from sgdeploy.rollback import rollback_unit
+from sgdeploy.session import HostSession
+from sgdeploy.transaction import ApplyOptions, ApplyResult, Exit
 
 POLL_S = 0.25
 REFUSE, STOP = "refuse", "stop"  # what the drain timeout does with requests still running
@@ -79,12 +76,6 @@ class GatewayStepKind(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class GatewayStep:
-    kind: GatewayStepKind
-    why: str
-
-
-@dataclass(frozen=True)
 class Rotation:
     """One host of a rollout behind a gateway: its worker, the gateway's view of it, the steps."""
 
@@ -92,16 +83,16 @@ class Rotation:
     gateway: str
     worker_url: str  # where the deployed server will be registered
     before: WorkerView  # the worker as the gateway lists it now (at its running port: maybe another URL)
-    steps: tuple[GatewayStep, ...]
+    steps: tuple[Step, ...]
 
     def as_dict(self) -> dict[str, Any]:
         return {"host": self.host, "gateway": self.gateway, "worker_url": self.worker_url,
-                "before": self.before.as_dict(), "steps": [{"step": s.kind.value, "why": s.why} for s in self.steps]}
+                "before": self.before.as_dict(), "steps": [s.as_dict() for s in self.steps]}
 
 
-PLAIN_STEP = GatewayStep(GatewayStepKind.DEPLOY, "no gateway fronts this host: restarted as in a plain rollout "
+PLAIN_STEP = Step(GatewayStepKind.DEPLOY, "no gateway fronts this host: restarted as in a plain rollout "
                          "(clients that reach its server directly see the restart)")
-NODE_STEP = GatewayStep(GatewayStepKind.DEPLOY, "a node of rank 0's launch (nnodes > 1): stopped and started with "
+NODE_STEP = Step(GatewayStepKind.DEPLOY, "a node of rank 0's launch (nnodes > 1): stopped and started with "
                         "it, while rank 0's worker is out of rotation; not a worker of its own")
 
 
@@ -111,9 +102,9 @@ class RolloutPlan:
     rotations: dict[str, Rotation]  # the hosts a gateway fronts; the others are plain
     max_unavailable: int
     batches: tuple[tuple[str, ...], ...]
-    others: GatewayStep = PLAIN_STEP  # what the hosts that are not a worker of a gateway get
+    others: Step = PLAIN_STEP  # what the hosts that are not a worker of a gateway get
 
-    def steps_of(self, host: str) -> tuple[GatewayStep, ...]:
+    def steps_of(self, host: str) -> tuple[Step, ...]:
         rotation = self.rotations.get(host)
         return rotation.steps if rotation is not None else (self.others,)
 
@@ -122,7 +113,7 @@ class RolloutPlan:
                 "batches": [list(b) for b in self.batches],
                 "hosts": [self.rotations[h].as_dict() if h in self.rotations else
                           {"host": h, "gateway": None, "worker_url": None, "before": None,
-                           "steps": [{"step": s.kind.value, "why": s.why} for s in self.steps_of(h)]}
+                           "steps": [s.as_dict() for s in self.steps_of(h)]}
                           for h in self.order]}
 
 
@@ -136,24 +127,24 @@ class DrainSettings:
 
 # --------------------------------------------------------------------------- deciding
 def host_steps(view: WorkerView, gateway: str, url: str, drain_timeout_s: float, on_timeout: str = REFUSE
-               ) -> tuple[GatewayStep, ...]:
+               ) -> tuple[Step, ...]:
     """What a rollout does at the gateway around one host's transaction."""
-    steps: list[GatewayStep] = []
+    steps: list[Step] = []
     if view.listed:
         at_timeout = ("put it back and refuse the host (its server keeps them)" if on_timeout == REFUSE
                       else "stop it anyway (cuts them)")
-        steps += [GatewayStep(GatewayStepKind.REMOVE, f"read the registration of {view.url} at gateway '{gateway}' "
+        steps += [Step(GatewayStepKind.REMOVE, f"read the registration of {view.url} at gateway '{gateway}' "
                               f"(now {view.state}) and take it out: it drains, no new requests go to it"),
-                  GatewayStep(GatewayStepKind.WAIT_DRAINED, "until nothing is in flight to it (the gateway's load and "
+                  Step(GatewayStepKind.WAIT_DRAINED, "until nothing is in flight to it (the gateway's load and "
                               f"the server's own /v1/loads or /get_load); at most {drain_timeout_s:.0f} s, then with "
                               f"requests still running {at_timeout}")]
     moved = f" (the server moves from {view.url})" if view.listed and not same_url(view.url, url) else ""
-    steps += [GatewayStep(GatewayStepKind.DEPLOY, "the host's transaction: stop, idle GPUs, start, ready (rolled "
+    steps += [Step(GatewayStepKind.DEPLOY, "the host's transaction: stop, idle GPUs, start, ready (rolled "
                           "back on failure)"),
-              GatewayStep(GatewayStepKind.ADD, f"register {url} at gateway '{gateway}' again{moved}: the server that "
+              Step(GatewayStepKind.ADD, f"register {url} at gateway '{gateway}' again{moved}: the server that "
                           "runs then (the restored one after a rollback), with the operator's settings of its "
                           "registration and the server's own API key when it has one"),
-              GatewayStep(GatewayStepKind.WAIT_ROUTED, "until the gateway lists it ready, the one state it routes to")]
+              Step(GatewayStepKind.WAIT_ROUTED, "until the gateway lists it ready, the one state it routes to")]
     return tuple(steps)
 
 
@@ -284,7 +275,7 @@ def prepare(loaded: LoadedProfile, hosts: Sequence[FleetHost], inventory: Invent
     GatewayError, before anything changed: a key is missing, a gateway does not answer, or a
     gateway of the rollout routes to a host the inventory does not put behind it."""
     port = profile_port(loaded)
-    workers = hosts[:1] if _multinode(loaded) else hosts  # rank 0 alone serves
+    workers = hosts[:1] if multinode.is_multinode(loaded) else hosts  # rank 0 alone serves
     front = fronted(inventory, [h.name for h in workers], port, settings, client)
     if front is None:
         raise GatewayError("no gateway fronts these hosts")
@@ -312,7 +303,7 @@ def prepare_rollback(inventory: Inventory, host: FleetHost, settings: DrainSetti
                      ) -> tuple[Fronted, RolloutPlan] | None:
     """`sgdeploy rollback` of a host behind a gateway (None: it has none). Its port is known only
     on the host: the plan names the worker the gateway lists on it."""
-    front = fronted(inventory, [host.name], 30000, settings, client)
+    front = fronted(inventory, [host.name], DEFAULT_PORT, settings, client)
     if front is None:
         return None
     plan = plan_rollout([host], front.urls, front.gateways, views_of(front), front.drain_timeouts,
@@ -321,13 +312,7 @@ def prepare_rollback(inventory: Inventory, host: FleetHost, settings: DrainSetti
 
 
 def profile_port(loaded: LoadedProfile) -> int:
-    port = loaded.model.server.get("port", 30000) if loaded.model else 30000
-    return port if isinstance(port, int) else 30000
-
-
-def _multinode(loaded: LoadedProfile) -> bool:
-    nnodes = loaded.model.server.get("nnodes", 1) if loaded.model else 1
-    return isinstance(nnodes, int) and nnodes > 1
+    return server_port(loaded.model.server) if loaded.model else DEFAULT_PORT
 
 
 def worker_states(inventory: Inventory, hosts: Sequence[str], port: int,
@@ -693,11 +678,9 @@ def run_drained_multinode(loaded: LoadedProfile, hosts: Sequence[FleetHost], opt
                           ) -> FleetResult:
     """A multi-node launch behind a gateway: rank 0's worker drained before any node stops, put
     back once every node is ready (or restored)."""
-    from sgdeploy.multinode import apply_multinode
-
     run = _Run(front, plan, report_for or (lambda _: (lambda *a, **k: None)))
     rank0 = hosts[0].name
-    fleet = apply_multinode(loaded, hosts, run.options_for(rank0, options), report_for=run.report_for)
+    fleet = multinode.apply_multinode(loaded, hosts, run.options_for(rank0, options), report_for=run.report_for)
     first = fleet.results.get(rank0)
     if fleet.stopped_at is None and first is not None and run.failed(rank0, first):
         fleet.stopped_at = rank0

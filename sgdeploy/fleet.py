@@ -16,9 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sgdeploy.apply import ApplyOptions, ApplyResult, Exit, Reporter, apply_profile
+from sgdeploy.apply import apply_profile
 from sgdeploy.inventory import HostEntry, HostTarget
+from sgdeploy.journal import Reporter
 from sgdeploy.profile import LoadedProfile
+from sgdeploy.transaction import ApplyOptions, ApplyResult, Exit
 
 
 @dataclass(frozen=True)

@@ -14,31 +14,27 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from sgdeploy.apply import (
+from sgdeploy.apply import decide
+from sgdeploy.fleet import FleetHost, FleetResult
+from sgdeploy.journal import Reporter, StartupResult
+from sgdeploy.plan import Deployment, Plan, deployment_meta, new_deployment_id
+from sgdeploy.prestop import REFUSED_BEFORE_STOP, Handover, before_stop_gate, pre_stop, start_check
+from sgdeploy.profile import LoadedProfile
+from sgdeploy.records import running_port
+from sgdeploy.remote import ConnectError, ConnectionLost, RemoteHost
+from sgdeploy.rollback import previous_deployment, unrestorable
+from sgdeploy.session import BackgroundCheck, HostSession
+from sgdeploy.transaction import (
     ApplyOptions,
     ApplyResult,
     Exit,
-    Handover,
-    HostSession,
-    Reporter,
-    StartupResult,
     Transaction,
-    _decide,
-    _exec_port,
-    _result_from,
-    _start_check,
     confirmed,
     connection_lost,
-    pre_stop,
-    previous_deployment,
-    unrestorable,
+    result_from,
 )
-from sgdeploy.fleet import FleetHost, FleetResult
-from sgdeploy.plan import Deployment, Plan, deployment_meta, new_deployment_id
-from sgdeploy.profile import LoadedProfile
-from sgdeploy.remote import ConnectError, ConnectionLost, RemoteHost
 
 DIST_INIT_PORT = 50000  # torch.distributed rendezvous on rank 0 when the profile names none
 
@@ -78,7 +74,7 @@ class Node:
     plan: Plan | None = None
     current_unit: str | None = None
     previous: Deployment | None = None
-    check: Any = None  # SGLang's own check of this node's launch (apply._Background)
+    check: BackgroundCheck | None = None  # SGLang's own check of this node's launch
 
 
 def _each(items: Sequence[T], work: Callable[[T], R]) -> list[R]:
@@ -144,9 +140,9 @@ def _apply_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResult) -
     single = replace(options, adopt=False)  # a multi-node launch takes over no server outside its units
 
     def prepare(node: Node) -> ApplyResult | None:
-        """Each node decided as a single host is (`_decide`): facts, preflight with the host's own
-        checks, its [secrets] file, GPU holders (SGD710), the plan; its refusal, or None."""
-        decided = _decide(node.session, node.loaded, node.host.name, node.host.target, single, node.session.report)
+        """Each node decided as a single host is (`apply.decide`): facts, preflight with the host's
+        own checks, its [secrets] file, GPU holders (SGD710), the plan; its refusal, or None."""
+        decided = decide(node.session, node.loaded, node.host.name, node.host.target, single)
         if isinstance(decided, ApplyResult):
             return decided
         node.plan, node.current_unit = decided
@@ -174,7 +170,7 @@ def _apply_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResult) -
         node.plan = replace(node.plan, deployment=replace(node.plan.deployment, id=deployment_id))
     for node in nodes:  # SGLang's own check on every node (its argv, install and files), beside the locks
         assert node.plan is not None
-        node.check = _start_check(node.session, node.plan, options)
+        node.check = start_check(node.session, node.plan, options.sglang_check_timeout_s, options.sglang_check)
     locks = []
     try:
         for node in nodes:  # in rank order, so two multi-node applies cannot deadlock
@@ -204,7 +200,7 @@ def _start_all(nodes: Sequence[Node], deployments: Sequence[Deployment], options
     the start there on every node. `best_effort_idle` is a restore: GPUs still busy on any node
     leave every node's unit installed and stopped, never started into GPUs that are not free.
     """
-    transactions = [Transaction(n.session, n.host.name, options, n.session.report) for n in nodes]
+    transactions = [Transaction(n.session, n.host.name, options) for n in nodes]
 
     def stop_and_wait(i: int) -> StartupResult | None:
         if stop_first:
@@ -247,9 +243,7 @@ def _start_all(nodes: Sequence[Node], deployments: Sequence[Deployment], options
 
     results = _each(indices, follow)
     if results[0].ready and all(r.ready for r in results[1:]):
-        healthy, why = nodes[0].session.check_health(deployments[0], options.health_timeout_s)
-        if healthy:
-            healthy, why = nodes[0].session.settle(deployments[0], options.settle_s)
+        healthy, why = transactions[0].serving(deployments[0])
         if not healthy:
             results[0].ready, results[0].reason, results[0].failure_kind = False, why, "unhealthy"
     elif results[0].ready:
@@ -261,13 +255,10 @@ def _start_all(nodes: Sequence[Node], deployments: Sequence[Deployment], options
     return results
 
 
-def _before_stop(rank0: Node, deployment: Deployment, options: ApplyOptions) -> str | None:
+def _before_stop(rank0: Node, deployment: Deployment, options: ApplyOptions) -> StartupResult | None:
     """`options.before_stop` for rank 0, the node that serves (a gateway drains it): a refusal, or None."""
-    if options.before_stop is None:
-        return None
-    active = rank0.plan is not None and rank0.plan.previous_active and rank0.current_unit
-    running = (_exec_port(rank0.current_unit or "") or 30000) if active else None
-    return options.before_stop(rank0.session, Handover(deployment, rank0.previous, running))
+    running = running_port(rank0.current_unit, rank0.plan is not None and rank0.plan.previous_active)
+    return before_stop_gate(rank0.session, options.before_stop, Handover(deployment, rank0.previous, running))
 
 
 def _transact(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit: str) -> FleetResult:
@@ -277,19 +268,19 @@ def _transact(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit
         node.previous = previous_deployment(node.session, node.plan, node.current_unit)
 
     def gate() -> list[StartupResult | None]:
-        """Every node's pre-stop guarantees, as a single host has them (`apply.pre_stop`)."""
+        """Every node's pre-stop guarantees, as a single host has them (`prestop.pre_stop`)."""
         def one(node: Node) -> StartupResult | None:
             assert node.plan is not None
-            node.plan, refused = pre_stop(node.session, node.plan, node.check, options, node.loaded)
+            node.plan, refused = pre_stop(node.session, node.plan, node.check, node.loaded, options.wait_for_gpus_s)
             return refused
         refused = _each(nodes, one)
         drain = None if any(refused) else _before_stop(nodes[0], deployments[0], options)
-        return [StartupResult(False, reason=drain, failure_kind="drain_refused"), *refused[1:]] if drain else refused
+        return [drain, *refused[1:]] if drain else refused
 
     results = _start_all(nodes, deployments, options,
                          stop_first=any(n.plan.previous_active for n in nodes if n.plan), best_effort_idle=False,
                          gate=gate)
-    if any(r.failure_kind in ("sglang_refused", "gpus_held", "drain_refused") for r in results):
+    if any(r.failure_kind in REFUSED_BEFORE_STOP for r in results):
         return _refused_before_stop(nodes, deployments, results, options, fleet, unit)
     if any(r.failure_kind == "stage_failed" for r in results):
         for node, result in zip(nodes, results, strict=True):
@@ -301,7 +292,7 @@ def _transact(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit
         return fleet
     ready = all(r.ready for r in results)
     for node, result in zip(nodes, results, strict=True):
-        fleet.results[node.host.name] = _result_from(
+        fleet.results[node.host.name] = result_from(
             result, exit_code=Exit.READY if ready else Exit.NOTHING_HEALTHY,
             status="ready" if ready else "failed", host=node.host.name, unit=unit,
             deployment_id=deployments[0].id,

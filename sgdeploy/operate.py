@@ -40,7 +40,7 @@ from sgdeploy.facts import (
     parse_key_values,
     state_dir,
 )
-from sgdeploy.plan import READY_ENDPOINT_SINCE
+from sgdeploy.plan import DEFAULT_PORT, READY_ENDPOINT_SINCE
 from sgdeploy.sglang.versions import parse_version
 
 if TYPE_CHECKING:
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from sgdeploy.remote import RemoteHost
 
 DEFAULT_KEEP = 20
-DEFAULT_PORT = 30000
 MARK = "@@sgdeploy:"
 # `20261130T112614Z-8fc7671f` (plan.new_deployment_id) as a shell pattern: retention only ever
 # touches folders named like a deployment.

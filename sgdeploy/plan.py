@@ -27,6 +27,8 @@ from sgdeploy.sglangcheck.verdict import CheckRequest, HostVerdict
 UNIT_DIR = "/etc/systemd/system"
 READY_ENDPOINT_SINCE = (0, 5, 20, 0)  # `/ready` exists from 0.5.20 (http_server.py); older: `/health`
 
+DEFAULT_PORT = 30000  # SGLang's own default --port
+
 
 class StepKind(enum.StrEnum):
     LOCK = "lock"
@@ -43,8 +45,13 @@ class StepKind(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Step:
-    kind: StepKind
+    """One step and why it is there: a host's (`StepKind`), or a gateway's around it (drained.py)."""
+
+    kind: enum.StrEnum
     why: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"step": self.kind.value, "why": self.why}
 
 
 @dataclass(frozen=True)
@@ -88,8 +95,7 @@ class Deployment:
 
     @property
     def port(self) -> int:
-        port = self.server.get("port", 30000)
-        return port if isinstance(port, int) else 30000
+        return server_port(self.server)
 
     @property
     def expected_phases(self) -> list[str]:
@@ -100,6 +106,12 @@ class Deployment:
     @property
     def health_path(self) -> str:
         return "/ready" if parse_version(self.sglang_version) >= READY_ENDPOINT_SINCE else "/health"
+
+
+def server_port(server: dict[str, Any]) -> int:
+    """The port a `[server]` table has SGLang listen on."""
+    port = server.get("port", DEFAULT_PORT)
+    return port if isinstance(port, int) else DEFAULT_PORT
 
 
 def new_deployment_id(profile_sha256: str, now: datetime | None = None) -> str:

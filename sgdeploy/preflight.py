@@ -110,10 +110,12 @@ def preflight(
 
 
 def host_file_paths(loaded: LoadedProfile) -> tuple[str, ...]:
-    """The absolute paths the facts round trip checks for this launch (sgdeploy.sglang.hostfiles)."""
+    """The absolute paths the facts round trip checks for this launch (sgdeploy.sglang.hostfiles);
+    a path no file can have (a newline, a NUL byte) is left to SGLang's own error."""
     profile = loaded.model
     assert profile is not None
-    return tuple(f.path for f in host_files(profile.server, profile.deploy.working_directory))
+    return tuple(f.path for f in host_files(profile.server, profile.deploy.working_directory)
+                 if "\n" not in f.path and "\0" not in f.path)
 
 
 def _host_file_problems(loaded: LoadedProfile, name: str, facts: HostFacts) -> list[Diagnostic]:

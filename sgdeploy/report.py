@@ -111,8 +111,7 @@ def plan_text(plan: Any) -> str:
         return "\n".join(lines) + "\n"
     if plan.up_to_date:
         lines.append("up to date: the unit on the host is this one and it is active; nothing to do")
-    for number, step in enumerate(plan.steps, 1):
-        lines.append(f"  {number}. {step.kind.value:<15} {step.why}")
+    lines.extend(_step_lines(plan.steps))
     lines.append("unit diff:" if plan.unit_diff else "unit diff: none")
     if plan.unit_diff:
         lines.append(plan.unit_diff.rstrip("\n"))
@@ -293,6 +292,10 @@ def rotation_lines(gateway: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _step_lines(steps: Sequence[Any]) -> list[str]:
+    return [f"  {number}. {step.kind.value:<15} {step.why}" for number, step in enumerate(steps, 1)]
+
+
 def drained_plan_text(plan: Any, results: Sequence[Any]) -> str:
     """`sgdeploy plan` of a rollout behind a gateway: the order, each host's gateway steps, its plan."""
     lines = [f"rollout behind a gateway, at most {plan.max_unavailable} worker(s) out of rotation at once: "
@@ -302,8 +305,7 @@ def drained_plan_text(plan: Any, results: Sequence[Any]) -> str:
         rotation = plan.rotations.get(host)
         lines.append(f"{host}: no gateway" if rotation is None else f"{host}: {rotation.before.url} at gateway "
                      f"'{rotation.gateway}' is {rotation.before.describe()}")
-        for number, step in enumerate(plan.steps_of(host), 1):
-            lines.append(f"  {number}. {step.kind.value:<15} {step.why}")
+        lines.extend(_step_lines(plan.steps_of(host)))
         result = by_host.get(host)
         if result is not None and result.plan is not None:
             lines.extend("  " + line for line in plan_text(result.plan).rstrip("\n").splitlines())

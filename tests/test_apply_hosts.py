@@ -216,6 +216,27 @@ def test_preflight_refusal_never_stops_the_running_unit(host: HostSet, profiles:
     assert unit_state(host)["MainPID"] == before
 
 
+def test_a_host_file_the_unit_cannot_open_is_refused_before_the_stop(host: HostSet, profiles: dict[str, Path],
+                                                                     tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    ensure_good(host, profiles, capsys)
+    before = unit_state(host)["MainPID"]
+    host.ssh("ct129", "mkdir -p /etc/sglang && printf key > /etc/sglang/key.pem && chmod 600 /etc/sglang/key.pem")
+    profile = tmp_path / "ssl.toml"
+    profile.write_text(REFERENCE.replace("[deploy]\n", '[deploy]\nworking_directory = "/etc/sglang"\nuser = "nosudo"\n')
+                       .replace("[server]\n", '[server]\nssl_keyfile = "key.pem"\nssl_certfile = "tls/cert.pem"\n'))
+    for command in ("plan", "apply"):
+        code, result = sgdeploy(host, command, str(profile), capsys=capsys)
+        unusable = {d["field"]: d["message"] for d in result["diagnostics"] if d["rule"] == "SGD713"}
+        assert unusable == {
+            "server.ssl_keyfile": "ssl_keyfile: 'key.pem' (/etc/sglang/key.pem) cannot be read by user nosudo, "
+                                  "who runs the server on ct129",
+            "server.ssl_certfile": "ssl_certfile: 'tls/cert.pem' (/etc/sglang/tls/cert.pem) does not exist on ct129",
+        }, (command, result.get("message"))
+    assert (code, result["status"]) == (2, "refused")
+    assert unit_state(host)["MainPID"] == before
+
+
 def test_offline_invalid_profile_is_refused_before_connecting(host: HostSet, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.toml"

@@ -38,8 +38,9 @@ from typing import Any
 import pytest
 
 from sgdeploy import cli
-from sgdeploy.apply import ApplyOptions, ApplyResult, apply_profile
+from sgdeploy.apply import apply_profile
 from sgdeploy.profile import load_profile
+from sgdeploy.transaction import ApplyOptions, ApplyResult
 from sgdeploy.validate import InventoryContext, select_hosts, validate_loaded
 from tests.faults import CutProxy, HealthPoller, inventory_via, observe
 from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
@@ -785,7 +786,10 @@ def _kill(hs: HostSet, pid: int) -> None:
     sh(hs, f"kill {pid} 2>/dev/null; true")
 
 
-MISSING_KEY = 'ssl_keyfile = "/etc/sglang/tls/key.pem"\nssl_certfile = "/etc/sglang/tls/cert.pem"\n'
+TLS_FILES = 'ssl_keyfile = "/etc/sglang/tls/key.pem"\nssl_certfile = "/etc/sglang/tls/cert.pem"\n'
+# Folders where the key and certificate should be: they exist and the unit's user can read them,
+# so preflight (SGD713) lets them pass; SGLang's own check (os.path.isfile) refuses them.
+FOLDERS_FOR_KEY = "mkdir -p /etc/sglang/tls/key.pem /etc/sglang/tls/cert.pem"
 
 
 def test_sglang_refuses_the_launch(hs: HostSet, profiles: dict[str, Path], request: pytest.FixtureRequest,
@@ -793,9 +797,13 @@ def test_sglang_refuses_the_launch(hs: HostSet, profiles: dict[str, Path], reque
     """a launch SGLang refuses after parsing, which no offline rule catches: refused before the stop"""
     ensure_good(hs, profiles)
     before = unit_state(hs)["MainPID"]
-    tls = _variant(profiles, "tls", lambda t: t.replace("[server]\n", "[server]\n" + MISSING_KEY))
-    with HealthWatch() as watch:
-        result = apply(hs.inventory_path, tls)
+    tls = _variant(profiles, "tls", lambda t: t.replace("[server]\n", "[server]\n" + TLS_FILES))
+    sh(hs, FOLDERS_FOR_KEY)
+    try:
+        with HealthWatch() as watch:
+            result = apply(hs.inventory_path, tls)
+    finally:
+        sh(hs, "rm -rf /etc/sglang/tls")
     refusal = next((d for d in result.diagnostics if d.rule == "SGD711"), None)
     observe(request, f"{describe(result)}; {refusal.message if refusal else 'no SGD711'}; {watch.describe()}")
     assert result.exit_code == 2 and result.status == "refused", describe(result)
@@ -907,7 +915,7 @@ def test_up_to_date_is_decided_under_the_lock(hs: HostSet, profiles: dict[str, P
                                               capsys: pytest.CaptureFixture[str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """two applies at the same moment: "already runs this unit" is decided under the lock"""
-    from sgdeploy.apply import HostSession
+    from sgdeploy.session import HostSession
 
     ensure_good(hs, profiles)
     lock_path = hs[HOST].root / STATE.lstrip("/") / "lock"

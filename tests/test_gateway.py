@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from sgdeploy import drained, secret_args
-from sgdeploy.apply import ApplyOptions, ApplyResult, Exit, Handover
 from sgdeploy.drained import DrainSettings, GatewayStepKind, may_take_out, parse_in_flight, plan_rollout
 from sgdeploy.fleet import FleetHost
 from sgdeploy.gateway import (
@@ -28,7 +27,9 @@ from sgdeploy.gateway import (
 )
 from sgdeploy.inventory import GatewayEntry, HostTarget, load_inventory, worker_url
 from sgdeploy.plan import Deployment
+from sgdeploy.prestop import Handover
 from sgdeploy.profile import load_profile
+from sgdeploy.transaction import ApplyOptions, ApplyResult, Exit
 
 
 class FakeGateway:

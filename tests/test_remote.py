@@ -94,8 +94,8 @@ class _HostThatServes:
         self.asked: list[tuple[int, str]] = []
 
     def run(self, command: str, **_: object) -> object:
-        from sgdeploy.apply import UNIT_FILE_MARKER
         from sgdeploy.remote import CommandResult
+        from sgdeploy.session import UNIT_FILE_MARKER
 
         unit = 'ExecStart=/py -m sglang.launch_server --port 31234\n'
         return CommandResult(command, 0, f"ActiveState={self.active}\nSubState={self.sub}\nMainPID=42\n"
@@ -110,7 +110,8 @@ class _HostThatServes:
 
 @pytest.mark.parametrize(("status", "active", "code"), [(200, "active", 1), (503, "active", 3), (200, "failed", 3)])
 def test_exit_3_only_after_checking_nothing_healthy_runs(status: int, active: str, code: int) -> None:
-    from sgdeploy.apply import ApplyResult, Exit, HostSession, confirmed
+    from sgdeploy.session import HostSession
+    from sgdeploy.transaction import ApplyResult, Exit, confirmed
 
     remote = _HostThatServes(status, active)
     result = confirmed(HostSession(remote),  # type: ignore[arg-type]

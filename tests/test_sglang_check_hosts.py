@@ -132,7 +132,9 @@ def test_plan_and_apply_ask_sglang_on_the_host(host_factory, tmp_path: Path, cap
     assert result["sglang_check"]["sglang_version"] == dev
     assert any(d["rule"] == "SGD703" and d["severity"] == "warning" for d in result["diagnostics"])
     tls = tmp_path / "tls.toml"
-    tls.write_text(small + 'ssl_keyfile = "/nonexistent/key.pem"\nssl_certfile = "/nonexistent/cert.pem"\n')
+    # folders where the files should be: preflight (SGD713) sees them readable, SGLang refuses them
+    hs.ssh("ct129", "mkdir -p /etc/sglang/tls/key.pem /etc/sglang/tls/cert.pem")
+    tls.write_text(small + 'ssl_keyfile = "/etc/sglang/tls/key.pem"\nssl_certfile = "/etc/sglang/tls/cert.pem"\n')
     code, out = _run(capsys, "apply", str(tls), "--inventory", str(dev_inventory), "--json")
     result = json.loads(out)
     assert code == 2 and any(d["rule"] == "SGD711" for d in result["diagnostics"]), out[-2000:]

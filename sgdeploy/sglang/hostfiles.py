@@ -8,7 +8,7 @@ never a name, a hub id or inline JSON. Excluded on purpose: `model_path`, `token
 (`crash_dump_folder`, `export_metrics_to_file_dir`, `download_dir`, ...).
 
 A unit runs in `WorkingDirectory=` (`deploy.working_directory`; `/` when unset), so a relative
-value names a file under it: SGD023 refuses one without a working directory, and at plan/apply
+value names a file under it: SGD024 refuses one without a working directory, and at plan/apply
 the facts round trip checks each path on the host as the unit's user (SGD713).
 """
 
