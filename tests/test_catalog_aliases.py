@@ -16,6 +16,7 @@ from sgdeploy.sglang.argv import parse_server_argv
 from sgdeploy.sglang.catalog import NOT_GIVEN, available_versions, flag_history, load_catalog
 from sgdeploy.sglang.flags import valid_server_values
 from sgdeploy.validate import InventoryContext, validate_loaded
+from tests.variants import sample_value
 
 V2_ALIAS_ERA = ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19")
 
@@ -43,15 +44,6 @@ def argv(path: Path, version: str) -> list[str]:
     loaded = load_profile(path)
     assert loaded.model is not None
     return launch_argv(loaded.model, load_catalog(version))[5:]  # after python -m module --model-path m
-
-
-def sample_value(flag: Any) -> Any:
-    if flag.is_switch:
-        return True
-    if flag.choices:
-        return [flag.choices[0]] if flag.is_list else flag.choices[0]
-    value: Any = {"int": 4, "float": 0.5, "json": "{}"}.get(flag.value_kind, "x")
-    return [value] if flag.is_list else value
 
 
 # --------------------------------------------------------------------------- the catalog model

@@ -28,6 +28,7 @@ from sgdeploy.sglang.rules.common import (
 )
 from sgdeploy.sglang.versions import VersionRange, format_version, parse_version
 from sgdeploy.validate import InventoryContext, validate_file
+from tests.variants import sample_value
 
 VERSIONS = available_versions()
 
@@ -39,15 +40,6 @@ def first_with(name: str) -> str:
 
 def boundary_of(window: VersionRange) -> tuple[str | None, str | None]:
     return window.since, window.until
-
-
-def sample(flag: Any) -> Any:
-    if flag.is_switch:
-        return True
-    if flag.choices:
-        return [flag.choices[0]] if flag.is_list else flag.choices[0]
-    value: Any = {"int": 4, "float": 0.5, "json": "{}"}.get(flag.value_kind, "x")
-    return [value] if flag.is_list else value
 
 
 def option_span(key: str) -> tuple[str, str | None]:
@@ -173,7 +165,7 @@ def bad_value(key: str, version: str) -> Any:
     for candidate in reversed(VERSIONS):
         flag = load_catalog(candidate).flags.get(key)
         if flag is not None and flag.refusal is None and not flag.ignored:
-            return sample(flag)
+            return sample_value(flag)
     return True
 
 
@@ -199,7 +191,7 @@ def test_each_alias_replacement_is_the_mapping_sglang_applies(version: str) -> N
             continue  # an alias of a deprecated field: the table's entry, checked above
         replacement = replacement_for(key, catalog)
         assert replacement is not None
-        value = sample(alias)
+        value = sample_value(alias)
         assert replacement.entries(value) == {alias.field: alias.stored(value)}, (version, key)
 
 

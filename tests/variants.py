@@ -8,6 +8,7 @@ alone: `hs.configure_sim(host, failure=..., fail_when_arg=[BROKEN])`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BROKEN = "--served-model-name=broken"
@@ -33,3 +34,13 @@ def write_variants(folder: Path, port: int, broken_timeout_s: int, **extra: str)
         paths[name] = folder / f"{name}.toml"
         paths[name].write_text(content)
     return paths
+
+
+def sample_value(flag: Any) -> Any:
+    """A value a catalog flag accepts, for a profile that gives it (a switch: true)."""
+    if flag.is_switch:
+        return True
+    if flag.choices:
+        return [flag.choices[0]] if flag.is_list else flag.choices[0]
+    value: Any = {"int": 4, "float": 0.5, "json": "{}"}.get(flag.value_kind, "x")
+    return [value] if flag.is_list else value
