@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.hosts import HostSet, HostSpec, SimSettings, boot_hosts, skip_reason, start_hosts
+from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, skip_reason, start_hosts
 
 
 def _require_hosts() -> None:
@@ -26,10 +26,8 @@ def hosts() -> Iterator[HostSet]:
     """Two hosts for the whole session, shared by tests that do not change them:
     ``ct129`` (2x RTX A6000, SGLang 0.5.11) and ``h200`` (2x H200, SGLang 0.5.23).
     The simulated servers start in about 1.5 s and free GPU memory 1 s after exit."""
-    _require_hosts()
     fast = SimSettings(startup_s=1.5, release_delay_s=1.0)
-    specs = [HostSpec.like("ct129", sim=fast), HostSpec.like("h200", sim=fast)]
-    with boot_hosts(specs) as hs:
+    with booted_or_skipped([HostSpec.like("ct129", sim=fast), HostSpec.like("h200", sim=fast)]) as hs:
         yield hs
 
 

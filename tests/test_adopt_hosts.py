@@ -21,7 +21,7 @@ from sgdeploy import cli
 from sgdeploy.adopt import split_launch
 from sgdeploy.sglang.argv import parse_server_argv
 from sgdeploy.sglang.catalog import load_catalog
-from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
+from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port
 
 pytestmark = pytest.mark.hosts
 
@@ -51,16 +51,10 @@ def no_server_left(host: HostSet) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def host() -> Iterator[HostSet]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"test hosts unavailable: {reason}")
     fast = SimSettings(startup_s=1.0, release_delay_s=0.5)
-    hs = start_hosts([HostSpec.like("ct129", sim=fast)], owner="pytest")
-    try:
+    with booted_or_skipped([HostSpec.like("ct129", sim=fast)]) as hs:
         hs.make_model("ct129", MODEL, "Qwen3_5ForConditionalGeneration")
         yield hs
-    finally:
-        hs.close()
 
 
 def run(host: HostSet, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sgdeploy import cli
-from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
+from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port
 from tests.variants import BROKEN, reference, write_variants
 
 pytestmark = pytest.mark.hosts
@@ -29,16 +29,10 @@ MODEL = "/root/models/Qwen3.6-27B"
 
 @pytest.fixture(scope="module")
 def host() -> Iterator[HostSet]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"test hosts unavailable: {reason}")
     fast = SimSettings(startup_s=1.0, release_delay_s=0.5, crash_after_ready_s=1.0)
-    hs = start_hosts([HostSpec.like("ct129", sim=fast)], owner="pytest")
-    try:
+    with booted_or_skipped([HostSpec.like("ct129", sim=fast)]) as hs:
         hs.make_model("ct129", MODEL, "Qwen3_5ForConditionalGeneration")
         yield hs
-    finally:
-        hs.close()
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ import pytest
 
 from sgdeploy import cli
 from tests.faults import HealthPoller, inventory_via
-from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
+from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port
 from tests.variants import write_variants
 
 pytestmark = pytest.mark.hosts
@@ -46,15 +46,10 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"test hosts unavailable: {reason}")
     folder = tmp_path_factory.mktemp("become")
     fast = SimSettings(startup_s=1.0, release_delay_s=0.5)
-    hs = start_hosts([HostSpec.like(HOST, sim=fast),
-                      HostSpec.like(NEW, sim=SimSettings(startup_s=1.0, release_delay_s=0.5, ready_endpoint=False))],
-                     owner="pytest")
-    try:
+    with booted_or_skipped([HostSpec.like(HOST, sim=fast), HostSpec.like(
+            NEW, sim=SimSettings(startup_s=1.0, release_delay_s=0.5, ready_endpoint=False))]) as hs:
         profiles = write_variants(folder, PORT, broken_timeout_s=5)
         small = (f'[deploy]\nhost = "{NEW}"\nunit = "sglang"\npython = "/root/ml-env/bin/python3"\n\n'
                  f'[server]\nmodel_path = "/root/models/Qwen3-8B"\ntp_size = 2\nport = {NEW_PORT}\n')
@@ -64,8 +59,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                        for user in ("deploy", "nosudo")}
         inventories["root"] = hs.inventory_path
         yield Site(hs, profiles, inventories)
-    finally:
-        hs.close()
 
 
 def sgdeploy(site: Site, login: str, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:

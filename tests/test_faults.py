@@ -43,7 +43,7 @@ from sgdeploy.profile import load_profile
 from sgdeploy.transaction import ApplyOptions, ApplyResult
 from sgdeploy.validate import InventoryContext, select_hosts, validate_loaded
 from tests.faults import CutProxy, HealthPoller, inventory_via, observe
-from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
+from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port
 from tests.variants import BROKEN, reference, write_variants
 
 pytestmark = pytest.mark.hosts
@@ -61,17 +61,13 @@ UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
 # --------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def hs() -> Iterator[HostSet]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"test hosts unavailable: {reason}")
     fast = SimSettings(startup_s=1.0, release_delay_s=0.5, crash_after_ready_s=1.0)
-    hosts = start_hosts([HostSpec.like(HOST, sim=fast)], owner="pytest")
-    CHECKED[HOST] = hosts
-    try:
-        yield hosts
-    finally:
-        CHECKED.pop(HOST, None)
-        hosts.close()
+    with booted_or_skipped([HostSpec.like(HOST, sim=fast)]) as hosts:
+        CHECKED[HOST] = hosts
+        try:
+            yield hosts
+        finally:
+            CHECKED.pop(HOST, None)
 
 
 @pytest.fixture(scope="module")
@@ -579,17 +575,11 @@ PAIR = ("n1", "n2")
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HostSet, Path]]:
     """Two hosts with networks of their own (the same port on each), grouped as `pair`."""
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"test hosts unavailable: {reason}")
     fast = SimSettings(startup_s=1.0, release_delay_s=0.5, crash_after_ready_s=1.0)
-    hosts = start_hosts([HostSpec.like(HOST, name=n, private_network=True, sim=fast) for n in PAIR], owner="pytest")
-    try:
+    with booted_or_skipped([HostSpec.like(HOST, name=n, private_network=True, sim=fast) for n in PAIR]) as hosts:
         inventory = tmp_path_factory.mktemp("pair") / "inventory.toml"
         inventory.write_text(hosts.inventory_path.read_text().replace("[groups]", '[groups]\npair = ["n1", "n2"]'))
         yield hosts, inventory
-    finally:
-        hosts.close()
 
 
 def _rollout_profile(folder: Path, name: str, multinode: bool, broken: bool) -> Path:

@@ -12,7 +12,7 @@ import pytest
 
 from sgdeploy import cli
 from tests.faults import HealthPoller
-from tests.hosts import HostSet, HostSpec, SimSettings, skip_reason, start_hosts
+from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped
 
 pytestmark = pytest.mark.hosts
 
@@ -40,21 +40,14 @@ tp_size = {tp}
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HostSet, Path]]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"test hosts unavailable: {reason}")
     fast = SimSettings(startup_s=1.0, release_delay_s=0.5)
-    hs = start_hosts([HostSpec.like("ct129", name=n, private_network=True, sim=fast) for n in NAMES],
-                     owner="pytest")
-    try:
+    with booted_or_skipped([HostSpec.like("ct129", name=n, private_network=True, sim=fast) for n in NAMES]) as hs:
         for name in NAMES:
             hs.make_model(name, QWEN3, "Qwen3ForCausalLM")
         inventory = tmp_path_factory.mktemp("fleet") / "inventory.toml"
         text = Path(hs.inventory_path).read_text()
         inventory.write_text(text.replace("[groups]", '[groups]\npair = ["n1", "n2"]'))
         yield hs, inventory
-    finally:
-        hs.close()
 
 
 def run(inventory: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:

@@ -21,7 +21,7 @@ import pytest
 
 from sgdeploy import cli
 from tests.faults import inventory_via, observe, toml_inventory
-from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
+from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = "ct129"
@@ -300,17 +300,11 @@ print(json.dumps({"argv": sys.argv, "env": dict(os.environ)}, ensure_ascii=True)
 
 @pytest.fixture(scope="module")
 def hs() -> Iterator[HostSet]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"test hosts unavailable: {reason}")
-    hosts = start_hosts([HostSpec.like(HOST, sim=SimSettings(startup_s=1.0, release_delay_s=0.5))], owner="pytest")
-    try:
+    with booted_or_skipped([HostSpec.like(HOST, sim=SimSettings(startup_s=1.0, release_delay_s=0.5))]) as hosts:
         hosts.ssh(HOST, f"cat > {DUMPER} && chmod 755 {DUMPER}; mkdir -p /etc/systemd/journald.conf.d; "
                   "printf '[Journal]\\nLineMax=4M\\nRateLimitBurst=0\\n' > /etc/systemd/journald.conf.d/x.conf; "
                   "systemctl restart systemd-journald", input=DUMPER_SCRIPT)
         yield hosts
-    finally:
-        hosts.close()
 
 
 def run_unit(hs: HostSet, name: str, unit_text: str) -> str:

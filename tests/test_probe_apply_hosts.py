@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sgdeploy import cli
-from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
+from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port
 
 pytestmark = pytest.mark.hosts
 
@@ -32,15 +32,9 @@ def with_rate(tokens_per_s: int) -> str:
 
 @pytest.fixture(scope="module")
 def host() -> Iterator[HostSet]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"test hosts unavailable: {reason}")
-    hs = start_hosts([HostSpec.like("ct129", sim=SimSettings(startup_s=1.0, release_delay_s=0.5))], owner="pytest")
-    try:
+    with booted_or_skipped([HostSpec.like("ct129", sim=SimSettings(startup_s=1.0, release_delay_s=0.5))]) as hs:
         hs.make_model("ct129", MODEL, "Qwen3_5ForConditionalGeneration")
         yield hs
-    finally:
-        hs.close()
 
 
 def run(host: HostSet, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:

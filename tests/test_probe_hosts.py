@@ -18,7 +18,7 @@ from sgdeploy.inventory import load_inventory
 from sgdeploy.probe import compare, probe_remote
 from sgdeploy.profile import ProbeSettings
 from sgdeploy.remote import RemoteHost
-from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
+from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port
 
 pytestmark = pytest.mark.hosts
 
@@ -56,11 +56,7 @@ def wait_healthy(remote: RemoteHost, port: int, timeout: float = 30.0) -> None:
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[Servers]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"test hosts unavailable: {reason}")
-    hs = start_hosts([HostSpec.like("ct129", sim=SimSettings(startup_s=1.0, release_delay_s=0.5))], owner="pytest")
-    try:
+    with booted_or_skipped([HostSpec.like("ct129", sim=SimSettings(startup_s=1.0, release_delay_s=0.5))]) as hs:
         entry = load_inventory(hs.inventory_path).model.hosts["ct129"]
         with RemoteHost("ct129", entry).connect() as remote:
             fast, slow = free_port(), free_port()
@@ -75,8 +71,6 @@ def servers() -> Iterator[Servers]:
             wait_healthy(remote, slow)
             yield Servers(hs, remote, fast, slow)
             hs.ssh("ct129", "systemctl stop probe-fast probe-slow", check=False)
-    finally:
-        hs.close()
 
 
 def test_probe_finds_the_configured_rate(servers: Servers) -> None:

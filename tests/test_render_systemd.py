@@ -30,7 +30,7 @@ from sgdeploy.profile import load_profile
 from sgdeploy.render import RenderedUnit, launch_argv, render_unit, unit_environment
 from sgdeploy.sglang.catalog import load_catalog
 from sgdeploy.validate import InventoryContext, select_host, validate_loaded
-from tests.hosts import HostSet, HostSpec, boot_hosts, skip_reason
+from tests.hosts import HostSet, HostSpec, booted_or_skipped
 from tests.test_render import INVENTORY, profile_targets, profile_toml
 
 pytestmark = pytest.mark.hosts
@@ -141,10 +141,7 @@ true
 
 @pytest.fixture(scope="module")
 def roundtrip() -> Iterator[RoundTrip]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"test hosts unavailable: {reason}")
-    with boot_hosts([HostSpec.like(HOST)]) as hs:
+    with booted_or_skipped([HostSpec.like(HOST)]) as hs:
         odd_dir = ODD_DUMPER.rsplit("/", 1)[0]
         hs.ssh(
             HOST,

@@ -23,7 +23,7 @@ import pytest
 
 from sgdeploy import cli
 from sgdeploy.logs import parse_server_args
-from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
+from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port
 
 pytestmark = pytest.mark.hosts
 
@@ -63,16 +63,10 @@ endpoint = "openai"
 
 @pytest.fixture(scope="module")
 def host() -> Iterator[HostSet]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"test hosts unavailable: {reason}")
     fast = SimSettings(startup_s=0.6, release_delay_s=0.2)
-    hs = start_hosts([HostSpec.like("a6000-new", sim=fast),
-                      HostSpec.like("a6000-new", name=OLD, sglang_version="0.5.2", sim=fast)], owner="pytest")
-    try:
+    with booted_or_skipped([HostSpec.like("a6000-new", sim=fast),
+                            HostSpec.like("a6000-new", name=OLD, sglang_version="0.5.2", sim=fast)]) as hs:
         yield hs
-    finally:
-        hs.close()
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hosts import HostSet, HostSpec, SimSettings, free_port, skip_reason, start_hosts
+from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port
 from tests.variants import reference
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,18 +160,12 @@ def test_pipx_install(installed: Installed, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def host() -> Iterator[HostSet]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(f"test hosts unavailable: {reason}")
     fast = SimSettings(startup_s=1.0, release_delay_s=0.5)
-    hs = start_hosts([HostSpec.like("ct129", sim=fast)], owner="pytest")
-    try:
+    with booted_or_skipped([HostSpec.like("ct129", sim=fast)]) as hs:
         # the real model's maximum: plan and apply check context_length against config.json
         hs.make_model("ct129", "/root/models/Qwen3.6-27B", "Qwen3_5ForConditionalGeneration",
                       max_position_embeddings=262144)
         yield hs
-    finally:
-        hs.close()
 
 
 @pytest.mark.hosts

@@ -9,6 +9,9 @@
 See docs/test-hosts.md.
 """
 
+import contextlib
+from collections.abc import Iterator, Sequence
+
 from .machine import (
     FAILURES,
     PRESETS,
@@ -26,6 +29,22 @@ from .machine import (
 )
 from .rootfs import ensure_rootfs, rootfs_path
 
+
+@contextlib.contextmanager
+def booted_or_skipped(specs: Sequence[HostSpec | str]) -> Iterator[HostSet]:
+    """Hosts for a pytest fixture: the test is skipped, with the reason, where this machine
+    cannot boot test hosts; they are torn down afterwards."""
+    import pytest  # only tests use this; `python -m tests.hosts` runs without pytest
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(f"test hosts unavailable: {reason}")
+    hs = start_hosts(specs, owner="pytest")
+    try:
+        yield hs
+    finally:
+        hs.close()
+
 __all__ = [
     "FAILURES",
     "PRESETS",
@@ -34,6 +53,7 @@ __all__ = [
     "HostSpec",
     "SimSettings",
     "boot_hosts",
+    "booted_or_skipped",
     "ensure_rootfs",
     "find_catalog",
     "free_port",
