@@ -25,6 +25,7 @@ import posixpath
 import select
 import shlex
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -182,6 +183,8 @@ class RemoteHost:
         self.route: list[SshTarget] = []  # the hosts connected through, ending with this one
         self.privileges = Privileges()  # until connect() has asked the host
         self._clients: list[paramiko.SSHClient] = []  # one per hop of the route
+        self._shell: _Shell | None = None  # the shell that runs commands one after another (`run`)
+        self._shell_busy = threading.Lock()
 
     # -- connection ---------------------------------------------------------------------
     def connect(self) -> RemoteHost:
@@ -215,7 +218,7 @@ class RemoteHost:
         if user == "root":
             return Privileges()
         try:
-            result = self.run(_PRIVILEGES_PROBE, timeout=30)
+            result = self._run_on_channel(_PRIVILEGES_PROBE, timeout=30)  # the shell starts as root, later
         except RemoteError as exc:
             self.close()
             raise ConnectError(f"{self.name}: connected as {user}, then: {exc}") from exc
@@ -299,6 +302,7 @@ class RemoteHost:
         self.close()
 
     def close(self) -> None:
+        self._shell = None
         for client in reversed(self._clients):
             client.close()
         self._clients = []
@@ -320,7 +324,41 @@ class RemoteHost:
 
     # -- commands -------------------------------------------------------------------------
     def run(self, command: str, timeout: float = COMMAND_TIMEOUT_S, stdin: bytes | None = None) -> CommandResult:
-        """Run one `sh` command line; never raises for a non-zero exit."""
+        """Run one `sh` command line; never raises for a non-zero exit.
+
+        Commands run one after another in one shell on the host (`_Shell`): a channel of its own
+        costs sshd a new session each time (~50 ms on a Debian host, more than most commands
+        take). A command with input, or one asked for while the shell is busy on another
+        thread, gets a channel of its own."""
+        if stdin is None and self._shell_busy.acquire(blocking=False):
+            try:
+                return self._run_in_shell(command, timeout)
+            finally:
+                self._shell_busy.release()
+        return self._run_on_channel(command, timeout, stdin)
+
+    def _run_in_shell(self, command: str, timeout: float) -> CommandResult:
+        self.stats.commands += 1
+        if self._shell is None or not self._shell.alive():
+            channel = self._open_channel()
+            try:
+                channel.exec_command(self._as_root("exec sh"))
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                raise _dropped(self.name, exc) from exc
+            self._shell = _Shell(channel)
+        shell = self._shell
+        try:
+            return shell.run(self.name, command, timeout, self._transport_alive)
+        except (CommandTimeout, ConnectionLost):
+            self._shell = None  # whatever it was running may still run: the next command gets another
+            _close(shell.channel)
+            raise
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self._shell = None
+            raise _dropped(self.name, exc) from exc
+
+    def _run_on_channel(self, command: str, timeout: float = COMMAND_TIMEOUT_S,
+                        stdin: bytes | None = None) -> CommandResult:
         channel = self._open_channel()
         self.stats.commands += 1
         deadline = time.monotonic() + timeout
@@ -555,6 +593,45 @@ class HeldCommand:
             except (OSError, EOFError, paramiko.SSHException):
                 pass
             self.channel = None
+
+
+class _Shell:
+    """`sh` on a channel of its own, reading one command line after another from its stdin.
+
+    Each command runs in a `sh -c` of its own, with no input, as it would on a channel of its
+    own; after it, the shell prints a marker line unique to the command, with its exit status,
+    on stdout and on stderr, so both streams are read to their end."""
+
+    def __init__(self, channel: paramiko.Channel) -> None:
+        self.channel = channel
+
+    def alive(self) -> bool:
+        return not (self.channel.closed or self.channel.exit_status_ready() or self.channel.eof_received)
+
+    def run(self, host: str, command: str, timeout: float, transport_alive: Any) -> CommandResult:
+        marker = f"@@sgdeploy:done-{uuid.uuid4().hex}@@"
+        channel = self.channel
+        channel.sendall(f"sh -c {shlex.quote(command)} </dev/null; sgd_rc=$?; printf '\\n%s %s\\n' {marker} "
+                        f"\"$sgd_rc\"; printf '\\n%s\\n' {marker} >&2\n".encode())
+        end_out, end_err = f"\n{marker} ".encode(), f"\n{marker}\n".encode()
+        out, err = bytearray(), bytearray()
+        deadline = time.monotonic() + timeout
+        while not (out.endswith(b"\n") and end_out in out[-len(end_out) - 12:] and err.endswith(end_err)):
+            if channel.recv_ready():
+                out += channel.recv(65536)
+            elif channel.recv_stderr_ready():
+                err += channel.recv_stderr(65536)
+            elif time.monotonic() > deadline:
+                raise CommandTimeout(f"{host}: command ran past {timeout:.0f} s: {command[:120]}")
+            elif channel.closed or channel.eof_received or channel.exit_status_ready():
+                if not transport_alive():
+                    raise ConnectionLost(f"{host}: the SSH connection dropped during: {command[:120]}")
+                raise ConnectionLost(f"{host}: the shell running commands ended during: {command[:120]}")
+            else:
+                select.select([channel], [], [], 0.05)
+        stdout, _, status = bytes(out).rpartition(end_out)
+        return CommandResult(command, int(status.strip() or b"255"), stdout.decode("utf-8", "replace"),
+                             bytes(err)[: -len(end_err)].decode("utf-8", "replace"))
 
 
 class _AcceptNew(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]

@@ -335,7 +335,7 @@ class HostSession:
             f'if [ $idle = 1 ]; then systemctl start {unit_q} || rc=$?; echo @@invocation@@; '
             f"systemctl show -p InvocationID --value {unit_q}; fi; "
             f'echo @@gpus@@; cat "$d/g"; echo @@apps@@; cat "$d/a"; echo @@owners@@; '
-            f'[ $idle = 1 ] || {GPU_OWNERS_SH} "$d/a"; rm -rf "$d"; exit $rc'
+            f'[ $idle = 1 ] || {{ {GPU_OWNERS_SH} "$d/a"; }}; rm -rf "$d"; exit $rc'
         )
         self.report("step", step="start", unit=deployment.unit)
         result = self.remote.run(command, timeout=600 + window_s)
