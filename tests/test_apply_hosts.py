@@ -29,7 +29,7 @@ MODEL = "/root/models/Qwen3.6-27B"
 
 @pytest.fixture(scope="module")
 def host() -> Iterator[HostSet]:
-    fast = SimSettings(startup_s=1.0, release_delay_s=0.5, crash_after_ready_s=1.0)
+    fast = SimSettings(startup_s=1.0, release_delay_s=0.5, crash_after_ready_s=0.5)  # well inside --settle 1
     with booted_or_skipped([HostSpec.like("ct129", sim=fast)]) as hs:
         hs.make_model("ct129", MODEL, "Qwen3_5ForConditionalGeneration")
         yield hs

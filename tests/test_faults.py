@@ -61,7 +61,7 @@ UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
 # --------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def hs() -> Iterator[HostSet]:
-    fast = SimSettings(startup_s=1.0, release_delay_s=0.5, crash_after_ready_s=1.0)
+    fast = SimSettings(startup_s=1.0, release_delay_s=0.5, crash_after_ready_s=0.5)  # well inside --settle 1
     with booted_or_skipped([HostSpec.like(HOST, sim=fast)]) as hosts:
         CHECKED[HOST] = hosts
         try:
@@ -575,7 +575,7 @@ PAIR = ("n1", "n2")
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HostSet, Path]]:
     """Two hosts with networks of their own (the same port on each), grouped as `pair`."""
-    fast = SimSettings(startup_s=1.0, release_delay_s=0.5, crash_after_ready_s=1.0)
+    fast = SimSettings(startup_s=1.0, release_delay_s=0.5, crash_after_ready_s=0.5)  # well inside --settle 1
     with booted_or_skipped([HostSpec.like(HOST, name=n, private_network=True, sim=fast) for n in PAIR]) as hosts:
         inventory = tmp_path_factory.mktemp("pair") / "inventory.toml"
         inventory.write_text(hosts.inventory_path.read_text().replace("[groups]", '[groups]\npair = ["n1", "n2"]'))
