@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -608,7 +608,7 @@ class _Shell:
     def alive(self) -> bool:
         return not (self.channel.closed or self.channel.exit_status_ready() or self.channel.eof_received)
 
-    def run(self, host: str, command: str, timeout: float, transport_alive: Any) -> CommandResult:
+    def run(self, host: str, command: str, timeout: float, transport_alive: Callable[[], bool]) -> CommandResult:
         marker = f"@@sgdeploy:done-{uuid.uuid4().hex}@@"
         channel = self.channel
         channel.sendall(f"sh -c {shlex.quote(command)} </dev/null; sgd_rc=$?; printf '\\n%s %s\\n' {marker} "
