@@ -16,7 +16,7 @@ from typing import Any
 from sgdeploy.facts import HostFacts, state_dir
 from sgdeploy.inventory import HostEntry, HostTarget
 from sgdeploy.journal import Reporter, StartupResult
-from sgdeploy.plan import Deployment, Plan, Takeover, gpus_for, make_plan, new_deployment_id
+from sgdeploy.plan import Deployment, Plan, Takeover, gpus_for, make_plan, new_deployment_id, server_port
 from sgdeploy.preflight import gpu_holders, preflight
 from sgdeploy.prestop import (
     REFUSED_BEFORE_STOP,
@@ -171,7 +171,7 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     if options.adopt and version is not None:
         from sgdeploy.adopt import takeovers
 
-        takeover, found = takeovers(session.running_servers(), unit, facts_key(loaded)[3], version)
+        takeover, found = takeovers(session.running_servers(), unit, server_port(profile.server), version)
         diagnostics = [d for d in diagnostics if not (takeover and d.rule == "SGD705")] + found
     held, strangers = gpu_holders(loaded, name, facts, gpus_for(dict(profile.server), profile.deploy.gpus),
                                   takeover_pids(takeover), options.wait_for_gpus_s)

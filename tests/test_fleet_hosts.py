@@ -126,17 +126,23 @@ def test_multi_node_rank_one_crash_rolls_back_both(fleet: tuple[HostSet, Path], 
         assert "max-running-requests 16" in cmdline(hs, name)
 
 
-def test_multi_node_stranger_on_rank_one_refuses_before_any_stop(fleet: tuple[HostSet, Path], tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """A process outside the unit on a GPU of node 1: refused before anything stops, on every node."""
-    hs, inventory = fleet
+def _two_nodes_deployed(hs: HostSet, inventory: Path, tmp_path: Path,
+                        capsys: pytest.CaptureFixture[str]) -> tuple[Path, dict[str, str]]:
+    """A two-node launch deployed on `pair`: the profile of a change to it, and each node's main pid."""
     no_failures(hs)
     good, other = tmp_path / "good.toml", tmp_path / "other.toml"
     good.write_text(profile("pair", "nnodes = 2", "max_running_requests = 16", tp=4))
     other.write_text(profile("pair", "nnodes = 2", "max_running_requests = 12", tp=4))
     code, result = run(inventory, capsys, "apply", str(good))
     assert code == 0, result
-    pids = {name: main_pid(hs, name) for name in ("n1", "n2")}
+    return other, {name: main_pid(hs, name) for name in ("n1", "n2")}
+
+
+def test_multi_node_stranger_on_rank_one_refuses_before_any_stop(fleet: tuple[HostSet, Path], tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A process outside the unit on a GPU of node 1: refused before anything stops, on every node."""
+    hs, inventory = fleet
+    other, pids = _two_nodes_deployed(hs, inventory, tmp_path, capsys)
     stray = hs.plant_stray("n2", gpu=1, mib=4000, name="other-team-job")
     try:
         with HealthPoller(30000, every_s=0.1, host=hs["n1"].address) as poll:
@@ -157,13 +163,7 @@ def test_multi_node_sglang_check_refusing_on_rank_one_stops_no_node(fleet: tuple
     """SGLang's own check runs on every node: one that does not answer on node 1 refuses the launch
     before any node stops (its time limit; a refusal ends the same way)."""
     hs, inventory = fleet
-    no_failures(hs)
-    good, other = tmp_path / "good.toml", tmp_path / "other.toml"
-    good.write_text(profile("pair", "nnodes = 2", "max_running_requests = 16", tp=4))
-    other.write_text(profile("pair", "nnodes = 2", "max_running_requests = 12", tp=4))
-    code, result = run(inventory, capsys, "apply", str(good))
-    assert code == 0, result
-    pids = {name: main_pid(hs, name) for name in ("n1", "n2")}
+    other, pids = _two_nodes_deployed(hs, inventory, tmp_path, capsys)
     hs.configure_sim("n2", resolve_hang_s=60.0)
     try:
         code, result = run(inventory, capsys, "apply", str(other), "--sglang-check-timeout", "2")
