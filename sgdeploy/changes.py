@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from sgdeploy.inventory import DEFAULT_INVENTORY
+from sgdeploy.inventory_file import DEFAULT_INVENTORY
 
 
 def is_inventory(path: str, inventory: Path) -> bool:

@@ -41,7 +41,7 @@ def _err(text: str) -> None:
 # --------------------------------------------------------------------------- validate
 def cmd_validate(args: argparse.Namespace) -> int:
     from sgdeploy import report
-    from sgdeploy.inventory import INVENTORY_ENV, inventory_path
+    from sgdeploy.inventory_file import INVENTORY_ENV, inventory_path
     from sgdeploy.tomlfile import RULE_UNREADABLE
     from sgdeploy.validate import InventoryContext, validate_paths
 
@@ -96,7 +96,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from sgdeploy import revisions
     from sgdeploy.diff import diff_snapshots
     from sgdeploy.diff_report import FORMATTERS
-    from sgdeploy.inventory import inventory_path
+    from sgdeploy.inventory_file import inventory_path
 
     inventory = str(inventory_path(args.inventory))
     try:
@@ -123,7 +123,7 @@ def _diff_sides(names: list[str], inventory: str) -> tuple[Any, Any]:
 # --------------------------------------------------------------------------- render
 def cmd_render(args: argparse.Namespace) -> int:
     from sgdeploy import report
-    from sgdeploy.inventory import inventory_path
+    from sgdeploy.inventory_file import inventory_path
     from sgdeploy.profile import load_profile
     from sgdeploy.render import render_unit
     from sgdeploy.sglang.catalog import load_catalog, nearest_version
@@ -221,7 +221,7 @@ class Progress:
 def _load_for_hosts(args: argparse.Namespace, many: bool = False) -> tuple[Any, list[Any], Any]:
     """Offline validation, then the hosts to act on: (loaded profile, [HostTarget], inventory)."""
     from sgdeploy import report
-    from sgdeploy.inventory import inventory_path
+    from sgdeploy.inventory_file import inventory_path
     from sgdeploy.profile import load_profile
     from sgdeploy.validate import InventoryContext, select_hosts, validate_loaded
 
@@ -422,7 +422,7 @@ def cmd_logcheck(args: argparse.Namespace) -> int:
 
 def _logcheck_profile(args: argparse.Namespace) -> tuple[dict[str, object] | None, str | None]:
     """The profile's [server] and, when its host is in the inventory, that host's SGLang version."""
-    from sgdeploy.inventory import inventory_path
+    from sgdeploy.inventory_file import inventory_path
     from sgdeploy.profile import load_profile
     from sgdeploy.validate import InventoryContext, select_host
 
@@ -455,7 +455,7 @@ def _unit_target(args: argparse.Namespace) -> UnitTarget:
 def _unit_targets(args: argparse.Namespace) -> list[UnitTarget]:
     """`PROFILE | --host H --unit U`: every host meant (all hosts of a profile's group)."""
     from sgdeploy.facts import check_unit_name
-    from sgdeploy.inventory import inventory_path
+    from sgdeploy.inventory_file import inventory_path
     from sgdeploy.profile import load_profile
     from sgdeploy.validate import InventoryContext, select_hosts
 
@@ -562,7 +562,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _worker_states(args: argparse.Namespace) -> dict[str, Any]:
     """What the gateways in front of status's hosts think of their workers (one request each)."""
     from sgdeploy.drained import profile_port, worker_states
-    from sgdeploy.inventory import inventory_path, load_inventory
+    from sgdeploy.inventory import load_inventory
+    from sgdeploy.inventory_file import inventory_path
 
     inventory = load_inventory(inventory_path(args.inventory)).model
     if inventory is None or not inventory.gateways:
@@ -614,7 +615,8 @@ def _rollback_gateway(args: argparse.Namespace, name: str) -> Any:
     from sgdeploy.drained import prepare_rollback
     from sgdeploy.fleet import FleetHost
     from sgdeploy.gateway import GatewayError
-    from sgdeploy.inventory import HostTarget, inventory_path, load_inventory
+    from sgdeploy.inventory import HostTarget, load_inventory
+    from sgdeploy.inventory_file import inventory_path
 
     inventory = load_inventory(inventory_path(args.inventory)).model
     if inventory is None or not inventory.gateway_of(name):
@@ -640,7 +642,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from sgdeploy.adopt import LaunchError, import_from_command, import_from_host, import_text
-    from sgdeploy.inventory import inventory_path
+    from sgdeploy.inventory_file import inventory_path
     from sgdeploy.remote import RemoteError
     from sgdeploy.validate import InventoryContext
 

@@ -1,10 +1,14 @@
 """Apply's host work begun before the profile is known to be valid: the connection, the facts
 and SGLang's own check, on threads of their own while the CLI validates offline.
 
-`EarlyStart` is built first thing by `sgdeploy apply` and `plan`: its thread imports the SSH
-stack and reads the inventory and the profile itself, so that connecting overlaps the
-validation's imports. Nothing on the host changes until `apply_profile` takes the session over
-(`take`). This module imports nothing heavy at its top: it runs before the validation does.
+`EarlyStart` is built first thing by `sgdeploy apply` and `plan`: its thread reads the host's
+connection settings from the files as written (sgdeploy/inventory_file.py, no pydantic),
+imports the SSH stack and connects while the CLI imports pydantic and validates; it then
+validates the inventory and the profile itself, and keeps the connection only where the
+validated entry has the same settings (else it connects again). Once connected it starts the
+shell for commands and a spare one for the lock (`RemoteHost.warm_up`). Nothing on the host
+changes until `apply_profile` takes the session over (`take`). This module imports nothing
+heavy at its top: it runs before the validation does.
 """
 
 from __future__ import annotations
@@ -16,7 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sgdeploy.sshconfig import HostSettings, SshEntry
+
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sgdeploy.inventory import HostEntry
     from sgdeploy.profile import LoadedProfile
     from sgdeploy.remote import ConnectError, RemoteHost
@@ -24,26 +32,32 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class OfflineValidation:
+    """How the CLI's offline validation ended, for the threads that wait on it."""
+
+    ended: threading.Event = field(default_factory=threading.Event)
+    passed: bool = False
+
+    def end(self, passed: bool) -> None:
+        self.passed = passed
+        self.ended.set()
+
+
+@dataclass
 class EarlyCheck:
     """SGLang's own check of the launch as rendered for the release the inventory declares,
-    begun beside the facts once offline validation has passed (`validated` is set); apply
-    keeps it when the release the host reports renders the same launch."""
+    begun beside the facts once offline validation has passed; apply keeps it when the release
+    the host reports renders the same launch."""
 
     version: str
     timeout_s: float
-    validated: threading.Event = field(default_factory=threading.Event)
-    cancelled: bool = False
-
-    def cancel(self) -> None:
-        """Offline validation refused the profile: begin nothing."""
-        self.cancelled = True
-        self.validated.set()
+    validation: OfflineValidation
 
     def begin(self, session: HostSession, loaded: LoadedProfile, name: str) -> None:
         from sgdeploy.apply import build_deployment
         from sgdeploy.session import BackgroundCheck
 
-        if self.cancelled:
+        if not self.validation.passed:
             return
         try:
             request = build_deployment(loaded, name, self.version).check
@@ -75,7 +89,7 @@ class EarlyConnection:
 
         facts = threading.Thread(target=read_ahead, daemon=True, name="sgdeploy-facts")
         facts.start()
-        if check is not None and check.validated.wait(60):
+        if check is not None and check.validation.ended.wait(60):
             check.begin(session, loaded, name)
         facts.join()
 
@@ -98,30 +112,54 @@ class EarlyStart:
         self.sglang_check, self.sglang_check_timeout_s = sglang_check, sglang_check_timeout_s
         self.early: EarlyConnection | None = None
         self.check: EarlyCheck | None = None  # SGLang's check begun beside the facts, once validation passed
+        self.validation = OfflineValidation()
         self.ready = threading.Event()  # connecting has begun, or will not
         self._thread = threading.Thread(target=self._run, daemon=True, name="sgdeploy-connect")
         self._thread.start()
         self.ready.wait(5)
 
     def _run(self) -> None:
+        connected: RemoteHost | ConnectError | None = None
         try:
+            quick = self._unvalidated_target()
+            if quick is not None:  # the validation may begin as soon as this connection is under way
+                connected = _connect(*quick, began=self.ready.set)
             target = self._target()
             if target is None:
+                _close(connected)
                 return
             name, entry, loaded, version = target
-            connected = _connect(name, entry)  # beside the import of the rest of apply
+            if connected is None or quick != (name, SshEntry.of(entry)):
+                _close(connected)  # read differently from what validation made of it
+                connected = _connect(name, entry)
             checking = version and self.sglang_check
-            self.check = EarlyCheck(str(version), self.sglang_check_timeout_s) if checking else None
+            self.check = EarlyCheck(str(version), self.sglang_check_timeout_s, self.validation) if checking else None
         except Exception:  # whatever it is, the validation that follows says it, located
+            _close(connected)
             return
         finally:
             self.ready.set()
         self.early = EarlyConnection(name, loaded, connected, self.check)
 
+    def _unvalidated_target(self) -> tuple[str, SshEntry] | None:
+        """The host and its connection settings as the files write them, before pydantic is even
+        imported (see inventory_file); None where that is not plainly one host."""
+        from sgdeploy.inventory_file import inventory_path, read_raw, unvalidated_ssh_entry
+
+        if len(self.hosts) > 1:
+            return None
+        deploy = (read_raw(self.profile) or {}).get("deploy")
+        name = self.hosts[0] if self.hosts else deploy.get("host") if isinstance(deploy, dict) else None
+        if not isinstance(name, str):
+            return None
+        entry = unvalidated_ssh_entry(inventory_path(self.inventory), name)
+        return (name, entry) if entry is not None else None
+
     def _target(self) -> tuple[str, HostEntry, LoadedProfile, str | None] | None:
         """The host the apply will act on, its inventory entry, the profile and the release the
         inventory declares; None when that is not one host (a group, a gateway) or not known yet."""
-        from sgdeploy.inventory import inventory_path, load_inventory
+        from sgdeploy.inventory import load_inventory
+        from sgdeploy.inventory_file import inventory_path
         from sgdeploy.profile import load_profile
 
         path = inventory_path(self.inventory)
@@ -139,14 +177,13 @@ class EarlyStart:
 
     def validated(self) -> None:
         """Offline validation passed: SGLang's own check may begin."""
-        if self.check is not None:
-            self.check.validated.set()
+        self.validation.end(passed=True)
 
     def take(self, name: str) -> HostSession | ConnectError | None:
         """The session begun with `name`, or why it could not connect (None: none was begun, or
         with another host)."""
-        if self.check is not None and not self.check.validated.is_set():
-            self.check.cancel()
+        if not self.validation.ended.is_set():
+            self.validation.end(passed=False)
         self._thread.join()
         early, self.early = self.early, None
         if early is not None and early.name != name:
@@ -158,16 +195,30 @@ class EarlyStart:
         self.take("")
 
 
-def _connect(name: str, entry: HostEntry) -> RemoteHost | ConnectError:
-    """Connect while another thread imports sgdeploy.apply: the RemoteHost, or the ConnectError."""
-    from sgdeploy.remote import ConnectError, RemoteHost
+def _connect(name: str, entry: HostSettings, began: Callable[[], None] | None = None) -> RemoteHost | ConnectError:
+    """Connect while another thread imports sgdeploy.apply: the RemoteHost, or the ConnectError.
+    `began` is told once the SSH stack is imported, just before connecting."""
+    from sgdeploy.remote import ConnectError, RemoteError, RemoteHost
 
+    if began is not None:
+        began()
     importing = threading.Thread(target=importlib.import_module, args=("sgdeploy.apply",), daemon=True,
                                  name="sgdeploy-import")
     importing.start()
     try:
-        return RemoteHost(name, entry).connect()
+        remote = RemoteHost(name, entry).connect()
+        if not remote.privileges.refusal:
+            with contextlib.suppress(RemoteError):  # then the first command says what went wrong
+                remote.warm_up()
+        return remote
     except ConnectError as exc:
         return exc
     finally:
         importing.join()
+
+
+def _close(connected: RemoteHost | ConnectError | None) -> None:
+    from sgdeploy.remote import RemoteHost
+
+    if isinstance(connected, RemoteHost):
+        connected.close()

@@ -597,18 +597,25 @@ s_lock() {
 }
 s_proc_locks() { cat /proc/locks; }
 s_disk() { df -Pk @UNIT_DIR@; }
+# Within a group too, what does not need another section's answer runs beside it.
 g_gpu() {
   [ "$sgd_gpu" = 1 ] || return 0
+  sgd_section gpu_apps s_gpu_apps >"$sgd_tmp/g_apps" 2>&1 &
+  sgd_apps=$!
   sgd_section gpus s_gpus
   case $? in 0|127) ;; *) sgd_section gpus_legacy s_gpus_legacy ;; esac
-  sgd_section gpu_apps s_gpu_apps && sgd_section gpu_owners s_gpu_owners
+  wait "$sgd_apps"; sgd_apps_rc=$?
+  cat "$sgd_tmp/g_apps"
+  [ "$sgd_apps_rc" != 0 ] || sgd_section gpu_owners s_gpu_owners
 }
 g_python() {
   sgd_pyok=0
   sgd_section python s_python && sgd_pyok=1
-  [ "$sgd_pyok" = 0 ] || sgd_section sglang s_sglang
+  [ "$sgd_pyok" = 0 ] || sgd_section sglang s_sglang >"$sgd_tmp/g_sglang" 2>&1 &
   sgd_section model s_model
   [ -z "$sgd_files" ] || sgd_section files s_files
+  wait
+  [ ! -e "$sgd_tmp/g_sglang" ] || cat "$sgd_tmp/g_sglang"
 }
 g_system() {
   sgd_section request s_request

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -10,10 +9,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from sgdeploy.inventory_file import placed
+from sgdeploy.sshconfig import OVERRIDE_FIELDS
 from sgdeploy.tomlfile import TomlDocument, read_toml
-
-DEFAULT_INVENTORY = "inventory.toml"
-INVENTORY_ENV = "SGDEPLOY_INVENTORY"
 
 ComputeCapability = Annotated[str, StringConstraints(pattern=r"^\d{1,2}\.\d$")]
 WorkerUrl = Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9_.:\[\]-]+(:\d+)?/?$")]
@@ -52,9 +50,7 @@ class HostEntry(BaseModel):
 
     def ssh_overrides(self) -> dict[str, object]:
         """The connection settings this entry sets, by sshconfig.resolve's names."""
-        return {"port": self.port, "user": self.user, "identity_file": self.identity_file,
-                "known_hosts": self.known_hosts, "strict_host_key_checking": self.strict_host_key_checking,
-                "proxy_jump": self.proxy_jump}
+        return {name: getattr(self, name) for name in OVERRIDE_FIELDS}
 
 
 HostName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
@@ -212,10 +208,6 @@ def _capability_from_table(gpu: str) -> str | None:
     return compute_capability_for(gpu)
 
 
-def inventory_path(explicit: str | None) -> Path:
-    return Path(explicit or os.environ.get(INVENTORY_ENV) or DEFAULT_INVENTORY)
-
-
 def load_inventory(path: str | Path) -> TomlDocument[Inventory]:
     document = read_toml(path, Inventory)
     if document.model is not None:
@@ -228,15 +220,10 @@ def _place_ssh_configs(inventory: Inventory, folder: Path) -> None:
     """Each host's `ssh_config`: its own or the inventory's, a relative path read from the
     inventory's folder (`~` stays for the connection to expand)."""
     for entry in inventory.hosts.values():
-        chosen = entry.ssh_config or inventory.ssh_config
-        if chosen and not chosen.startswith("~") and not os.path.isabs(chosen):
-            chosen = str(folder / chosen)
-        entry.ssh_config = chosen
+        entry.ssh_config = placed(entry.ssh_config or inventory.ssh_config, folder)
 
 
 def _place_gateway_keys(inventory: Inventory, folder: Path) -> None:
     """A gateway's relative `api_key_file` is read from the inventory's folder."""
     for gateway in inventory.gateways.values():
-        chosen = gateway.api_key_file
-        if chosen and not chosen.startswith("~") and not os.path.isabs(chosen):
-            gateway.api_key_file = str(folder / chosen)
+        gateway.api_key_file = placed(gateway.api_key_file, folder)

@@ -51,16 +51,17 @@ LOCK_BUSY_RC = 75
 _LOCK_HOLDER = (
     'd=$1; if [ -s "$d/lock" ]; then printf "stale:%s\\n" "$(cat "$d/lock")"; fi; '
     'printf "%s\\n" "$2" > "$d/lock"; '
-    'for m in "$d"/*/meta.json; do grep -q \'"outcome": "starting"\' "$m" 2>/dev/null || continue; '
+    # one grep for every record (up to `keep` of them), not one each
+    'grep -l -- \'"outcome": "starting"\' "$d"/*/meta.json 2>/dev/null | while IFS= read -r m; do '
     'sed -i \'s/"outcome": "starting"/"outcome": "interrupted"/\' "$m" && '
-    'printf "interrupted:%s\\n" "$(basename "$(dirname "$m")")"; done; '
+    'm=${m%/meta.json} && printf "interrupted:%s\\n" "${m##*/}"; done; '
     # What "up to date" is decided on, read under the lock: last good, installed unit, unit state.
     'if [ -n "$3" ]; then lg=$(readlink "$d/last_good" 2>/dev/null || head -n 1 "$d/last_good" 2>/dev/null); '
     'lg=${lg%/}; us=$(sha256sum "$3" 2>/dev/null); '
     'printf "state:%s %s %s\\n" "${lg##*/}" "${us%% *}" "$(systemctl show -p ActiveState --value "$4")"; fi; '
     # $5: staging the new unit and its record, under the lock (`HostSession.stage_command`).
     'if [ -n "$5" ]; then e=$(sh -c "$5" 2>&1 >/dev/null); printf "staged:%s\\n" "$?"; '
-    'printf "%s\\n" "$e" | sed "s/^/stage-err:/"; fi; '
+    '[ -z "$e" ] || printf "%s\\n" "$e" | sed "s/^/stage-err:/"; fi; '
     f"echo {LOCKED_MARKER}; cat >/dev/null; : > \"$d/lock\""
 )
 UNIT_FILE_MARKER = "@@sgdeploy:unit-file@@"

@@ -25,10 +25,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sgdeploy.inventory import HostEntry
+from typing import Protocol
 
 SSH_CONFIG_ENV = "SGDEPLOY_SSH_CONFIG"
 USER_CONFIG = "~/.ssh/config"
@@ -478,7 +475,43 @@ def _without_proxy(target: SshTarget) -> SshTarget:
     return replace(target, proxy_jump=(), proxy_command=None)
 
 
-def for_host(name: str, entry: HostEntry) -> list[SshTarget]:
+# The inventory's connection settings that win over the SSH configuration's (`ssh_overrides`)
+OVERRIDE_FIELDS = ("port", "user", "identity_file", "known_hosts", "strict_host_key_checking", "proxy_jump")
+
+
+class HostSettings(Protocol):
+    """What connecting reads of an inventory host: its validated `[hosts.NAME]` entry, or the
+    `SshEntry` read from the file before validation."""
+
+    @property
+    def address(self) -> str: ...
+    @property
+    def ssh_config(self) -> str | None: ...
+    @property
+    def become(self) -> bool | None: ...
+    def ssh_overrides(self) -> dict[str, object]: ...
+
+
+@dataclass(frozen=True)
+class SshEntry:
+    """An inventory host's connection settings alone (`HostSettings`), comparable by value."""
+
+    address: str
+    ssh_config: str | None = None
+    become: bool | None = None
+    overrides: tuple[tuple[str, object], ...] = ()
+
+    def ssh_overrides(self) -> dict[str, object]:
+        return {name: None for name in OVERRIDE_FIELDS} | dict(self.overrides)
+
+    @classmethod
+    def of(cls, entry: HostSettings) -> SshEntry:
+        given = entry.ssh_overrides()
+        return cls(entry.address, entry.ssh_config, entry.become,
+                   tuple((name, given[name]) for name in OVERRIDE_FIELDS if given.get(name) is not None))
+
+
+def for_host(name: str, entry: HostSettings) -> list[SshTarget]:
     """The connection route to an inventory host: its SSH configuration under the inventory's values."""
     target = resolve(entry.address, entry.ssh_overrides(), override_source=f"inventory [hosts.{name}]",
                      files=config_files(entry.ssh_config))

@@ -1,11 +1,13 @@
 """`RemoteHost.run` through one shell on the host, against a channel of its own per command, on a
 real test host: the same stdout, stderr and exit status for awkward commands, nothing carried
 from one command to the next, a timeout that leaves the next command a working shell, and
-commands from several threads at once."""
+commands from several threads at once; and a held command (the lock) started in the spare `sh` that
+`warm_up` leaves ready, as on a channel of its own."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -61,3 +63,32 @@ def test_commands_from_several_threads_at_once(remote: RemoteHost) -> None:
     for thread in threads:
         thread.join()
     assert answers == {i: f"{i}\n" for i in range(6)}
+
+
+HELD = "id -u; echo started; cat; echo 'after the input ended' >&2; exit 4"
+
+
+def _hold_and_release(remote: RemoteHost) -> tuple[bool, str, int | None]:
+    held = remote.hold(HELD, "started")
+    channel = held.channel
+    assert channel is not None
+    channel.shutdown_write()
+    while not channel.exit_status_ready():
+        time.sleep(0.01)
+    err = channel.recv_stderr(4096).decode()
+    code = channel.recv_exit_status()
+    held.channel = None
+    channel.close()
+    return held.held, held.output.split("started")[0] + err, code
+
+
+def test_a_held_command_in_the_spare_shell_answers_as_on_its_own_channel(remote: RemoteHost) -> None:
+    alone = _hold_and_release(remote)
+    remote.warm_up()
+    deadline = time.monotonic() + 10
+    while remote._spare is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert remote._spare is not None
+    assert _hold_and_release(remote) == alone == (True, "0\nafter the input ended\n", 4)
+    assert remote._spare is None  # used once; the next hold opens a channel of its own
+    assert _hold_and_release(remote) == alone
