@@ -331,7 +331,7 @@ PY
 VSITE=$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 for c in defaults nextn; do
   rm -rf /tmp/audit.$c
-  if [ $c = defaults ]; then a=(--model-path $M); else a=(--model-path $M "${EXPLICIT[@]}" --speculative-algorithm NEXTN); fi
+  if [ $c = defaults ]; then a=(--model-path "$M"); else a=(--model-path "$M" "${EXPLICIT[@]}" --speculative-algorithm NEXTN); fi
   AUDIT_DIR=/tmp/audit.$c python3 /tmp/auditwrap.py "$(req "${a[@]}")" < "$PROGRAM" > /tmp/verdict.audit.$c 2>/dev/null
   echo "== audit run $c: $(cut -c1-160 /tmp/verdict.audit.$c)"
 done
