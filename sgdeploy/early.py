@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sgdeploy.sshconfig import HostSettings, SshEntry
-
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -29,6 +27,7 @@ if TYPE_CHECKING:
     from sgdeploy.profile import LoadedProfile
     from sgdeploy.remote import ConnectError, RemoteHost
     from sgdeploy.session import HostSession
+    from sgdeploy.sshconfig import HostSettings, SshEntry
 
 
 @dataclass
@@ -119,6 +118,8 @@ class EarlyStart:
         self.ready.wait(5)
 
     def _run(self) -> None:
+        from sgdeploy.sshconfig import SshEntry  # here, not at the top: on this thread, not before it starts
+
         connected: RemoteHost | ConnectError | None = None
         try:
             quick = self._unvalidated_target()

@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from sgdeploy.sshconfig import OVERRIDE_FIELDS, SshEntry
+from sgdeploy.sshconfig import SshEntry
 
 DEFAULT_INVENTORY = "inventory.toml"
 INVENTORY_ENV = "SGDEPLOY_INVENTORY"
@@ -57,5 +57,4 @@ def unvalidated_ssh_entry(path: Path, name: str) -> SshEntry | None:
             or not all(isinstance(v, bool | None) for v in flags)
             or not (port is None or (isinstance(port, int) and not isinstance(port, bool)))):
         return None
-    overrides = tuple((field, entry[field]) for field in OVERRIDE_FIELDS if entry.get(field) is not None)
-    return SshEntry(address, placed(ssh_config, path.parent), become, overrides)
+    return SshEntry.made(address, placed(ssh_config, path.parent), become, entry)

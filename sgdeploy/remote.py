@@ -363,9 +363,7 @@ class RemoteHost:
     def _take_spare(self) -> paramiko.Channel | None:
         with self._spare_lock:
             spare, self._spare = self._spare, None
-        if spare is not None and (spare.closed or spare.eof_received or spare.exit_status_ready()):
-            return None
-        return spare
+        return spare if spare is not None and _open_both_ways(spare) else None
 
     def _sh_channel(self) -> paramiko.Channel:
         """A channel running `sh` (as root), reading command lines from its input."""
@@ -649,7 +647,7 @@ class _Shell:
         self.channel = channel
 
     def alive(self) -> bool:
-        return not (self.channel.closed or self.channel.exit_status_ready() or self.channel.eof_received)
+        return _open_both_ways(self.channel)
 
     def run(self, host: str, command: str, timeout: float, transport_alive: Callable[[], bool]) -> CommandResult:
         marker = f"@@sgdeploy:done-{uuid.uuid4().hex}@@"
@@ -666,7 +664,7 @@ class _Shell:
                 err += channel.recv_stderr(65536)
             elif time.monotonic() > deadline:
                 raise CommandTimeout(f"{host}: command ran past {timeout:.0f} s: {command[:120]}")
-            elif channel.closed or channel.eof_received or channel.exit_status_ready():
+            elif not _open_both_ways(channel):
                 if not transport_alive():
                     raise ConnectionLost(f"{host}: the SSH connection dropped during: {command[:120]}")
                 raise ConnectionLost(f"{host}: the shell running commands ended during: {command[:120]}")
@@ -724,6 +722,11 @@ def _files(paths: list[str]) -> str:
 def _dropped(name: str, exc: BaseException) -> ConnectionLost:
     """The error for a connection that failed under a call; EOFError and friends carry no text."""
     return ConnectionLost(f"{name}: the SSH connection dropped ({str(exc) or type(exc).__name__})")
+
+
+def _open_both_ways(channel: paramiko.Channel) -> bool:
+    """The channel's command still runs and still sends: not closed, no EOF, no exit status."""
+    return not (channel.closed or channel.eof_received or channel.exit_status_ready())
 
 
 def _close(channel: paramiko.Channel) -> None:

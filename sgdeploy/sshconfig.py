@@ -505,10 +505,15 @@ class SshEntry:
         return {name: None for name in OVERRIDE_FIELDS} | dict(self.overrides)
 
     @classmethod
-    def of(cls, entry: HostSettings) -> SshEntry:
-        given = entry.ssh_overrides()
-        return cls(entry.address, entry.ssh_config, entry.become,
+    def made(cls, address: str, ssh_config: str | None, become: bool | None,
+             given: Mapping[str, object]) -> SshEntry:
+        """The entry with the overrides `given` sets (by OVERRIDE_FIELDS' names; None: unset)."""
+        return cls(address, ssh_config, become,
                    tuple((name, given[name]) for name in OVERRIDE_FIELDS if given.get(name) is not None))
+
+    @classmethod
+    def of(cls, entry: HostSettings) -> SshEntry:
+        return cls.made(entry.address, entry.ssh_config, entry.become, entry.ssh_overrides())
 
 
 def for_host(name: str, entry: HostSettings) -> list[SshTarget]:
