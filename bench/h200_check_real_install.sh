@@ -153,6 +153,8 @@ for n, v in d:
 PY
   echo "venv sees $(grep -vc '^#' "$OUT/check-real-install.pip-list.txt") distributions"
   python3 -m pip --python "$vpy" check 2>&1 | sed 's/^/pip check: /' | head -20
+  # COMPILE=0: the caller compiles bytecode its own way (bench/h200_real_deploy.sh: beside the sources)
+  [ "${COMPILE:-1}" = 1 ] || return 0
   local stdlib; stdlib=$("$vpy" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')
   ( time "$vpy" -m compileall -q -j 0 "$("$vpy" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
       "$stdlib" >/dev/null ) 2>&1 | grep real | sed 's/^/compileall: /'

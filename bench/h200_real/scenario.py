@@ -1,0 +1,231 @@
+"""Runs sgdeploy against the systemd host of the H200 run as a user would, and keeps what it saw.
+
+    python scenario.py RUN_DIR OUT_DIR PHASE    (sgdeploy on PATH; the host booted by host.sh;
+                                                 PHASE 1: cold apply and a changed flag, 2: failure,
+                                                 stranger, probe; 3: rollback, import, adopt;
+                                                 each within one call of the device tool)
+    python scenario.py --poll URL LOG           (the client: /health every 0.1 s, /generate every 1 s)
+
+RUN_DIR holds inventory.toml, profiles/, the SSH key and known_hosts. Each step's command line,
+exit code, wall time, stdout and stderr go to OUT_DIR/steps.jsonl and OUT_DIR/NN-name.{out,err};
+the unit's journal over each step's window to OUT_DIR/NN-name.journal (`-o short-precise`) and
+.log (`-o cat`, what `logcheck` reads); the client's requests to OUT_DIR/client.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+PORT = 30000
+SGL = "/opt/sgl/bin/python3"
+
+
+def poll(url: str, log: str) -> None:
+    """A client of the server: /health every 0.1 s, a real /generate every second."""
+    body = json.dumps({"text": "def main():", "sampling_params": {"max_new_tokens": 8,
+                                                                  "temperature": 0}}).encode()
+    with open(log, "a", buffering=1) as out:
+        def call(kind: str, req: urllib.request.Request | str, timeout: float) -> None:
+            t0 = time.time()
+            try:
+                with urllib.request.urlopen(req, timeout=timeout) as r:
+                    status = r.status
+                    r.read()
+            except Exception as exc:  # any failure is what a client sees: keep its kind
+                status = getattr(exc, "code", None) or type(exc).__name__
+            out.write(json.dumps({"t": round(t0, 3), "kind": kind, "status": status,
+                                  "latency_s": round(time.time() - t0, 3)}) + "\n")
+
+        def generate_loop() -> None:
+            while True:
+                req = urllib.request.Request(url + "/generate", data=body,
+                                             headers={"Content-Type": "application/json"})
+                t0 = time.time()
+                call("generate", req, 30)
+                time.sleep(max(0.0, 1.0 - (time.time() - t0)))
+
+        threading.Thread(target=generate_loop, daemon=True).start()
+        while True:
+            t0 = time.time()
+            call("health", url + "/health", 2)
+            time.sleep(max(0.0, 0.1 - (time.time() - t0)))
+
+
+class Run:
+    def __init__(self, run_dir: str, out: str) -> None:
+        self.run_dir, self.out, self.n = run_dir, out, 0
+        os.makedirs(out, exist_ok=True)
+        self.steps = open(os.path.join(out, "steps.jsonl"), "a", buffering=1)
+
+    def ssh(self, command: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """A command on the host, through the same key and known_hosts sgdeploy uses."""
+        code = ("import paramiko, sys\n"
+                "c = paramiko.SSHClient(); c.load_host_keys(sys.argv[2])\n"
+                "c.connect('127.0.0.1', 2222, 'root', key_filename=sys.argv[1], timeout=10)\n"
+                "_, o, e = c.exec_command(sys.argv[3], timeout=float(sys.argv[4]))\n"
+                "sys.stdout.write(o.read().decode()); sys.stderr.write(e.read().decode())\n"
+                "sys.exit(o.channel.recv_exit_status())\n")
+        return subprocess.run([sys.executable, "-c", code, f"{self.run_dir}/key",
+                               f"{self.run_dir}/known_hosts", command, str(timeout)],
+                              capture_output=True, text=True, timeout=timeout + 30)
+
+    def step(self, name: str, argv: list[str], timeout: float = 300, journal: bool = True) -> dict:
+        self.n += 1
+        stem = os.path.join(self.out, f"{self.n:02d}-{name}")
+        start = time.time()
+        try:
+            p = subprocess.run(argv, cwd=self.run_dir, capture_output=True, text=True,
+                               timeout=timeout)
+            rc, stdout, stderr = p.returncode, p.stdout, p.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, stdout, stderr = "timeout", str(exc.stdout or ""), str(exc.stderr or "")
+        end = time.time()
+        open(stem + ".out", "w").write(stdout)
+        open(stem + ".err", "w").write(stderr)
+        row = {"n": self.n, "step": name, "argv": argv, "rc": rc, "start": round(start, 3),
+               "end": round(end, 3), "wall_s": round(end - start, 2)}
+        if journal:
+            window = f"--since=@{int(start) - 1} --until=@{int(end) + 2}"
+            for suffix, fmt in ((".journal", "short-precise"), (".log", "cat")):
+                j = self.ssh(f"journalctl -u sglang.service -o {fmt} --no-pager {window}")
+                open(stem + suffix, "w").write(j.stdout)
+        self.steps.write(json.dumps(row) + "\n")
+        print(f"[{self.n:02d}] {name}: rc={rc} {row['wall_s']} s | "
+              f"{(stdout.strip().splitlines() or [''])[-1][:160]}", flush=True)
+        return row
+
+    def capture(self, name: str, command: str) -> None:
+        r = self.ssh(command)
+        open(os.path.join(self.out, name), "w").write(r.stdout + (r.stderr and "\n# stderr\n" + r.stderr))
+
+
+def gpu_release(run: Run) -> None:
+    """How long GPU memory stays held once the unit is told to stop (nvidia-smi every 50 ms)."""
+    code = r"""
+import subprocess, time, json
+def used():
+    return int(subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True).stdout.split()[0])
+before = used(); t0 = time.time()
+p = subprocess.Popen(["systemctl", "stop", "sglang.service"])
+samples = []; stop_s = None
+while True:
+    u = used(); now = round(time.time() - t0, 3); samples.append((now, u))
+    if stop_s is None and p.poll() is not None: stop_s = now
+    if stop_s is not None and u < 1024: break
+    if now > 120: break
+    time.sleep(0.05)
+print(json.dumps({"used_before_mib": before, "systemctl_stop_s": stop_s, "samples": samples}))
+"""
+    r = run.ssh(f"python3 -c '{code}'", timeout=200)
+    open(os.path.join(run.out, "gpu-release.json"), "w").write(r.stdout + r.stderr)
+
+
+def main() -> None:
+    run_dir, out, phase = sys.argv[1], sys.argv[2], sys.argv[3]
+    run = Run(run_dir, out)
+    run.n = {"1": 0, "2": 20, "3": 40}[phase]
+    sgd = ["sgdeploy"]
+    poller = subprocess.Popen([sys.executable, __file__, "--poll", f"http://127.0.0.1:{PORT}",
+                               os.path.join(out, "client.jsonl")])
+    try:
+        {"1": phase_one, "2": phase_two, "3": phase_three}[phase](run, sgd, out)
+    finally:
+        poller.kill()
+        run.capture(f"journal.all.{phase}.txt", "journalctl -u sglang.service -o short-precise --no-pager")
+        run.capture(f"journal.boot.{phase}.txt", "journalctl -b -o short-precise --no-pager | tail -400")
+
+
+APPLY_TIMEOUT_S = 560
+
+
+def phase_one(run: Run, sgd: list[str], out: str) -> None:
+    """Validate, the cold apply, what the real server answers, a changed flag."""
+    run.step("validate", sgd + ["validate", "profiles/big-a.toml", "profiles/big-b.toml",
+                                "profiles/big-oom.toml", "--format", "json"], journal=False)
+    run.step("render", sgd + ["render", "profiles/big-a.toml"], journal=False)
+    run.step("plan-cold", sgd + ["plan", "profiles/big-a.toml"], journal=False)
+    cold = run.step("apply-cold", sgd + ["apply", "profiles/big-a.toml", "--json"],
+                    timeout=APPLY_TIMEOUT_S)
+    if cold["rc"] != 0:
+        return  # what follows needs a server: the journal of this step says why there is none
+    for path in ("health", "health_generate", "server_info", "get_server_info", "model_info",
+                 "get_model_info", "v1/models", "metrics"):
+        run.capture(f"endpoint-{path.replace('/', '-')}.json",
+                    f"curl -s -m 10 -w '\\n# HTTP %{{http_code}}\\n' http://127.0.0.1:{PORT}/{path}")
+    run.capture("nvidia-smi.running.txt", "nvidia-smi")
+    run.capture("nvidia-smi.running.query-gpu.csv",
+                "nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total,compute_cap "
+                "--format=csv")
+    run.capture("nvidia-smi.running.compute-apps.csv",
+                "nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv")
+    run.capture("ps.running.txt", "ps -eo pid,ppid,user,rss,args --forest")
+    run.capture("unit.running.service", "systemctl cat sglang.service")
+    run.step("status", sgd + ["status", "profiles/big-a.toml", "--json"], journal=False)
+    run.step("apply-flag-change", sgd + ["apply", "profiles/big-b.toml", "--json"],
+             timeout=APPLY_TIMEOUT_S)
+
+
+def phase_two(run: Run, sgd: list[str], out: str) -> None:
+    """A launch that fails on the GPU and rolls back; a stranger on the GPU; probe, history."""
+    failed = run.step("apply-fails-rollback", sgd + ["apply", "profiles/big-oom.toml", "--json"],
+                      timeout=APPLY_TIMEOUT_S)
+    stem = os.path.join(out, f"{failed['n']:02d}-apply-fails-rollback")
+    run.step("logcheck-failure", sgd + ["logcheck", stem + ".log", "--json"], journal=False)
+    run.step("logcheck-failure-text", sgd + ["logcheck", stem + ".log"], journal=False)
+    run.step("status-after-rollback", sgd + ["status", "profiles/big-b.toml", "--json"],
+             journal=False)
+    run.ssh(f"setsid nohup {SGL} -c 'import torch, time; x = torch.empty(10 << 30, "
+            f"dtype=torch.uint8, device=\"cuda\"); x.fill_(1); time.sleep(900)' "
+            "> /root/holder.log 2>&1 < /dev/null &")
+    time.sleep(12)
+    run.capture("nvidia-smi.stranger.compute-apps.csv",
+                "nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv;"
+                " nvidia-smi --query-gpu=memory.used --format=csv; nvidia-smi")
+    run.step("apply-refused-stranger", sgd + ["apply", "profiles/big-a.toml"])
+    run.ssh("pkill -f 'x.fill_' ; sleep 2")
+    run.step("probe", sgd + ["probe", "profiles/big-b.toml", "--json"], journal=False)
+    run.step("history", sgd + ["history", "profiles/big-b.toml", "--json"], journal=False)
+
+
+def phase_three(run: Run, sgd: list[str], out: str) -> None:
+    """rollback, the GPU's release after a stop, and a server started by hand: import, adopt."""
+    run.step("rollback", sgd + ["rollback", "profiles/big-b.toml", "--json"],
+             timeout=APPLY_TIMEOUT_S)
+    run.step("history-after-rollback", sgd + ["history", "profiles/big-a.toml"], journal=False)
+    gpu_release(run)
+    hand = (f"{SGL} -m sglang.launch_server --model-path /opt/models/small-llama "
+            f"--host 127.0.0.1 --port {PORT} --attention-backend triton "
+            "--sampling-backend pytorch --mem-fraction-static 0.6 --cuda-graph-max-bs 16")
+    open(os.path.join(out, "hand-launch.txt"), "w").write(hand + "\n")
+    run.ssh(f"cd /root && NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 "
+            f"setsid nohup {hand} > /root/hand.log 2>&1 < /dev/null &")
+    t0 = time.time()
+    while time.time() - t0 < 300:
+        if run.ssh(f"curl -sf -m 2 http://127.0.0.1:{PORT}/health").returncode == 0:
+            break
+        time.sleep(1)
+    run.capture("hand.log", "cat /root/hand.log")
+    run.step("import", sgd + ["import", "h200", "-o", "profiles/imported.toml", "--force"],
+             journal=False)
+    run.capture("imported.toml", f"cat {run.run_dir}/profiles/imported.toml")
+    run.step("plan-adopt", sgd + ["plan", "profiles/imported.toml", "--adopt"], journal=False)
+    run.step("apply-adopt", sgd + ["apply", "profiles/imported.toml", "--adopt", "--json"],
+             timeout=APPLY_TIMEOUT_S)
+    run.capture("unit.adopted.service", "systemctl cat sglang.service")
+    run.capture("ps.adopted.txt", "ps -eo pid,ppid,user,rss,args --forest")
+    run.step("status-adopted", sgd + ["status", "profiles/imported.toml", "--json"],
+             journal=False)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--poll":
+        poll(sys.argv[2], sys.argv[3])
+    else:
+        main()

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# sgdeploy against a real SGLang server on a real GPU: the H200 of the device tool.
+#
+# Here (a machine that reaches PyPI and Debian): `bash bench/h200_real/build_parts.sh` builds .h200/
+# (SGLang 0.5.11's serving closure, sgdeploy's wheels, a Debian tree) and splits it into parts.
+# There (the GPU machine, which reaches nothing; each call carries at most 64 MiB and a machine
+# idle for 30 s is given back bare), one stage per call, from the repository root:
+#   STAGE=carry bash bench/h200_real_deploy.sh       moves the carried .h200/parts/* to /opt/carry
+#   STAGE=prepare ...    joins and unpacks the parts; SGLang's venv /opt/sgl (exactly the closure:
+#                        bench/h200_check_real_install.sh's setup); sgdeploy's venv /opt/sgd; the
+#                        models (bench/h200_real/models.py); boots the systemd host
+#                        (bench/h200_real/host.sh); writes the inventory and profiles to /opt/h200run
+#   STAGE=scenario PHASE=1|2|3 ...   runs sgdeploy as a user would (bench/h200_real/scenario.py)
+# Every stage starts over where a marker says it has not finished, so a machine given back is
+# rebuilt by running the stages again. What each stage saw goes to $OUT as one tar.gz.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+STAGE=${STAGE:?STAGE=carry|prepare|scenario}
+CARRY=/opt/carry RUN=/opt/h200run MODELS=/opt/models SGL=/opt/sgl SGD=/opt/sgd
+LOG=$RUN/out; mkdir -p "$CARRY/parts" "$LOG"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# Kept off on every lent machine, and in every unit rendered here ([env] of the profiles)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+say() { echo "== $(date -u +%T) $*"; }
+timed() { local s=$SECONDS; "$@"; local rc=$?; say "$1 ${2:-}: rc=$rc in $((SECONDS - s)) s"; return $rc; }
+
+carry() {  # whichever parts this call carried; the last one may travel with STAGE=prepare
+    [[ -d .h200/parts ]] && find .h200/parts -name 'carry.tar.*' -exec mv -t "$CARRY/parts/" {} +
+    ls -l "$CARRY/parts"
+}
+
+unpack() {
+    [[ -f $CARRY/.unpacked ]] && return 0
+    cat "$CARRY"/parts/carry.tar.* | tar -C "$CARRY" -xf - && touch "$CARRY/.unpacked" \
+        && rm -f "$CARRY"/parts/carry.tar.* && du -sh "$CARRY"/*
+}
+
+sglang_venv() {
+    [[ -f $SGL/.done ]] && return 0
+    STAGE=setup COMPILE=0 VENV=$SGL WHEELS=$CARRY/wheels OUT=$LOG/setup \
+        bash bench/h200_check_real_install.sh > "$LOG/sglang-venv.txt" 2>&1 || {
+        tail -30 "$LOG/sglang-venv.txt"; return 1; }
+    tail -8 "$LOG/sglang-venv.txt"
+    # bytecode beside the sources, as pip install leaves it (the setup's own went to a prefix)
+    env -u PYTHONPYCACHEPREFIX "$SGL/bin/python3" -m compileall -q -j 0 \
+        "$("$SGL/bin/python3" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null
+    touch "$SGL/.done"
+}
+
+sgdeploy_venv() {  # the wheel built from the tree of this call, as a user installs it
+    [[ -x $SGD/bin/python3 ]] || python3 -m venv --without-pip "$SGD" || return 1
+    rm -rf /tmp/sgd-dist && python3 -m pip wheel -q --no-index --no-deps --find-links "$CARRY/sgd-wheels" \
+        -w /tmp/sgd-dist . && python3 -m pip --python "$SGD/bin/python3" install -q --no-index \
+        --force-reinstall --find-links "$CARRY/sgd-wheels" /tmp/sgd-dist/sgdeploy-*.whl \
+        && "$SGD/bin/sgdeploy" --version
+}
+
+models() {
+    [[ -f $MODELS/.done ]] && return 0
+    "$SGL/bin/python3" bench/h200_real/models.py "$MODELS" small-llama llama-8b && touch "$MODELS/.done"
+    du -sh "$MODELS"/*
+}
+
+profile() {  # $1 name, $2 model, then extra [server] lines
+    local name=$1 model=$2; shift 2
+    cat > "$RUN/profiles/$name.toml" <<EOF
+# The H200 run of bench/h200_real_deploy.sh: $name
+[deploy]
+host = "h200"
+unit = "sglang"
+python = "$SGL/bin/python3"
+ready_timeout_s = 900
+model_architecture = "LlamaForCausalLM"
+
+[env]
+NCCL_NVLS_ENABLE = "0"
+TORCH_SYMM_MEM_DISABLE_MULTICAST = "1"
+NVSHMEM_DISABLE_NVLS = "1"
+
+[server]
+model_path = "$MODELS/$model"
+host = "127.0.0.1"
+port = 30000
+# FA3 (sgl_kernel's 1 GB flash_ops) and flashinfer's cubins are not carried: triton attention
+# and the pytorch sampler run without them
+attention_backend = "triton"
+sampling_backend = "pytorch"
+cuda_graph_max_bs = 32
+$(printf '%s\n' "$@")
+EOF
+}
+
+run_dir() {
+    mkdir -p "$RUN/profiles"
+    cat > "$RUN/inventory.toml" <<EOF
+[hosts.h200]
+address = "127.0.0.1"
+port = 2222
+user = "root"
+identity_file = "$RUN/key"
+known_hosts = "$RUN/known_hosts"
+gpu = "NVIDIA H200"
+compute_capability = "9.0"
+gpu_count = 1
+gpu_memory_gib = 141
+sglang_version = "0.5.11"
+EOF
+    profile big-a llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 64'
+    profile big-b llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 128'
+    # passes validation and SGLang's own check; on the GPU the KV cache cannot fit beside the
+    # 15 GB of weights in 5 % of the memory
+    profile big-oom llama-8b 'mem_fraction_static = 0.05' 'max_running_requests = 128'
+}
+
+facts() {
+    { nvidia-smi; nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total,compute_cap,driver_version --format=csv
+      uname -a; nproc; free -g; df -h / /dev/shm; "$SGL/bin/python3" -c 'import sglang, torch; print("sglang", sglang.__version__, "torch", torch.__version__)'
+    } > "$LOG/machine.txt" 2>&1
+}
+
+prepare() {
+    carry
+    timed unpack || return 1
+    timed sglang_venv || return 1
+    timed sgdeploy_venv || return 1
+    timed models || return 1
+    run_dir; facts
+    timed bash bench/h200_real/host.sh start || return 1
+    ssh_check
+}
+
+ssh_check() {
+    "$SGD/bin/python3" - "$RUN" <<'PY'
+import paramiko, sys
+run = sys.argv[1]
+c = paramiko.SSHClient(); c.load_host_keys(f"{run}/known_hosts")
+c.connect("127.0.0.1", 2222, "root", key_filename=f"{run}/key", timeout=10)
+for cmd in ("systemctl is-system-running", "nvidia-smi -L", "flock --version | head -1",
+            "/opt/sgl/bin/python3 -c 'import torch; print(torch.cuda.get_device_name())'"):
+    _, o, e = c.exec_command(cmd)
+    print(f"host$ {cmd}\n{o.read().decode()}{e.read().decode()}", end="")
+PY
+}
+
+scenario() {
+    timed sgdeploy_venv || return 1
+    run_dir
+    cd "$RUN" || return 1
+    # SIGINT well inside the call's limit: the scenario still keeps the journals, and $OUT its tar
+    PATH=$SGD/bin:$PATH timed timeout -s INT "${SCENARIO_LIMIT_S:-570}" \
+        "$SGD/bin/python3" "$OLDPWD/bench/h200_real/scenario.py" "$RUN" "$LOG" "${PHASE:-1}"
+    cd "$OLDPWD" || return 1
+}
+
+rc=0
+case $STAGE in
+    carry) carry || rc=$? ;;
+    prepare) prepare 2>&1 | tee "$LOG/prepare.txt"; rc=${PIPESTATUS[0]} ;;
+    scenario) scenario 2>&1 | tee -a "$LOG/scenario.txt"; rc=${PIPESTATUS[0]} ;;
+    *) echo "unknown STAGE $STAGE"; exit 2 ;;
+esac
+[[ $STAGE != carry ]] && tar -C "$LOG" -czf "$OUT/h200-real-$STAGE${PHASE:-}.tar.gz" \
+    --exclude='setup/*.whl' . 2>/dev/null
+exit $rc
