@@ -41,6 +41,10 @@ sglang_venv() {
         bash bench/h200_check_real_install.sh > "$LOG/sglang-venv.txt" 2>&1 || {
         tail -30 "$LOG/sglang-venv.txt"; return 1; }
     tail -8 "$LOG/sglang-venv.txt"
+    # the console scripts of the image's distributions are not mirrored; a venv made by pip has
+    # bin/ninja, which SGLang's JIT kernels run while the server starts
+    # (ninja >= 1.11.1 puts its binary in the scripts folder itself, so take the image's)
+    cp -f "$(dirname "$(command -v python3)")/ninja" "$SGL/bin/ninja" && "$SGL/bin/ninja" --version
     # bytecode beside the sources, as pip install leaves it (the setup's own went to a prefix)
     env -u PYTHONPYCACHEPREFIX "$SGL/bin/python3" -m compileall -q -j 0 \
         "$("$SGL/bin/python3" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null
@@ -61,6 +65,11 @@ models() {
     du -sh "$MODELS"/*
 }
 
+cuda_home_line() {  # SGLang's JIT kernels find nvcc through CUDA_HOME, PATH or /usr/local/cuda
+    local nvcc; nvcc=$(command -v nvcc) || return 0
+    echo "CUDA_HOME = \"$(dirname "$(dirname "$(readlink -f "$nvcc")")")\""
+}
+
 profile() {  # $1 name, $2 model, then extra [server] lines
     local name=$1 model=$2; shift 2
     cat > "$RUN/profiles/$name.toml" <<EOF
@@ -73,6 +82,7 @@ ready_timeout_s = 900
 model_architecture = "LlamaForCausalLM"
 
 [env]
+$(cuda_home_line)
 NCCL_NVLS_ENABLE = "0"
 TORCH_SYMM_MEM_DISABLE_MULTICAST = "1"
 NVSHMEM_DISABLE_NVLS = "1"
@@ -153,12 +163,16 @@ scenario() {
 }
 
 rc=0
-case $STAGE in
-    carry) carry || rc=$? ;;
-    prepare) prepare 2>&1 | tee "$LOG/prepare.txt"; rc=${PIPESTATUS[0]} ;;
-    scenario) scenario 2>&1 | tee -a "$LOG/scenario.txt"; rc=${PIPESTATUS[0]} ;;
-    *) echo "unknown STAGE $STAGE"; exit 2 ;;
-esac
-[[ $STAGE != carry ]] && tar -C "$LOG" -czf "$OUT/h200-real-$STAGE${PHASE:-}.tar.gz" \
+# STAGE=prepare+scenario runs both in one call (PHASE for the scenario)
+for stage in ${STAGE//+/ }; do
+    case $stage in
+        carry) carry || rc=$? ;;
+        prepare) prepare 2>&1 | tee "$LOG/prepare.txt"; rc=${PIPESTATUS[0]} ;;
+        scenario) scenario 2>&1 | tee -a "$LOG/scenario.txt"; rc=${PIPESTATUS[0]} ;;
+        *) echo "unknown STAGE $stage"; exit 2 ;;
+    esac
+    ((rc == 0)) || break
+done
+[[ $STAGE != carry ]] && tar -C "$LOG" -czf "$OUT/h200-real-${STAGE//+/-}${PHASE:-}.tar.gz" \
     --exclude='setup/*.whl' . 2>/dev/null
 exit $rc

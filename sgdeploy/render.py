@@ -9,6 +9,7 @@ Rendering is deterministic: the same profile and host give byte-identical output
 from __future__ import annotations
 
 import json
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,8 +98,25 @@ def launch_argv(profile: Profile, catalog: Catalog) -> list[str]:
     return [word for group in launch_words(profile, catalog) for word in group]
 
 
+# systemd's own PATH for services (systemd.exec(5), on a merged /usr)
+SYSTEMD_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def unit_path(python: str) -> str:
+    """PATH of the unit: the interpreter's own bin directory first, as an activated virtualenv has
+    it. SGLang's JIT kernels (tvm_ffi, FlashInfer, torch extensions) run `ninja` from PATH while
+    the server starts; under systemd's PATH alone the venv's `ninja` is not found and the server
+    dies capturing CUDA graphs (seen on a real H200 with SGLang 0.5.11)."""
+    bin_dir = posixpath.dirname(python)
+    if not bin_dir or bin_dir in SYSTEMD_DEFAULT_PATH.split(":"):
+        return SYSTEMD_DEFAULT_PATH
+    return f"{bin_dir}:{SYSTEMD_DEFAULT_PATH}"
+
+
 def unit_environment(profile: Profile) -> list[tuple[str, str]]:
     env = [("PYTHONUNBUFFERED", "1")]
+    if "PATH" not in profile.env:
+        env.append(("PATH", unit_path(profile.deploy.python)))
     if profile.deploy.gpus:
         env.append(("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in profile.deploy.gpus)))
     env.extend(profile.env_strings().items())

@@ -32,6 +32,7 @@ from sgdeploy import __version__, cli
 from sgdeploy.inventory import load_inventory
 from sgdeploy.profile import load_profile
 from sgdeploy.render import (
+    SYSTEMD_DEFAULT_PATH,
     env_assignment,
     exec_arg,
     exec_command,
@@ -40,6 +41,7 @@ from sgdeploy.render import (
     path_value,
     render_unit,
     unit_environment,
+    unit_path,
 )
 from sgdeploy.sglang.catalog import Flag, load_catalog
 from sgdeploy.validate import InventoryContext, validate_loaded
@@ -298,6 +300,7 @@ def test_output_follows_profile_order_not_hashing(tmp_path: Path) -> None:
     envs = [line for line in service_lines(text) if line.startswith("Environment=")]
     assert envs == [
         'Environment="PYTHONUNBUFFERED=1"',
+        f'Environment="PATH=/root/ml-env/bin:{SYSTEMD_DEFAULT_PATH}"',
         'Environment="B_VAR=2"',
         'Environment="A_VAR=1"',
         'Environment="C_VAR=3"',
@@ -436,6 +439,7 @@ def test_env_values(tmp_path: Path) -> None:
     assert loaded.model is not None
     assert unit_environment(loaded.model) == [
         ("PYTHONUNBUFFERED", "1"),
+        ("PATH", f"/root/ml-env/bin:{SYSTEMD_DEFAULT_PATH}"),
         ("FLAG_ON", "1"),
         ("FLAG_OFF", "0"),
         ("COUNT", "3"),
@@ -934,3 +938,14 @@ def test_newline_cr_nul_anywhere_are_refused(before: str, bad: str, after: str, 
         result = validate_loaded(load_profile(path), InventoryContext.load(INVENTORY))
     assert not result.ok
     assert "SGD020" in {d.rule for d in result.diagnostics if d.is_error}
+
+
+def test_unit_path_puts_the_interpreters_bin_first(tmp_path: Path) -> None:
+    """SGLang's JIT kernels run `ninja` from PATH: under systemd's PATH alone a venv's ninja is not
+    found and a real server died capturing CUDA graphs (tests/fixtures/h200-real/)."""
+    assert unit_path("/opt/sgl/bin/python3") == f"/opt/sgl/bin:{SYSTEMD_DEFAULT_PATH}"
+    assert unit_path("/usr/bin/python3") == SYSTEMD_DEFAULT_PATH
+    own = write_profile(tmp_path, env={"PATH": "/opt/cuda/bin:/usr/bin"})
+    loaded = load_profile(own)
+    assert loaded.model is not None
+    assert [v for k, v in unit_environment(loaded.model) if k == "PATH"] == ["/opt/cuda/bin:/usr/bin"]
