@@ -10,7 +10,7 @@
 #                        bench/h200_check_real_install.sh's setup); sgdeploy's venv /opt/sgd; the
 #                        models (bench/h200_real/models.py); boots the systemd host
 #                        (bench/h200_real/host.sh); writes the inventory and profiles to /opt/h200run
-#   STAGE=scenario PHASE=1|2|3 ...   runs sgdeploy as a user would (bench/h200_real/scenario.py)
+#   STAGE=scenario PHASE=1|2|3|short ...   runs sgdeploy as a user would (bench/h200_real/scenario.py)
 # Every stage starts over where a marker says it has not finished, so a machine given back is
 # rebuilt by running the stages again. What each stage saw goes to $OUT as one tar.gz.
 set -uo pipefail
@@ -157,7 +157,7 @@ scenario() {
     run_dir
     cd "$RUN" || return 1
     # SIGINT well inside the call's limit: the scenario still keeps the journals, and $OUT its tar
-    PATH=$SGD/bin:$PATH timed timeout -s INT "${SCENARIO_LIMIT_S:-570}" \
+    OUT_TAR=$OUT/h200-real-steps${PHASE:-}.tar.gz PATH=$SGD/bin:$PATH timed timeout -s INT "${SCENARIO_LIMIT_S:-570}" \
         "$SGD/bin/python3" "$OLDPWD/bench/h200_real/scenario.py" "$RUN" "$LOG" "${PHASE:-1}"
     cd "$OLDPWD" || return 1
 }

@@ -96,9 +96,17 @@ class Run:
                 j = self.ssh(f"journalctl -u sglang.service -o {fmt} --no-pager {window}")
                 open(stem + suffix, "w").write(j.stdout)
         self.steps.write(json.dumps(row) + "\n")
+        self.keep()
         print(f"[{self.n:02d}] {name}: rc={rc} {row['wall_s']} s | "
               f"{(stdout.strip().splitlines() or [''])[-1][:160]}", flush=True)
         return row
+
+    def keep(self) -> None:
+        """Everything seen so far as one tar in $OUT_TAR, after every step: a call cut off by the
+        device's limits still brings back what it saw."""
+        if os.environ.get("OUT_TAR"):
+            subprocess.run(["tar", "-C", self.out, "-czf", os.environ["OUT_TAR"], "--exclude=setup", "."],
+                           check=False)
 
     def capture(self, name: str, command: str) -> None:
         r = self.ssh(command)
@@ -130,13 +138,13 @@ print(json.dumps({"used_before_mib": before, "systemctl_stop_s": stop_s, "sample
 def main() -> None:
     run_dir, out, phase = sys.argv[1], sys.argv[2], sys.argv[3]
     run = Run(run_dir, out)
-    run.n = {"1": 0, "2": 20, "3": 40}[phase]
+    run.n = {"1": 0, "2": 20, "3": 40, "short": 0}[phase]
     sgd = ["sgdeploy"]
     poller = subprocess.Popen([sys.executable, __file__, "--poll", f"http://127.0.0.1:{PORT}",
                                os.path.join(out, "client.jsonl")])
     try:
         if phase == "1" or not os.path.exists(os.path.join(out, "NO-SERVER")):
-            {"1": phase_one, "2": phase_two, "3": phase_three}[phase](run, sgd, out)
+            {"1": phase_one, "2": phase_two, "3": phase_three, "short": phase_short}[phase](run, sgd, out)
     finally:
         poller.kill()
         run.capture(f"journal.all.{phase}.txt", "journalctl -u sglang.service -o short-precise --no-pager")
@@ -151,7 +159,8 @@ def phase_one(run: Run, sgd: list[str], out: str) -> None:
     run.step("validate", sgd + ["validate", "profiles/big-a.toml", "profiles/big-b.toml",
                                 "profiles/big-oom.toml", "--format", "json"], journal=False)
     run.step("render", sgd + ["render", "profiles/big-a.toml"], journal=False)
-    run.step("plan-cold", sgd + ["plan", "profiles/big-a.toml"], journal=False)
+    if os.environ.get("SCENARIO_PLAN", "1") == "1":
+        run.step("plan-cold", sgd + ["plan", "profiles/big-a.toml"], journal=False)
     cold = run.step("apply-cold", sgd + ["apply", "profiles/big-a.toml", "--json"],
                     timeout=APPLY_TIMEOUT_S)
     if cold["rc"] != 0:  # what follows needs a server: the journal of this step says why there is none
@@ -194,6 +203,16 @@ def phase_two(run: Run, sgd: list[str], out: str) -> None:
     run.ssh("pkill -f 'x.fill_' ; sleep 2")
     run.step("probe", sgd + ["probe", "profiles/big-b.toml", "--json"], journal=False)
     run.step("history", sgd + ["history", "profiles/big-b.toml", "--json"], journal=False)
+
+
+def phase_short(run: Run, sgd: list[str], out: str) -> None:
+    """Phases one and two in one call, without plan, then the GPU's release after a stop."""
+    os.environ["SCENARIO_PLAN"] = "0"
+    phase_one(run, sgd, out)
+    if not os.path.exists(os.path.join(out, "NO-SERVER")):
+        phase_two(run, sgd, out)
+        gpu_release(run)
+    run.keep()
 
 
 def phase_three(run: Run, sgd: list[str], out: str) -> None:
