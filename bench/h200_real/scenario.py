@@ -179,18 +179,19 @@ def phase_one(run: Run, sgd: list[str], out: str) -> None:
     run.capture("ps.running.txt", "ps -eo pid,ppid,user,rss,args --forest")
     run.capture("unit.running.service", "systemctl cat sglang.service")
     run.step("status", sgd + ["status", "profiles/big-a.toml", "--json"], journal=False)
-    run.step("apply-flag-change", sgd + ["apply", "profiles/big-b.toml", "--json"],
-             timeout=APPLY_TIMEOUT_S)
+    if os.environ.get("SCENARIO_FLAG_CHANGE", "1") == "1":
+        run.step("apply-flag-change", sgd + ["apply", "profiles/big-b.toml", "--json"],
+                 timeout=APPLY_TIMEOUT_S)
 
 
-def phase_two(run: Run, sgd: list[str], out: str) -> None:
+def phase_two(run: Run, sgd: list[str], out: str, current: str = "big-b") -> None:
     """A launch that fails on the GPU and rolls back; a stranger on the GPU; probe, history."""
     failed = run.step("apply-fails-rollback", sgd + ["apply", "profiles/big-oom.toml", "--json"],
                       timeout=APPLY_TIMEOUT_S)
     stem = os.path.join(out, f"{failed['n']:02d}-apply-fails-rollback")
     run.step("logcheck-failure", sgd + ["logcheck", stem + ".log", "--json"], journal=False)
     run.step("logcheck-failure-text", sgd + ["logcheck", stem + ".log"], journal=False)
-    run.step("status-after-rollback", sgd + ["status", "profiles/big-b.toml", "--json"],
+    run.step("status-after-rollback", sgd + ["status", f"profiles/{current}.toml", "--json"],
              journal=False)
     run.ssh(f"setsid nohup {SGL} -c 'import torch, time; x = torch.empty(10 << 30, "
             f"dtype=torch.uint8, device=\"cuda\"); x.fill_(1); time.sleep(900)' "
@@ -199,19 +200,25 @@ def phase_two(run: Run, sgd: list[str], out: str) -> None:
     run.capture("nvidia-smi.stranger.compute-apps.csv",
                 "nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv;"
                 " nvidia-smi --query-gpu=memory.used --format=csv; nvidia-smi")
-    run.step("apply-refused-stranger", sgd + ["apply", "profiles/big-a.toml"])
+    other = "big-b" if current == "big-a" else "big-a"
+    run.step("apply-refused-stranger", sgd + ["apply", f"profiles/{other}.toml"])
     run.ssh("pkill -f 'x.fill_' ; sleep 2")
-    run.step("probe", sgd + ["probe", "profiles/big-b.toml", "--json"], journal=False)
-    run.step("history", sgd + ["history", "profiles/big-b.toml", "--json"], journal=False)
+    run.step("probe", sgd + ["probe", f"profiles/{current}.toml", "--json"], journal=False)
+    run.step("history", sgd + ["history", f"profiles/{current}.toml", "--json"], journal=False)
 
 
 def phase_short(run: Run, sgd: list[str], out: str) -> None:
-    """Phases one and two in one call, without plan, then the GPU's release after a stop."""
+    """Phases one and two in one call, without plan; the changed flag last (a rollback restarts
+    the server too), then the GPU's release after a stop."""
     os.environ["SCENARIO_PLAN"] = "0"
+    os.environ["SCENARIO_FLAG_CHANGE"] = "0"
     phase_one(run, sgd, out)
-    if not os.path.exists(os.path.join(out, "NO-SERVER")):
-        phase_two(run, sgd, out)
-        gpu_release(run)
+    if os.path.exists(os.path.join(out, "NO-SERVER")):
+        return
+    phase_two(run, sgd, out, current="big-a")
+    run.step("apply-flag-change", sgd + ["apply", "profiles/big-b.toml", "--json"],
+             timeout=APPLY_TIMEOUT_S)
+    gpu_release(run)
     run.keep()
 
 
