@@ -864,9 +864,10 @@ class Rank:
             signal.signal(signal.SIGUSR1, lambda *_: self.peer_lost())
             if not os.read(self.ctx["dist_r"], 1):
                 os._exit(0)
+        # 0.5.11 on an H200: "Init torch distributed ends. elapsed=0.22 s, mem usage=0.09 GB"
         log(
             f"Init {'parallel' if NEW else 'torch distributed'} ends. "
-            f"elapsed={time.monotonic() - t0 + 0.1:.2f} s"
+            f"elapsed={time.monotonic() - t0 + 0.1:.2f} s" + ("" if NEW else ", mem usage=0.09 GB")
         )
         avail0 = self.avail()
         log(f"Load weight begin. avail mem={gb(avail0)} GB")
@@ -942,11 +943,13 @@ class Rank:
         self.ctx["tokens"] = tokens
         self.hold(self.used + kv)
         dtype = "dtype: torch.bfloat16, " if NEW else ""
+        if not NEW:  # 0.5.11 names the dtype on a line of its own (tests/fixtures/h200-real/)
+            log("Using KV cache dtype: torch.bfloat16")
         log(
             f"KV Cache is allocated. {dtype}#tokens: {tokens}, K size: {gb(kv / 2)} GB, "
             f"V size: {gb(kv / 2)} GB"
         )
-        if NEW:
+        if V >= (0, 5, 11):  # seen on 0.5.11 and 0.5.2x
             log(f"Memory pool end. avail mem={gb(self.avail())} GB")
         self.capture_graphs(graph_mib, target)
         if self.rank == 0:
