@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import atexit
 import dataclasses
+import difflib
 import gc
 import glob
 import json
 import os
 import shutil
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -298,15 +300,24 @@ def _run_apply(args: argparse.Namespace, dry_run: bool) -> int:
     progress = Progress(json_events=getattr(args, "json", False))
     result = apply_profile(loaded, target.name, inventory.hosts[target.name], target,
                            _apply_options(args, dry_run), progress, begun=begun.take(target.name))
+    if dry_run:
+        result.exit_code = _plan_exit(result)
     args._port_in_use = any(d.rule == "SGD705" for d in result.diagnostics)
     plan = result.plan
     connection = _connection(args, target.name, inventory.hosts[target.name])
     _emit(getattr(args, "json", False), lambda: connection.document(result.as_dict()), progress,
           lambda: connection.text + (report.plan_text(plan) if dry_run and plan is not None
                                      else report.apply_text(result)))
-    if dry_run:
-        return EXIT_OK if result.exit_code == 0 and result.plan and not result.plan.refused else EXIT_FAILED
     return int(result.exit_code)
+
+
+def _plan_exit(result: Any) -> int:
+    """`plan`'s exit code for one host (docs/reference.md), also the `exit_code` of its JSON: 0 would
+    apply cleanly, 1 would refuse, 2 the host cannot be reached."""
+    if result.unreachable or result.status == "connection_lost":
+        return EXIT_USAGE
+    planned = result.exit_code == 0 and result.plan is not None and not result.plan.refused
+    return EXIT_OK if planned else EXIT_FAILED
 
 
 def _run_rollout(args: argparse.Namespace, loaded: Any, targets: list[Any], inventory: Any) -> int:
@@ -347,10 +358,11 @@ def _run_drained(args: argparse.Namespace, loaded: Any, targets: list[Any], inve
         each = node_profiles(loaded, hosts) if multinode else [loaded] * len(hosts)
         results = [apply_profile(node, h.name, h.entry, h.target, _apply_options(args, True),
                                  progress.for_host(h.name)) for node, h in zip(each, hosts, strict=True)]
+        for result in results:
+            result.exit_code = _plan_exit(result)
         _emit(args.json, lambda: {"rollout": plan.as_dict(), "hosts": [r.as_dict() for r in results]}, progress,
               lambda: report.drained_plan_text(plan, results))
-        planned = all(r.exit_code == 0 and r.plan is not None and not r.plan.refused for r in results)
-        return EXIT_OK if planned else EXIT_FAILED
+        return max(r.exit_code for r in results)
     execute = run_drained_multinode if multinode else run_drained
     fleet = execute(loaded, hosts, _apply_options(args, False), front, plan, report_for=progress.for_host)
     _emit(args.json, fleet.as_dict, progress, lambda: report.rollout_text(fleet))
@@ -700,16 +712,101 @@ def cmd_complete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _unit_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("profile", metavar="PROFILE", nargs="?", help="the profile (or give --host and --unit)")
-    parser.add_argument("--host", metavar="H")
-    parser.add_argument("--unit", metavar="U", help="the systemd unit, without a profile")
-    parser.add_argument("--inventory", metavar="FILE")
-    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
-
-
 # --------------------------------------------------------------------------- parser
 WAIT_FOR_GPUS_S = 600.0  # `--wait-for-gpus` without a number
+INVENTORY_HELP = "the inventory (default: $SGDEPLOY_INVENTORY, else ./inventory.toml)"
+HELP_WIDTH = 78
+
+# The exit codes of every command, as the table in docs/reference.md says (tests/test_cli_help.py
+# holds the two together); each command's --help lists its own, as docs/reference.md's sections do.
+EXIT_CODES = {0: "done: valid, ready, healthy",
+              1: "the check failed: a profile has an error, the deployment failed and the previous one was "
+                 "restored, the server is not healthy",
+              2: "usage, unreadable input, an unreachable host, or refused before anything was touched",
+              3: "apply/rollback: failed and nothing healthy is running",
+              130: "interrupted (Ctrl-C)"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a mistyped command answered by "did you mean" among the visible commands."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            raise argparse.ArgumentError(action, _unknown_command(value, _visible_commands(action)))
+        super()._check_value(action, value)
+
+
+def _visible_commands(action: argparse._SubParsersAction[Any]) -> list[str]:
+    """The commands that --help lists: not the hidden `__complete` of the completion scripts."""
+    return [choice.dest for choice in action._choices_actions]
+
+
+def _unknown_command(value: str, commands: list[str]) -> str:
+    close = [c for c in commands if c.startswith(value)] or difflib.get_close_matches(value, commands, n=3)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"invalid choice: {value!r}{hint} (choose from {', '.join(commands)})"
+
+
+def _unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    options = [s for a in parser._actions if a.help != argparse.SUPPRESS for s in a.option_strings]
+    close = {o: difflib.get_close_matches(o.partition("=")[0], options, n=1) for o in extras if o.startswith("-")}
+    hints = [(option, found[0]) for option, found in close.items() if found]
+    if len(extras) == 1 and hints:
+        return f"unrecognized arguments: {extras[0]}; did you mean {hints[0][1]}?"
+    described = "; ".join(f"{option}: did you mean {found}?" for option, found in hints)
+    return f"unrecognized arguments: {' '.join(extras)}" + (f" ({described})" if described else "")
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any]:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def _exit_codes_epilog(codes: dict[int, str]) -> str:
+    lines = ["exit codes:"]
+    for code, meaning in codes.items():
+        lines += textwrap.wrap(meaning, HELP_WIDTH, initial_indent=f"  {code:<4}", subsequent_indent=" " * 6,
+                               break_on_hyphens=False, break_long_words=False)
+    return "\n".join(lines)
+
+
+def _command(sub: argparse._SubParsersAction[Any], name: str, summary: str, description: str,
+             exit_codes: dict[int, str]) -> argparse.ArgumentParser:
+    """A command whose --help says what it does and its exit codes (those of docs/reference.md)."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=summary, epilog=_exit_codes_epilog(exit_codes),
+        description=textwrap.fill(description, HELP_WIDTH, break_on_hyphens=False),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    return parser
+
+
+class _FormatAlias(argparse.Action):
+    """`--format text|json` on a command whose convention is `--json`: the same as `--json` or not."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        namespace.json = values == "json"
+
+
+def _json_argument(parser: argparse.ArgumentParser, help_text: str = "one JSON document on stdout") -> None:
+    parser.add_argument("--json", action="store_true", help=help_text)
+    # undocumented: `--format json` as validate and diff spell it, so either spelling works everywhere
+    parser.add_argument("--format", choices=["text", "json"], action=_FormatAlias, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
+
+
+def _formats_argument(parser: argparse.ArgumentParser, choices: list[str], help_text: str) -> None:
+    """validate's and diff's `--format`, with `--json` (the convention) for `--format json`."""
+    parser.add_argument("--format", choices=choices, default="text", help=help_text)
+    parser.add_argument("--json", dest="format", action="store_const", const="json",
+                        help="one JSON document on stdout (the same as --format json)")
+
+
+def _unit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("profile", metavar="PROFILE", nargs="?", help="the profile (or give --host and --unit)")
+    parser.add_argument("--host", metavar="H", help="the host (with a profile: one host of its group)")
+    parser.add_argument("--unit", metavar="U", help="the systemd unit, without a profile")
+    parser.add_argument("--inventory", metavar="FILE", help=INVENTORY_HELP)
+    _json_argument(parser)
 
 
 def _pre_stop_arguments(parser: argparse.ArgumentParser) -> None:
@@ -737,14 +834,22 @@ def _gateway_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sgdeploy", description="Deploy SGLang to GPU hosts safely.")
+    parser = _Parser(prog="sgdeploy", description="Deploy SGLang to GPU hosts safely.",
+                     epilog=_exit_codes_epilog(EXIT_CODES) + "\n\n'sgdeploy COMMAND --help' shows a command's "
+                     "options and exit codes;\ndocs/reference.md has them all.",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"sgdeploy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    validate = sub.add_parser("validate", help="validate profiles offline against inventory facts")
-    validate.add_argument("profiles", nargs="*", metavar="PROFILE")
-    validate.add_argument("--inventory", metavar="FILE")
-    validate.add_argument("--format", choices=["text", "json", "github"], default="text")
+    validate = _command(sub, "validate", "validate profiles offline against inventory facts",
+                        "Validate launch profiles offline against the inventory's facts (default: profiles/*.toml).",
+                        {0: "all valid (warnings allowed)", 1: "a profile has an error",
+                         2: "usage or unreadable input"})
+    validate.add_argument("profiles", nargs="*", metavar="PROFILE", help="the profiles (default: profiles/*.toml)")
+    validate.add_argument("--inventory", metavar="FILE", help=INVENTORY_HELP + "; a missing file named here is exit 2")
+    _formats_argument(validate, ["text", "json", "github"],
+                      "findings as file:line: lines and a count (text), one JSON document (json), or GitHub "
+                      "Actions workflow commands (github); default text")
     validate.add_argument("--sglang", metavar="VERSION", help="validate against this SGLang version")
     validate.add_argument("--model-config", metavar="DIR",
                           help="the model's folder (or config.json) for the checks that read it; "
@@ -754,43 +859,61 @@ def build_parser() -> argparse.ArgumentParser:
                           "and every profile when the inventory is one (deleted files are skipped)")
     validate.set_defaults(func=cmd_validate)
 
-    diff = sub.add_parser("diff", help="what a change does to each server: flags, env, findings, unit diff")
+    diff = _command(sub, "diff", "what a change does to each server: flags, env, findings, unit diff",
+                    "What a change does to each server: flags, environment, findings and the unit diff. "
+                    "REV is BASE (compared with the working tree; default HEAD), BASE HEAD (two git refs), "
+                    "or OLD.toml NEW.toml.",
+                    {0: "the comparison was made (whatever it found)",
+                     2: "usage (unknown ref, no git repository, more than two revisions)"})
     diff.add_argument("revisions", nargs="*", metavar="REV",
                       help="BASE (compared with the working tree; default HEAD), BASE HEAD, or OLD.toml NEW.toml")
-    diff.add_argument("--inventory", metavar="FILE")
-    diff.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    diff.add_argument("--inventory", metavar="FILE", help=INVENTORY_HELP + ", read from each revision")
+    _formats_argument(diff, ["text", "json", "markdown"],
+                      "text, one JSON document, or GitHub-flavoured markdown for a comment or a job summary; "
+                      "default text")
     diff.set_defaults(func=cmd_diff)
 
-    render = sub.add_parser("render", help="print the systemd unit of a profile")
-    render.add_argument("profile", metavar="PROFILE")
+    render = _command(sub, "render", "print the systemd unit of a profile", "Print the systemd unit of a profile.",
+                      {0: "the unit printed", 1: "invalid profile (its findings on stderr)", 2: "usage"})
+    render.add_argument("profile", metavar="PROFILE", help="the profile")
     render.add_argument("--host", metavar="H", help="the host to render for (a member of a group)")
-    render.add_argument("--inventory", metavar="FILE")
+    render.add_argument("--inventory", metavar="FILE", help=INVENTORY_HELP)
     render.add_argument("--sglang", metavar="VERSION", help=argparse.SUPPRESS)
     render.set_defaults(func=cmd_render)
 
-    plan = sub.add_parser("plan", help="show what apply would do on the host; changes nothing")
-    plan.add_argument("profile", metavar="PROFILE")
-    plan.add_argument("--host", metavar="H")
-    plan.add_argument("--inventory", metavar="FILE")
-    plan.add_argument("--json", action="store_true")
+    plan = _command(sub, "plan", "show what apply would do on the host; changes nothing",
+                    "Connect, gather the host's facts, validate against them and show the unit diff and the "
+                    "steps apply would take; changes nothing.",
+                    {0: "would apply cleanly", 1: "would refuse", 2: "usage or unreachable host"})
+    plan.add_argument("profile", metavar="PROFILE", help="the profile")
+    plan.add_argument("--host", metavar="H", help="the host, when the profile's target is a group")
+    plan.add_argument("--inventory", metavar="FILE", help=INVENTORY_HELP)
+    _json_argument(plan, "the plan as one JSON document (apply's shape, status planned)")
     plan.add_argument("--adopt", action="store_true", help="plan to take over a server outside the unit on its port")
     _pre_stop_arguments(plan)
     plan.add_argument("--verbose", "-v", action="store_true",
                       help="also show each connection setting and where it came from")
     plan.set_defaults(func=cmd_plan)
 
-    apply = sub.add_parser("apply", help="deploy a profile: validate, stop, install, start, wait ready")
-    apply.add_argument("profile", metavar="PROFILE")
+    apply = _command(sub, "apply", "deploy a profile: validate, stop, install, start, wait ready",
+                     "Deploy a profile: validate, gather facts and validate again, lock, stop, wait for idle GPUs, "
+                     "install and start, wait until ready, record; roll back on failure. A group target is a "
+                     "rollout: a canary first, then one host at a time, stopping at the first failure.",
+                     {0: "ready (or already up to date)", 1: "failed and the previous deployment restored",
+                      2: "refused before touching anything, or the host cannot be reached",
+                      3: "failed and nothing healthy is running"})
+    apply.add_argument("profile", metavar="PROFILE", help="the profile")
     apply.add_argument("--host", metavar="H", action="append",
                        help="apply to this host of the profile's group (repeat for several)")
     apply.add_argument("--parallel", type=int, default=1, metavar="N",
                        help="after the canary, deploy N hosts at a time (default 1: rolling)")
     apply.add_argument("--no-canary", action="store_true", help="no lone first host in a rollout")
     _gateway_arguments(apply)
-    apply.add_argument("--inventory", metavar="FILE")
-    apply.add_argument("--no-rollback", action="store_true", help="leave a failed deployment stopped")
+    apply.add_argument("--inventory", metavar="FILE", help=INVENTORY_HELP)
+    apply.add_argument("--no-rollback", action="store_true", help="leave a failed deployment stopped (exit 3)")
     apply.add_argument("--force", action="store_true", help="redeploy even when the host runs this unit")
-    apply.add_argument("--gpu-idle-timeout", type=float, default=120.0, metavar="S")
+    apply.add_argument("--gpu-idle-timeout", type=float, default=120.0, metavar="S",
+                       help="how long to wait for the GPUs to be idle after the stop (default 120)")
     apply.add_argument("--settle", type=float, default=5.0, metavar="S",
                        help="after ready, the server must stay up and healthy this long (default 5)")
     apply.add_argument("--probe", action="store_true",
@@ -799,17 +922,28 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with the probe: roll back below R x the last good deployment's tokens/s")
     apply.add_argument("--keep", type=int, default=20, metavar="N",
                        help="deployment records to keep on the host (never the last good one; default 20)")
-    apply.add_argument("--json", action="store_true", help="one JSON document with the result and events")
+    _json_argument(apply, "one JSON document with the result and events")
     _pre_stop_arguments(apply)
     apply.add_argument("--adopt", action="store_true",
                        help="stop an SGLang server outside the unit on the profile's port (run by hand or by "
                        "another unit) and take over; without it, a terminal is asked")
     apply.set_defaults(func=cmd_apply)
 
-    rollback = sub.add_parser("rollback", help="redeploy the last good (or the given) deployment")
+    rollback = _command(sub, "rollback", "redeploy the last good (or the given) deployment",
+                        "Redeploy the last good (or the given) deployment, with apply's steps. Give a PROFILE, "
+                        "or --host H and --unit U.",
+                        {0: "ready", 1: "failed and the previous deployment restored, or the restored server is "
+                         "ready but the gateway does not route to it",
+                         2: "refused before anything was stopped: as for apply, or no last good deployment and "
+                         "no --to, an unknown id, the recorded profile's [secrets] file missing or unusable on the "
+                         "host (SGD709), the unit or its record cannot be written, the gateway in front of the host "
+                         "does not answer, the worker is the last one it routes to, or its requests outlast the "
+                         "drain timeout",
+                         3: "failed and nothing healthy is running"})
     _unit_arguments(rollback)
     rollback.add_argument("--to", metavar="ID", help="the recorded deployment to restore (see history)")
-    rollback.add_argument("--gpu-idle-timeout", type=float, default=120.0, metavar="S")
+    rollback.add_argument("--gpu-idle-timeout", type=float, default=120.0, metavar="S",
+                          help="how long to wait for the GPUs to be idle after the stop (default 120)")
     rollback.add_argument("--wait-for-gpus", type=float, nargs="?", const=WAIT_FOR_GPUS_S, metavar="SECONDS",
                           help="wait (before stopping anything) for processes outside the unit to leave its GPUs")
     rollback.add_argument("--settle", type=float, default=5.0, metavar="S",
@@ -817,30 +951,46 @@ def build_parser() -> argparse.ArgumentParser:
     _gateway_arguments(rollback)
     rollback.set_defaults(func=cmd_rollback)
 
-    history = sub.add_parser("history", help="the deployments recorded on the host, newest first")
+    history = _command(sub, "history", "the deployments recorded on the host, newest first",
+                       "The deployments recorded on the host, newest first. Give a PROFILE, or --host H and --unit U.",
+                       {0: "the deployments listed", 2: "usage or unreachable host"})
     _unit_arguments(history)
     history.set_defaults(func=cmd_history)
 
-    status = sub.add_parser("status", help="unit state, running deployment, drift, GPUs, health")
+    status = _command(sub, "status", "unit state, running deployment, drift, GPUs, health",
+                      "Unit state, the running deployment, drift from what was deployed, GPU use and health. Give a "
+                      "PROFILE, or --host H and --unit U; a group target reports every host.",
+                      {0: "healthy", 1: "not healthy", 2: "usage or unreachable host"})
     _unit_arguments(status)
     status.add_argument("--verbose", "-v", action="store_true",
                         help="also show each connection setting and where it came from")
     status.set_defaults(func=cmd_status)
 
-    probe = sub.add_parser("probe", help="measure the running deployment's throughput on its host")
+    probe = _command(sub, "probe", "measure the running deployment's throughput on its host",
+                     "Measure the running deployment's throughput and TTFT and compare them with the figures "
+                     "recorded when it was deployed. Give a PROFILE, or --host H and --unit U.",
+                     {0: "measured (and at or above R)", 1: "requests failed or below R",
+                      2: "unreachable, no record, or the connection dropped (nothing was measured)"})
     _unit_arguments(probe)
     probe.add_argument("--min-ratio", type=float, metavar="R",
                        help="exit 1 below R x the figure recorded when it was deployed")
     probe.set_defaults(func=cmd_probe)
 
-    logcheck = sub.add_parser("logcheck", help="read an SGLang server log: phases, readiness, failure")
+    logcheck = _command(sub, "logcheck", "read an SGLang server log: phases, readiness, failure",
+                        "Read an SGLang server log: startup phases and their times, readiness, the failure and its "
+                        "cause, settings SGLang changed on its own.",
+                        {0: "reached ready", 1: "failed or not ready", 2: "usage (no such file)"})
     logcheck.add_argument("logfile", metavar="LOGFILE", help="a log file, or - for stdin")
     logcheck.add_argument("--profile", metavar="P", help="the profile the server was launched from")
-    logcheck.add_argument("--inventory", metavar="FILE")
-    logcheck.add_argument("--json", action="store_true", help="one JSON document (see docs/reference.md)")
+    logcheck.add_argument("--inventory", metavar="FILE", help=INVENTORY_HELP + ", for the profile's host")
+    _json_argument(logcheck, "one JSON document (see docs/reference.md)")
     logcheck.set_defaults(func=cmd_logcheck)
 
-    imp = sub.add_parser("import", help="write a profile that reproduces a running SGLang server")
+    imp = _command(sub, "import", "write a profile that reproduces a running SGLang server",
+                   "Write a profile that reproduces an SGLang server already running on HOST, read the way that "
+                   "SGLang version's argparse reads its command line.",
+                   {0: "written and valid", 1: "written with findings",
+                    2: "usage, nothing found, or unreachable host"})
     imp.add_argument("host", metavar="HOST", nargs="?", help="the inventory host to read (or, with --command, "
                      "the profile's deploy.host)")
     imp.add_argument("--pid", type=int, metavar="N", help="the server to import, when several run")
@@ -852,27 +1002,40 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--sglang", metavar="VERSION", help="read the flags as this SGLang version does")
     imp.add_argument("--output", "-o", metavar="FILE", help="write the profile here instead of stdout")
     imp.add_argument("--force", action="store_true", help="overwrite --output")
-    imp.add_argument("--inventory", metavar="FILE")
+    imp.add_argument("--inventory", metavar="FILE", help=INVENTORY_HELP)
     imp.set_defaults(func=cmd_import)
 
-    schema = sub.add_parser("schema", help="print the JSON Schema of a profile")
+    schema = _command(sub, "schema", "print the JSON Schema of a profile", "Print the JSON Schema of a profile.",
+                      {0: "printed", 2: "unknown version"})
     schema.add_argument("--sglang", metavar="VERSION", help="spell out [server] for this version")
     schema.set_defaults(func=cmd_schema)
 
-    completion = sub.add_parser("completion", help="print a shell completion script (see the README)")
-    completion.add_argument("shell", choices=["bash", "zsh"])
+    completion = _command(sub, "completion", "print a shell completion script (see the README)",
+                          "Print a shell completion script: commands, options, formats, SGLang versions, profile "
+                          "files, and inventory host and group names (read from the inventory when you press Tab).",
+                          {0: "printed"})
+    completion.add_argument("shell", choices=["bash", "zsh"], help="the shell")
     completion.set_defaults(func=cmd_completion)
     complete = sub.add_parser("__complete")  # no help: hidden; the completion scripts call it
-    complete.add_argument("kind", choices=["hosts", "targets"])
-    complete.add_argument("--inventory")
-    complete.add_argument("--profile")
+    complete.add_argument("kind", choices=["hosts", "targets"], help="host names, or host and group names")
+    complete.add_argument("--inventory", help=INVENTORY_HELP)
+    complete.add_argument("--profile", help="with hosts: only the hosts of this profile's target")
     complete.set_defaults(func=cmd_complete)
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """parse_args, except that an unknown argument of a command is reported with that command's usage."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command: argparse.ArgumentParser = _subparsers(parser).choices[args.command]
+        command.error(_unknown_arguments(command, extras))
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     func: Callable[[argparse.Namespace], int] = args.func
     if argv is None:
         # A command-line run: the interpreter's final garbage collection walks every object the

@@ -82,6 +82,7 @@ class ApplyResult:
     stats: dict[str, int] = field(default_factory=dict)
     sglang_check: dict[str, Any] | None = None  # SGLang's own verdict on the host, its prediction and what differed
     disagreements: list[dict[str, Any]] = field(default_factory=list)  # host verdict vs offline rules
+    unreachable: bool = False  # could not connect: `plan` exits 2 for it, not 1 (would refuse); not in the JSON
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -298,7 +299,7 @@ def on_host(
             raise begun
         remote = begun.remote if begun is not None else connect(name, entry)
     except ConnectError as exc:
-        return ApplyResult(Exit.REFUSED, "refused", name, unit, str(exc))
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, str(exc), unreachable=True)
     with remote:
         if remote.privileges.refusal:
             return ApplyResult(Exit.REFUSED, "refused", name, unit,

@@ -185,6 +185,8 @@ def check(unit: RenderedUnit, model: Any, dump: Dump, catalog_version: str) -> N
     assert dump.argv == argv
     assert list(unit.argv) == argv
     expected_env = dict(unit_environment(model))
+    # the unit sets PATH itself (the interpreter's bin directory first): the process sees exactly it
+    assert dump.env.get("PATH") == expected_env.pop("PATH")
     got_env = {k: v for k, v in dump.env.items() if k not in SYSTEMD_ENV}
     assert got_env == expected_env
     assert dump.cwd == (model.deploy.working_directory or "/")
