@@ -282,8 +282,8 @@ def run_apply(hs: HostSet, profile: Path, settle: float, measure: bool = True) -
 def round_trip(hs: HostSet, count: int = 20) -> dict[str, float]:
     """Connect once and run `true` `count` times through sgdeploy's RemoteHost, in its shell on
     the host and on a channel of its own each time: the unit cost of one command here."""
-    from sgdeploy.inventory import load_inventory
-    from sgdeploy.remote import RemoteHost
+    from sgdeploy.profile.inventory import load_inventory
+    from sgdeploy.host.remote import RemoteHost
 
     inventory = load_inventory(hs.inventory_path).model
     assert inventory is not None

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sgdeploy.facts import facts_command, parse_facts
+from sgdeploy.host.facts import facts_command, parse_facts
 
 
 def timed(argv: list[str], repeat: int) -> tuple[list[float], str]:

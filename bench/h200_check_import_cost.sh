@@ -36,7 +36,7 @@ req() { python3 -c "import json,base64,sys; print(base64.b64encode(json.dumps({'
 check() {  # $1 = case name, the rest = server flags
   local name=$1; shift
   local s; s=$(date +%s.%N)
-  python3 - "$(req "$@")" < sgdeploy/sglangcheck/program.py > "/tmp/verdict.$name" 2> "/tmp/stderr.$name"
+  python3 - "$(req "$@")" < sgdeploy/sglang/check/program.py > "/tmp/verdict.$name" 2> "/tmp/stderr.$name"
   local rc=$? e; e=$(date +%s.%N)
   python3 - "$name" "$rc" "$s" "$e" "/tmp/verdict.$name" "/tmp/stderr.$name" >> "$OUT/check-import-cost.jsonl" <<'PY'
 import json, sys

@@ -59,7 +59,7 @@ STAGE=${STAGE:-all}
 WHEELS=${WHEELS:-/tmp/wheels}
 VENV=${VENV:-/tmp/sgvenv}
 SETUP_LOG=/tmp/check-real-install.setup.txt
-PROGRAM=${PROGRAM:-sgdeploy/sglangcheck/program.py}
+PROGRAM=${PROGRAM:-sgdeploy/sglang/check/program.py}
 export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/pycache
 unset PYTHONDONTWRITEBYTECODE PYTHONPATH PYTHONHOME
 

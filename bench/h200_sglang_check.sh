@@ -10,7 +10,7 @@
 #   sglang-check-h200.jsonl      one line per check: its verdict, timings, and the samples taken during it
 #   sglang-check-h200.log        everything printed, in order
 set -u
-PROGRAM=${PROGRAM:-sgdeploy/sglangcheck/program.py}  # run from the repository root
+PROGRAM=${PROGRAM:-sgdeploy/sglang/check/program.py}  # run from the repository root
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG="$OUT/sglang-check-h200.log"; exec > >(tee -a "$LOG") 2>&1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench._common import pin_catalogs  # noqa: E402
-from sgdeploy import facts  # noqa: E402
+from sgdeploy.host import facts  # noqa: E402
 from tests.hosts import HostSpec, SimSettings, skip_reason, start_hosts  # noqa: E402
 
 PY = "/root/ml-env/bin/python3"

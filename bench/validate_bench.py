@@ -119,7 +119,7 @@ def in_process(paths: list[Path], rounds: int) -> dict[str, object]:
 import json, statistics, sys, time
 sys.path.insert(0, {str(REPO)!r})
 began = time.perf_counter()
-from sgdeploy.validate import InventoryContext, validate_file
+from sgdeploy.profile.validate import InventoryContext, validate_file
 from pathlib import Path
 imported = time.perf_counter() - began
 paths = {[str(p) for p in paths]!r}
@@ -236,7 +236,7 @@ def main() -> int:
         results["in_process"] = {"import_s": inproc["import_s"], "first_profile_s": inproc["first_profile_s"],
                                  "per_profile_ms": stats(per)}
         print("\n## (c) in-process: validate_file() in a loop (200 varied valid profiles x 5 rounds)")
-        print(f"import sgdeploy.validate: {inproc['import_s'] * 1000:.1f} ms; first profile (loads its catalog): "
+        print(f"import sgdeploy.profile.validate: {inproc['import_s'] * 1000:.1f} ms; first profile (loads its catalog): "
               f"{inproc['first_profile_s'] * 1000:.1f} ms")
         print(f"per profile afterwards: median {statistics.median(per):.3f} ms "
               f"(min {min(per):.3f}, max {max(per):.3f})")

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sgdeploy import cli
-from sgdeploy.adopt import (
+from sgdeploy.deploy.adopt import (
     LaunchError,
     Observed,
     Target,
@@ -33,10 +33,10 @@ from sgdeploy.adopt import (
     observed_from_command,
     split_launch,
 )
-from sgdeploy.running import parse_servers, script
+from sgdeploy.host.running import parse_servers, script
 from sgdeploy.sglang.argv import parse_server_argv
 from sgdeploy.sglang.catalog import Flag, load_catalog
-from sgdeploy.validate import InventoryContext
+from sgdeploy.profile.validate import InventoryContext
 
 REPO = Path(__file__).resolve().parents[1]
 INVENTORY = InventoryContext.load(REPO / "inventory.toml")
@@ -370,7 +370,7 @@ def test_parse_servers_picks_main_processes_and_survives_cut_output() -> None:
 
 
 def test_unit_from_cgroup() -> None:
-    from sgdeploy.running import _owning_unit, _unit_of
+    from sgdeploy.host.running import _owning_unit, _unit_of
 
     tree = {33: (1, "sshd"), 40: (33, "sshd"), 41: (40, "bash"), 44: (41, "python3"), 50: (1, "run.sh"),
             51: (50, "python3"), 60: (1, "python3")}
@@ -413,7 +413,7 @@ ExecStart=-/v/bin/python3 -m sglang.launch_server --model-path /m2 --tp 2 'singl
 
 
 def test_unit_file_is_read_the_way_systemd_reads_it() -> None:
-    from sgdeploy.unitfile import parse_service, split_words
+    from sgdeploy.host.unitfile import parse_service, split_words
 
     service = parse_service(HAND_UNIT)
     assert service.exec_start == ["/v/bin/python3", "-m", "sglang.launch_server", "--model-path", "/m2", "--tp",
@@ -429,7 +429,7 @@ def test_unit_file_is_read_the_way_systemd_reads_it() -> None:
 @pytest.mark.parametrize("text", ["[Service]\nUser=x\n", "[Service]\nExecStart=/p 'open\n",
                                   "[Service]\nExecStart=@/p x -m sglang.launch_server\n", ""])
 def test_unreadable_unit_files_are_located_errors(text: str) -> None:
-    from sgdeploy.unitfile import UnitFileError, parse_service
+    from sgdeploy.host.unitfile import UnitFileError, parse_service
 
     with pytest.raises(UnitFileError):
         parse_service(text)
@@ -480,7 +480,7 @@ def test_config_file_flags_are_named_not_guessed() -> None:
 
 
 def test_a_server_that_exits_during_the_import_is_a_clear_result() -> None:
-    from sgdeploy.adopt import choose_server
+    from sgdeploy.deploy.adopt import choose_server
 
     gone = subprocess.Popen([sys.executable, "-c", "pass", "-m", "sglang.launch_server", "--port", "1"])
     gone.wait()

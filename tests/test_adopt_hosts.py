@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from sgdeploy import cli
-from sgdeploy.adopt import split_launch
+from sgdeploy.deploy.adopt import split_launch
 from sgdeploy.sglang.argv import parse_server_argv
 from sgdeploy.sglang.catalog import load_catalog
 from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sgdeploy.inventory import HostTarget
+from sgdeploy.profile.inventory import HostTarget
 from sgdeploy.sglang.catalog import load_catalog
 from sgdeploy.sglang.model_config import ModelConfig
 from sgdeploy.sglang.rule import LaunchContext

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sgdeploy import cli
-from sgdeploy.changes import profiles_to_check
+from sgdeploy.review.changes import profiles_to_check
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sgdeploy import cli
-from sgdeploy.completion import names
+from sgdeploy.cli.completion import names
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

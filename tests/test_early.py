@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from sgdeploy import early, inventory_file
-from sgdeploy.remote import ConnectError
-from sgdeploy.sshconfig import SshEntry
+from sgdeploy.deploy import early
+
+from sgdeploy.profile import inventory_file
+from sgdeploy.host.remote import ConnectError
+from sgdeploy.host.sshconfig import SshEntry
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = str(REPO / "profiles" / "qwen36-mtp3.toml")

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sgdeploy.facts import (
+from sgdeploy.host.facts import (
     APPS_QUERY_FIELDS,
     DEFAULT_IDLE_BASELINE_MIB,
     GPU_MODELS,
@@ -284,7 +284,7 @@ def test_listening_ports_ss() -> None:
 
 
 def test_port_holders_name_pid_user_and_command() -> None:
-    from sgdeploy.facts import PortHolder, parse_port_holders
+    from sgdeploy.host.facts import PortHolder, parse_port_holders
 
     text = "pid=812 user=root\ncmd=/usr/bin/python3 -m http.server 30000 \npid=9 user=\ncmd=\n"
     assert parse_port_holders(text) == (PortHolder(812, "root", "/usr/bin/python3 -m http.server 30000"),

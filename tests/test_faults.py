@@ -15,7 +15,7 @@ then checks the promise:
   never missed a health check (polled every 0.1 s), 3 that nothing healthy ran when it returned.
 
 SSH faults go through `tests.faults.CutProxy`, a TCP proxy on loopback between sgdeploy and the
-host's sshd; apply runs in-process (`sgdeploy.apply.apply_profile`) with a Reporter that cuts the
+host's sshd; apply runs in-process (`sgdeploy.deploy.apply.apply_profile`) with a Reporter that cuts the
 proxy at the chosen moment. What each test saw is noted for docs/reliability.md
 (`scripts/reliability`).
 """
@@ -38,10 +38,10 @@ from typing import Any
 import pytest
 
 from sgdeploy import cli
-from sgdeploy.apply import apply_profile
-from sgdeploy.profile import load_profile
-from sgdeploy.transaction import ApplyOptions, ApplyResult
-from sgdeploy.validate import InventoryContext, select_hosts, validate_loaded
+from sgdeploy.deploy.apply import apply_profile
+from sgdeploy.profile.model import load_profile
+from sgdeploy.deploy.transaction import ApplyOptions, ApplyResult
+from sgdeploy.profile.validate import InventoryContext, select_hosts, validate_loaded
 from tests.faults import CutProxy, HealthPoller, inventory_via, observe
 from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port
 from tests.variants import BROKEN, reference, write_variants
@@ -905,7 +905,7 @@ def test_up_to_date_is_decided_under_the_lock(hs: HostSet, profiles: dict[str, P
                                               capsys: pytest.CaptureFixture[str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """two applies at the same moment: "already runs this unit" is decided under the lock"""
-    from sgdeploy.session import HostSession
+    from sgdeploy.deploy.session import HostSession
 
     ensure_good(hs, profiles)
     lock_path = hs[HOST].root / STATE.lstrip("/") / "lock"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench.fidelity import corpus, oracle, run
 from sgdeploy.sglang.catalog import load_catalog
-from sgdeploy.validate import InventoryContext
+from sgdeploy.profile.validate import InventoryContext
 
 
 def test_the_corpus_is_deterministic_and_a_seed_changes_its_draws() -> None:

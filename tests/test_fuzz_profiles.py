@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sgdeploy import cli
-from sgdeploy.inventory import load_inventory
+from sgdeploy.profile.inventory import load_inventory
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_TEXT = (ROOT / "profiles" / "qwen36-mtp3.toml").read_text(encoding="utf-8")

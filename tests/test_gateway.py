@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
-from sgdeploy import drained, secret_args
-from sgdeploy.drained import DrainSettings, GatewayStepKind, may_take_out, parse_in_flight, plan_rollout
-from sgdeploy.fleet import FleetHost
-from sgdeploy.gateway import (
+from sgdeploy.deploy import drained
+
+from sgdeploy.deploy import secret_args
+from sgdeploy.deploy.drained import DrainSettings, GatewayStepKind, may_take_out, parse_in_flight, plan_rollout
+from sgdeploy.deploy.fleet import FleetHost
+from sgdeploy.deploy.gateway import (
     ABSENT,
     GatewayClient,
     GatewayError,
@@ -25,11 +27,11 @@ from sgdeploy.gateway import (
     registration,
     server_labels,
 )
-from sgdeploy.inventory import GatewayEntry, HostTarget, load_inventory, worker_url
-from sgdeploy.plan import Deployment
-from sgdeploy.prestop import Handover
-from sgdeploy.profile import load_profile
-from sgdeploy.transaction import ApplyOptions, ApplyResult, Exit
+from sgdeploy.profile.inventory import GatewayEntry, HostTarget, load_inventory, worker_url
+from sgdeploy.deploy.plan import Deployment
+from sgdeploy.deploy.prestop import Handover
+from sgdeploy.profile.model import load_profile
+from sgdeploy.deploy.transaction import ApplyOptions, ApplyResult, Exit
 
 
 class FakeGateway:
@@ -454,8 +456,8 @@ def test_a_rollback_behind_the_gateway_is_drained_and_put_back(tmp_path: Path, m
 
 
 def test_a_multinode_launch_behind_the_gateway_drains_rank_0(tmp_path: Path, mocker: Any) -> None:
-    from sgdeploy import multinode
-    from sgdeploy.fleet import FleetResult
+    from sgdeploy.deploy import multinode
+    from sgdeploy.deploy.fleet import FleetResult
 
     fake = FakeGateway(["http://10.0.0.1:30000", "http://10.0.0.3:30000"])
     mocker.patch.object(drained, "server_said", lambda session, port, keyed: dict(SAID))

@@ -1,5 +1,5 @@
 """A host's connection settings read from the inventory before validation
-(`sgdeploy.inventory_file.unvalidated_ssh_entry`): the same as the validated entry's wherever it
+(`sgdeploy.profile.inventory_file.unvalidated_ssh_entry`): the same as the validated entry's wherever it
 answers at all, and no answer where the file is not plainly one host without a gateway."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sgdeploy.inventory import load_inventory
-from sgdeploy.inventory_file import unvalidated_ssh_entry
-from sgdeploy.sshconfig import SshEntry
+from sgdeploy.profile.inventory import load_inventory
+from sgdeploy.profile.inventory_file import unvalidated_ssh_entry
+from sgdeploy.host.sshconfig import SshEntry
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
-from sgdeploy import cli, report
-from sgdeploy.facts import SystemdUnitState
+from sgdeploy import cli
+
+from sgdeploy.review import report
+from sgdeploy.host.facts import SystemdUnitState
 from sgdeploy.logs import read_log
-from sgdeploy.operate import (
+from sgdeploy.deploy.operate import (
     MARK,
     HealthCheck,
     History,
@@ -31,7 +33,7 @@ from sgdeploy.operate import (
     read_status,
     status_verdict,
 )
-from sgdeploy.remote import HttpResponse
+from sgdeploy.host.remote import HttpResponse
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "logs"

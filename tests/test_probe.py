@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from sgdeploy.inventory import HostEntry
-from sgdeploy.probe import (
+from sgdeploy.profile.inventory import HostEntry
+from sgdeploy.deploy.probe import (
     ProbeResult,
     ProbeSettings,
     StreamParser,
@@ -27,7 +27,7 @@ from sgdeploy.probe import (
     request_body,
     run_probe,
 )
-from sgdeploy.remote import CommandTimeout, RemoteError, RemoteHost
+from sgdeploy.host.remote import CommandTimeout, RemoteError, RemoteHost
 
 
 # --------------------------------------------------------------------------- streams
@@ -530,7 +530,7 @@ def test_run_probe_over_http_stream_framing(monkeypatch: pytest.MonkeyPatch) -> 
 
     transport = Transport()
     monkeypatch.setattr(RemoteHost, "_transport", property(lambda self: transport))
-    from sgdeploy.probe import probe_remote
+    from sgdeploy.deploy.probe import probe_remote
 
     remote = RemoteHost("ct129", HostEntry(address="127.0.0.1"))
     res = probe_remote(remote, 30000, ProbeSettings(max_tokens=16, concurrency=2, requests=2), api_key="k")

@@ -1,13 +1,13 @@
-"""Unit tests of sgdeploy.remote that need no host."""
+"""Unit tests of sgdeploy.host.remote that need no host."""
 
 from __future__ import annotations
 
 import pytest
 from pytest_mock import MockerFixture
 
-from sgdeploy.apply import probe_unit
-from sgdeploy.inventory import HostEntry
-from sgdeploy.remote import _dropped
+from sgdeploy.deploy.apply import probe_unit
+from sgdeploy.profile.inventory import HostEntry
+from sgdeploy.host.remote import _dropped
 
 
 @pytest.mark.parametrize(
@@ -32,7 +32,7 @@ class _DroppingRemote:
 
 
 def test_probe_reports_a_dropped_connection(mocker: MockerFixture) -> None:
-    mocker.patch("sgdeploy.apply.connect", return_value=_DroppingRemote())
+    mocker.patch("sgdeploy.deploy.apply.connect", return_value=_DroppingRemote())
     code, document = probe_unit("ct129", HostEntry(address="127.0.0.1"), "sglang", None)
     assert code == 2
     assert document["message"] == "ct129: the SSH connection dropped (EOFError); nothing was measured"
@@ -40,7 +40,7 @@ def test_probe_reports_a_dropped_connection(mocker: MockerFixture) -> None:
 
 # --------------------------------------------------------------------------- privileges (become)
 def test_a_login_with_passwordless_sudo_runs_commands_through_it() -> None:
-    from sgdeploy.remote import RemoteHost, parse_privileges
+    from sgdeploy.host.remote import RemoteHost, parse_privileges
 
     found = parse_privileges("uid=1001\nunits=readonly\nsudo=ok\n", "deploy", "th1", None)
     assert (found.root, found.sudo, found.refusal) == (False, True, None)
@@ -60,7 +60,7 @@ def test_a_login_with_passwordless_sudo_runs_commands_through_it() -> None:
      "user deploy on th1 cannot run systemctl on system units and become = false in the inventory"),
 ])
 def test_a_login_that_cannot_act_is_refused_with_the_reason(output: str, become: bool | None, says: str) -> None:
-    from sgdeploy.remote import parse_privileges
+    from sgdeploy.host.remote import parse_privileges
 
     found = parse_privileges(output, "deploy", "th1", become)
     assert not found.sudo and found.refusal is not None and found.refusal.startswith(says), found.refusal
@@ -68,7 +68,7 @@ def test_a_login_that_cannot_act_is_refused_with_the_reason(output: str, become:
 
 
 def test_a_login_with_uid_0_needs_no_sudo() -> None:
-    from sgdeploy.remote import parse_privileges
+    from sgdeploy.host.remote import parse_privileges
 
     assert parse_privileges("uid=0\n", "admin", "th1", None).sudo is False
 
@@ -77,9 +77,9 @@ def test_paramiko_noise_goes_to_the_debug_log(capsys: pytest.CaptureFixture[str]
                                                caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    import sgdeploy.remote  # noqa: F401  (installs the handler)
+    import sgdeploy.host.remote  # noqa: F401  (installs the handler)
 
-    with caplog.at_level(logging.DEBUG, logger="sgdeploy.remote"):
+    with caplog.at_level(logging.DEBUG, logger="sgdeploy.host.remote"):
         logging.getLogger("paramiko.transport").error("Secsh channel 2 open FAILED: Connection refused: Connect failed")
     assert "Secsh" not in capsys.readouterr().err
     assert any("Secsh channel 2 open FAILED" in r.getMessage() and r.levelno == logging.DEBUG for r in caplog.records)
@@ -94,15 +94,15 @@ class _HostThatServes:
         self.asked: list[tuple[int, str]] = []
 
     def run(self, command: str, **_: object) -> object:
-        from sgdeploy.remote import CommandResult
-        from sgdeploy.session import UNIT_FILE_MARKER
+        from sgdeploy.host.remote import CommandResult
+        from sgdeploy.deploy.session import UNIT_FILE_MARKER
 
         unit = 'ExecStart=/py -m sglang.launch_server --port 31234\n'
         return CommandResult(command, 0, f"ActiveState={self.active}\nSubState={self.sub}\nMainPID=42\n"
                              f"{UNIT_FILE_MARKER}\n{unit}", "")
 
     def http_get(self, port: int, path: str, **_: object) -> object:
-        from sgdeploy.remote import HttpResponse
+        from sgdeploy.host.remote import HttpResponse
 
         self.asked.append((port, path))
         return HttpResponse(self.status, b"")
@@ -110,8 +110,8 @@ class _HostThatServes:
 
 @pytest.mark.parametrize(("status", "active", "code"), [(200, "active", 1), (503, "active", 3), (200, "failed", 3)])
 def test_exit_3_only_after_checking_nothing_healthy_runs(status: int, active: str, code: int) -> None:
-    from sgdeploy.session import HostSession
-    from sgdeploy.transaction import ApplyResult, Exit, confirmed
+    from sgdeploy.deploy.session import HostSession
+    from sgdeploy.deploy.transaction import ApplyResult, Exit, confirmed
 
     remote = _HostThatServes(status, active)
     result = confirmed(HostSession(remote),  # type: ignore[arg-type]

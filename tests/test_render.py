@@ -29,9 +29,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sgdeploy import __version__, cli
-from sgdeploy.inventory import load_inventory
-from sgdeploy.profile import load_profile
-from sgdeploy.render import (
+from sgdeploy.profile.inventory import load_inventory
+from sgdeploy.profile.model import load_profile
+from sgdeploy.deploy.render import (
     SYSTEMD_DEFAULT_PATH,
     env_assignment,
     exec_arg,
@@ -44,7 +44,7 @@ from sgdeploy.render import (
     unit_path,
 )
 from sgdeploy.sglang.catalog import Flag, load_catalog
-from sgdeploy.validate import InventoryContext, validate_loaded
+from sgdeploy.profile.validate import InventoryContext, validate_loaded
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

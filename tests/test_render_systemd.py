@@ -3,7 +3,7 @@
 One test host (systemd-nspawn, real systemd 252) serves the whole module. `deploy.python` points
 at a small script on the host that prints its argv, working directory and environment as one JSON
 line; the rendered unit is installed, started with `systemctl start --wait`, and the line is read
-back from the unit's journal. argv must equal `sgdeploy.render.launch_argv` and the environment
+back from the unit's journal. argv must equal `sgdeploy.deploy.render.launch_argv` and the environment
 must equal `[env]` (plus PYTHONUNBUFFERED and CUDA_VISIBLE_DEVICES), byte for byte.
 """
 
@@ -26,10 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sgdeploy.profile import load_profile
-from sgdeploy.render import RenderedUnit, launch_argv, render_unit, unit_environment
+from sgdeploy.profile.model import load_profile
+from sgdeploy.deploy.render import RenderedUnit, launch_argv, render_unit, unit_environment
 from sgdeploy.sglang.catalog import load_catalog
-from sgdeploy.validate import InventoryContext, select_host, validate_loaded
+from sgdeploy.profile.validate import InventoryContext, select_host, validate_loaded
 from tests.hosts import HostSet, HostSpec, booted_or_skipped
 from tests.test_render import INVENTORY, profile_targets, profile_toml
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from sgdeploy import cli
-from sgdeploy.diagnostics import Severity
+from sgdeploy.core.diagnostics import Severity
 from sgdeploy.sglang.rules import HOST_RULES, RULES, STRUCTURAL_RULES, rule_ids
-from sgdeploy.validate import InventoryContext, ValidationResult, validate_file
+from sgdeploy.profile.validate import InventoryContext, ValidationResult, validate_file
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES_DIR = ROOT / "tests" / "rules"

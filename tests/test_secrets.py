@@ -1,4 +1,4 @@
-"""Secret SGLang arguments (sgdeploy.secret_args): the profile shape, the unit per SGLang release,
+"""Secret SGLang arguments (sgdeploy.deploy.secret_args): the profile shape, the unit per SGLang release,
 the host check's script and verdicts, and the redaction of SGLang's own argument lines."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sgdeploy.profile import load_profile
-from sgdeploy.render import render_unit
-from sgdeploy.secret_args import (
+from sgdeploy.profile.model import load_profile
+from sgdeploy.deploy.render import render_unit
+from sgdeploy.deploy.secret_args import (
     SecretCheck,
     check_argv,
     check_command,
@@ -26,7 +26,7 @@ from sgdeploy.secret_args import (
     without_secrets,
 )
 from sgdeploy.sglang.catalog import load_catalog
-from sgdeploy.unitfile import parse_service
+from sgdeploy.host.unitfile import parse_service
 
 PROFILE = """\
 [deploy]
@@ -243,8 +243,8 @@ def test_env_file_names_sglang_ignores_are_a_warning(tmp_path: Path) -> None:
 def test_other_servers_command_lines_are_shown_without_their_keys() -> None:
     from types import SimpleNamespace
 
-    from sgdeploy.adopt import describe
-    from sgdeploy.facts import PortHolder
+    from sgdeploy.deploy.adopt import describe
+    from sgdeploy.host.facts import PortHolder
 
     holder = PortHolder(7, "root", f"/v/python3 -m sglang.launch_server --api-key {VALUE} --port 30000")
     assert VALUE not in holder.describe() and "--port 30000" in holder.describe()

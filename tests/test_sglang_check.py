@@ -11,7 +11,7 @@ import json
 import shlex
 from pathlib import Path
 
-from sgdeploy.facts import (
+from sgdeploy.host.facts import (
     GpuInfo,
     GpuProcess,
     gpu_strangers,
@@ -20,7 +20,7 @@ from sgdeploy.facts import (
     parse_gpu_owners,
     with_owners,
 )
-from sgdeploy.sglangcheck.verdict import (
+from sgdeploy.sglang.check.verdict import (
     MARKER,
     CheckRequest,
     check_command,

@@ -1,6 +1,6 @@
 """SGLang's own verdict, asked of the simulated SGLang on a real systemd test host.
 
-The check program (sgdeploy/sglangcheck/program.py) is sent over SSH and run by the
+The check program (sgdeploy/sglang/check/program.py) is sent over SSH and run by the
 deployment's interpreter under `systemd-run --pipe --wait`, bounded by RuntimeMaxSec, the way
 apply runs it: accepted with SGLang's adjustments, refused at parse and at resolution (a
 refusal only the model's files can tell), a hung resolution killed at its limit, and a broken

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sgdeploy.diagnostics import Severity
+from sgdeploy.core.diagnostics import Severity
 from sgdeploy.sglang.catalog import available_versions, load_catalog
 from sgdeploy.sglang.facts import fact, spans
 from sgdeploy.sglang.flags import REPLACEMENTS, choice_problem, replacement_for, value_problem
@@ -27,7 +27,7 @@ from sgdeploy.sglang.rules.common import (
     V2X,
 )
 from sgdeploy.sglang.versions import VersionRange, format_version, parse_version
-from sgdeploy.validate import InventoryContext, validate_file
+from sgdeploy.profile.validate import InventoryContext, validate_file
 from tests.variants import sample_value
 
 VERSIONS = available_versions()
@@ -269,7 +269,7 @@ def test_each_replacement_validates_cleanly(tmp_path: Path, key: str, version: s
 # --------------------------------------------------------------------------- GPU generation gates
 @pytest.mark.parametrize("version", VERSIONS)
 def test_sgd404_fires_exactly_outside_each_gates_majors(version: str) -> None:
-    from sgdeploy.inventory import HostTarget
+    from sgdeploy.profile.inventory import HostTarget
     from sgdeploy.sglang.rules.hardware import SM_GATES
 
     v = parse_version(version)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from sgdeploy import cli
-from sgdeploy.sshconfig import SSH_CONFIG_ENV
+from sgdeploy.host.sshconfig import SSH_CONFIG_ENV
 from tests.hosts import HostSet, HostSpec, SimSettings
 
 pytestmark = pytest.mark.hosts

@@ -1,4 +1,4 @@
-"""SSH configuration resolution (sgdeploy/sshconfig.py) on configuration texts, as `ssh` reads them."""
+"""SSH configuration resolution (sgdeploy/host/sshconfig.py) on configuration texts, as `ssh` reads them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sgdeploy.inventory import load_inventory
-from sgdeploy.sshconfig import (
+from sgdeploy.profile.inventory import load_inventory
+from sgdeploy.host.sshconfig import (
     SSH_CONFIG_ENV,
     Jump,
     SshConfigError,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sgdeploy.facts import gpus_idle, idle_check_sh, parse_compute_apps, parse_query_gpu
+from sgdeploy.host.facts import gpus_idle, idle_check_sh, parse_compute_apps, parse_query_gpu
 
 GPUS = ("0, GPU-aaa, NVIDIA RTX A6000, 8.6, 49140, {m0}, 00000000:01:00.0\n"
         "1, GPU-bbb, NVIDIA RTX A6000, with a comma, 8.6, 49140, {m1}, 00000000:02:00.0\n")

@@ -3,7 +3,7 @@
 
 Each case is a `[server]` table (ServerArgs field names, as a profile has them), an `[env]`, a
 simulated host (GPU model, count) and one of the oracle's config-only model folders; `argv` is
-what sgdeploy renders from it (`sgdeploy.render.flag_args`), so SGLang sees exactly what a
+what sgdeploy renders from it (`sgdeploy.deploy.render.flag_args`), so SGLang sees exactly what a
 deploy would run. The lines are in the batch format of ../shared/oracle (`id`, `gpu`,
 `gpu_count`, `model`, `env`, `argv`) with `version`, `server` and `origin` added.
 
@@ -38,7 +38,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from sgdeploy.render import flag_args  # noqa: E402
+from sgdeploy.deploy.render import flag_args  # noqa: E402
 from sgdeploy.sglang.catalog import Catalog, Flag, load_catalog  # noqa: E402
 from sgdeploy.sglang.checksites import refusal_sites  # noqa: E402
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sgdeploy.diagnostics import Severity
-from sgdeploy.inventory import HostTarget
+from sgdeploy.core.diagnostics import Severity
+from sgdeploy.profile.inventory import HostTarget
 from sgdeploy.sglang.catalog import Catalog
 from sgdeploy.sglang.model_config import ModelConfig
 from sgdeploy.sglang.versions import ALL_VERSIONS, Version, VersionRange
@@ -41,7 +41,7 @@ class LaunchContext:
     raw_server: Mapping[str, Any] = field(default_factory=dict)
     node_count: int | None = None  # hosts in the profile's target (a multi-node launch spans them)
     model_config: ModelConfig | None = None  # the model's config.json, when known (host, file or profile)
-    secret_file: str | None = None  # [secrets] file on the host (no value: sgdeploy.secret_args)
+    secret_file: str | None = None  # [secrets] file on the host (no value: sgdeploy.deploy.secret_args)
     secret_keys: tuple[str, ...] = ()  # [secrets] keys: ServerArgs fields the file provides
     working_directory: str | None = None  # the unit's WorkingDirectory= (deploy.working_directory); None: "/"
 

@@ -18,7 +18,7 @@ from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import DEDICATED_VALUE_RULES, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
 from sgdeploy.sglang.versions import VersionRange, parse_version
-from sgdeploy.tomlfile import did_you_mean
+from sgdeploy.core.tomlfile import did_you_mean
 
 
 @rule("SGD010", "unknown-flag", ERROR, "A [server] key that is no flag of any bundled SGLang release.",

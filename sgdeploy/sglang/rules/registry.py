@@ -4,7 +4,7 @@ Ids are stable once published; docs/rules.md documents each with a bad and a goo
 Severity: an error is what makes SGLang refuse to start or a deployment that cannot work; a
 warning is what SGLang will silently change or ignore.
 
-Ranges of ids: SGD00x files and profile shape (sgdeploy.tomlfile), SGD01x flags against the
+Ranges of ids: SGD00x files and profile shape (sgdeploy.core.tomlfile), SGD01x flags against the
 catalog, SGD02x values and secrets, SGD03x inventory, SGD1xx parallelism, SGD2xx speculative
 decoding, SGD3xx encoder disaggregation, SGD4xx GPU generation, SGD5xx memory, scheduling and
 serving, SGD6xx CUDA graphs, SGD7xx the live host.
@@ -12,7 +12,7 @@ serving, SGD6xx CUDA graphs, SGD7xx the live host.
 
 from __future__ import annotations
 
-from sgdeploy.diagnostics import Severity
+from sgdeploy.core.diagnostics import Severity
 from sgdeploy.sglang.rule import RuleRegistry
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -35,7 +35,7 @@ STRUCTURAL_RULES = {
     "SGD034": ("no-inventory", "No inventory file: validated without host facts."),
     "SGD035": ("model-config-unreadable", "The model config named by --model-config or deploy.model_config "
                "cannot be read."),
-    # Preflight checks against the live host (sgdeploy.preflight), before anything changes.
+    # Preflight checks against the live host (sgdeploy.deploy.preflight), before anything changes.
     "SGD701": ("python-missing", "deploy.python does not exist or does not run on the host."),
     "SGD702": ("sglang-missing", "SGLang is not installed for deploy.python."),
     "SGD703": ("no-catalog-for-host-version", "The host runs an SGLang version with no bundled catalog."),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from sgdeploy.diagnostics import Severity
+from sgdeploy.core.diagnostics import Severity
 from sgdeploy.sglang.rule import Finding, LaunchContext, Rule
 from sgdeploy.sglang.rules.common import server_field
 from sgdeploy.sglang.rules.registry import ERROR, RULES

@@ -1,0 +1,186 @@
+"""Preflight: is this profile runnable on this host, judged from live host facts?
+
+Runs before anything on the host changes. It repeats the validation with what the host
+really has (GPU count and generation, installed SGLang version, the model's architecture) and
+adds the checks only a live host can answer (interpreter, model path, port, nvidia-smi).
+"""
+
+from __future__ import annotations
+
+from sgdeploy.core.diagnostics import Diagnostic, Severity
+from sgdeploy.host.facts import GpuHolder, HostFacts, gpu_strangers
+from sgdeploy.profile.inventory import HostTarget
+from sgdeploy.profile.model import LoadedProfile
+from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
+from sgdeploy.sglang.hostfiles import host_files
+from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, parse_model_config
+from sgdeploy.profile.validate import check_launch
+
+
+def host_model_config(facts: HostFacts, name: str, model_path: object) -> ModelConfig | None:
+    """The model's config.json as the host sent it (None when it did not, or it does not parse)."""
+    if facts.model_config_json is None:
+        return None
+    try:
+        return parse_model_config(facts.model_config_json, f"{name}:{model_path}/config.json")
+    except ModelConfigError:
+        return None
+
+
+def host_target(name: str, facts: HostFacts, declared: HostTarget | None) -> HostTarget:
+    """What validation should assume about the host: live facts first, the inventory second."""
+    gpu = facts.gpus[0] if facts.gpus else None
+    return HostTarget(
+        name=name,
+        gpu=gpu.name if gpu else (declared.gpu if declared else None),
+        compute_capability=(gpu.compute_capability if gpu and gpu.compute_capability
+                            else declared.compute_capability if declared else None),
+        gpu_count=len(facts.gpus) if facts.gpus else (declared.gpu_count if declared else None),
+        gpu_memory_gib=(round(gpu.memory_total_mib / 1024, 1) if gpu and gpu.memory_total_mib
+                        else declared.gpu_memory_gib if declared else None),
+        sglang_version=facts.sglang_version or (declared.sglang_version if declared else None),
+        address=declared.address if declared else None,
+    )
+
+
+def preflight(
+    loaded: LoadedProfile, name: str, facts: HostFacts, declared: HostTarget | None, host_check: bool = False
+) -> tuple[list[Diagnostic], HostTarget, str | None]:
+    """Diagnostics for running `loaded` on the host, the host as seen, and the SGLang version.
+
+    The version is None when the launch cannot be checked (no SGLang, or no catalog for it and
+    no `host_check`: SGLang's own check on the host, which then decides alone).
+    """
+    profile = loaded.model
+    assert profile is not None
+    found: list[Diagnostic] = []
+
+    def add(rule: str, message: str, dotted: str | None, hint: str, severity: Severity = Severity.ERROR) -> None:
+        found.append(loaded.diagnostic(rule, message, dotted=dotted, hint=hint, severity=severity))
+
+    target = host_target(name, facts, declared)
+    if not facts.python_ok:
+        error = facts.error("python")
+        add("SGD701", f"{profile.deploy.python} does not run on {name}"
+            + (f" ({error.message})" if error else ""), "deploy.python", "point deploy.python at the "
+            "interpreter of the environment that has sglang installed")
+    elif facts.sglang_version is None:
+        add("SGD702", f"sglang is not installed for {profile.deploy.python} on {name}", "deploy.python",
+            "install sglang into that environment or fix deploy.python")
+    if not facts.gpus:
+        add("SGD706", f"no GPU found on {name}" + (" (nvidia-smi is missing)" if facts.nvidia_smi_found is False
+                                                    else ""), "deploy.host", "check the NVIDIA driver")
+    if facts.model_config_present is False:
+        add("SGD704", f"{profile.server.get('model_path')} has no config.json on {name}", "server.model_path",
+            "copy the model to the host or fix model_path")
+    elif (unreadable := facts.error("model")) is not None:
+        reader = f"user {profile.deploy.user}" if profile.deploy.user else "root"
+        add("SGD704", f"{profile.server.get('model_path')}/config.json on {name} cannot be read by {reader}, "
+            f"who runs the server: {unreadable.message}", "server.model_path",
+            "make the model readable by deploy.user (or fix deploy.user), or repair config.json")
+    found.extend(_host_file_problems(loaded, name, facts))
+    if facts.port_listening and not (facts.unit and facts.unit.active):
+        holders = "; ".join(h.describe() for h in facts.port_holders) or "a process"
+        add("SGD705", f"port {facts.port} is already in use on {name} by {holders} outside the unit",
+            "server.port", "stop that process or choose another port; if it is the SGLang server this profile "
+            "imports, `apply --adopt` stops it and takes over")
+    if declared is not None:
+        found.extend(_mismatches(loaded, declared, target))
+
+    version = target.sglang_version if facts.sglang_version else None
+    if version is not None:
+        try:
+            version = load_catalog(version).version
+        except (UnknownVersionError, ValueError):
+            if host_check:
+                add("SGD703", f"{name} runs SGLang {version}, for which no flag catalog is bundled: its flags "
+                    "and cross-flag rules were not checked offline; SGLang's own check on the host decides",
+                    "deploy.host", "upgrade sgdeploy, or build a catalog (scripts/build_catalogs.py) into "
+                    "SGDEPLOY_CATALOG_PATH", severity=Severity.WARNING)
+                return found, target, version
+            add("SGD703", f"{name} runs SGLang {version}, for which no flag catalog is bundled, and SGLang's "
+                "own check on the host is off; refusing to validate against another version", "deploy.host",
+                "drop --no-sglang-check, upgrade sgdeploy, or build a catalog (scripts/build_catalogs.py) "
+                "into SGDEPLOY_CATALOG_PATH")
+            version = None
+    if version is not None:
+        found.extend(check_launch(loaded, target, version, architecture=facts.model_architecture,
+                                  model_config=host_model_config(facts, name, profile.server.get("model_path"))))
+    return found, target, version
+
+
+def host_file_paths(loaded: LoadedProfile) -> tuple[str, ...]:
+    """The absolute paths the facts round trip checks for this launch (sgdeploy.sglang.hostfiles);
+    a path no file can have (a newline, a NUL byte) is left to SGLang's own error."""
+    profile = loaded.model
+    assert profile is not None
+    return tuple(f.path for f in host_files(profile.server, profile.deploy.working_directory)
+                 if "\n" not in f.path and "\0" not in f.path)
+
+
+def _host_file_problems(loaded: LoadedProfile, name: str, facts: HostFacts) -> list[Diagnostic]:
+    """SGD713: each host file the launch names that the unit's user cannot open."""
+    profile = loaded.model
+    assert profile is not None
+    reader = f"user {profile.deploy.user}" if profile.deploy.user else "root"
+    found = []
+    for host_file in host_files(profile.server, profile.deploy.working_directory):
+        status = facts.host_files.get(host_file.path)
+        if status not in ("missing", "unreadable"):
+            continue
+        shown = host_file.path if host_file.path == host_file.value else f"{host_file.value!r} ({host_file.path})"
+        what = "does not exist" if status == "missing" else f"cannot be read by {reader}, who runs the server"
+        found.append(loaded.diagnostic(
+            "SGD713", f"{host_file.key}: {shown} {what} on {name}", dotted=f"server.{host_file.key}",
+            hint="copy the file to the host, fix the path, or make it readable by deploy.user"))
+    return found
+
+
+def gpu_holders(
+    loaded: LoadedProfile, name: str, facts: HostFacts, gpus: tuple[int | str, ...],
+    own_pids: tuple[int, ...] = (), waiting_s: float | None = None,
+) -> tuple[list[Diagnostic], tuple[GpuHolder, ...]]:
+    """SGD710: processes outside the unit on the GPUs the launch uses, decided before the stop.
+
+    Returns the diagnostics and the strangers; with `waiting_s` (`--wait-for-gpus`) they are a
+    note and apply waits for them to leave before it stops anything.
+    """
+    profile = loaded.model
+    assert profile is not None
+    unit = facts.unit
+    active = bool(unit and unit.active)
+    own = (*own_pids, *((unit.main_pid,) if unit and unit.main_pid else ()))
+    strangers, undecided = gpu_strangers(facts.gpus, facts.gpu_processes, gpus, profile.deploy.unit, own, active)
+    found: list[Diagnostic] = []
+    if strangers:
+        held = "; ".join(h.describe() for h in strangers)
+        if waiting_s is None:
+            found.append(loaded.diagnostic(
+                "SGD710", f"processes outside {profile.deploy.unit}.service hold the GPUs this launch uses on "
+                f"{name}: {held}; nothing was stopped", dotted="deploy.gpus" if profile.deploy.gpus else "deploy.host",
+                hint="stop them, choose other GPUs (deploy.gpus), or wait for them with --wait-for-gpus SECONDS"))
+        else:
+            found.append(loaded.diagnostic(
+                "SGD710", f"{held}: waiting up to {waiting_s:.0f} s for them to leave before anything stops",
+                dotted="deploy.host", hint="they are not part of the unit", severity=Severity.WARNING))
+    if undecided:
+        found.append(loaded.diagnostic(
+            "SGD710", "cannot tell whose these GPU processes are (no /proc entry: another PID namespace?): "
+            + "; ".join(h.describe() for h in undecided), dotted="deploy.host",
+            hint="if they are not the unit's server, the new server will not fit", severity=Severity.WARNING))
+    return found, strangers
+
+
+def _mismatches(loaded: LoadedProfile, declared: HostTarget, seen: HostTarget) -> list[Diagnostic]:
+    notes = []
+    for what, expected, actual in (
+        ("GPU count", declared.gpu_count, seen.gpu_count),
+        ("compute capability", declared.compute_capability, seen.compute_capability),
+        ("SGLang version", declared.sglang_version, seen.sglang_version),
+    ):
+        if expected is not None and actual is not None and str(expected) != str(actual):
+            notes.append(loaded.diagnostic(
+                "SGD707", f"the inventory says {what} {expected} for {declared.name}, the host has {actual}; "
+                "validated against the host", dotted="deploy.host", hint="update inventory.toml",
+                severity=Severity.WARNING))
+    return notes

@@ -1,0 +1,349 @@
+"""The transaction: one start of a deployment on a host whose unit lock is held, and the
+results of apply and rollback.
+
+`Transaction.start` stages the unit and its record, runs the pre-stop gate, swaps the server
+(install, stop, wait for idle GPUs, start: `HostSession.swap`), follows the journal until ready
+and checks health; `record` writes the outcome. `on_host` runs a piece of work over one host's
+connection and turns connection problems into results; an exit 3 ("nothing healthy runs") is
+checked against the host before it is reported (`confirmed`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sgdeploy.core.diagnostics import Diagnostic
+from sgdeploy.profile.inventory import HostEntry
+from sgdeploy.deploy.journal import Reporter, StartupResult
+from sgdeploy.logs import LogReport
+from sgdeploy.deploy.plan import Deployment, Plan, Takeover, deployment_meta
+from sgdeploy.deploy.prestop import BeforeStop
+from sgdeploy.profile.model import ProbeSettings
+from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost, RemoteError, RemoteHost
+from sgdeploy.deploy.secret_args import api_key_for
+from sgdeploy.deploy.session import SWAP_WINDOW_S, HostSession, healthy_now
+
+
+class Exit(enum.IntEnum):
+    READY = 0
+    ROLLED_BACK = 1
+    REFUSED = 2
+    NOTHING_HEALTHY = 3
+
+
+@dataclass
+class ApplyOptions:
+    rollback: bool = True
+    force: bool = False
+    dry_run: bool = False
+    gpu_idle_timeout_s: float = 120.0
+    health_timeout_s: float = 60.0
+    settle_s: float = 5.0  # after ready: the unit must keep running and healthy this long
+    keep: int = 20  # deployment records kept per unit on the host (the last good one always)
+    probe: bool = False  # measure throughput after ready and record it
+    min_ratio: float | None = None  # fail (and roll back) below this share of the last good figure
+    sglang: str | None = None
+    adopt: bool = False  # stop an SGLang server on the profile's port outside its unit, then take over
+    sglang_check: bool = True  # ask the host's own SGLang about the launch before anything stops
+    sglang_check_timeout_s: float = 60.0
+    wait_for_gpus_s: float | None = None  # wait (bounded) for processes outside the unit to leave its GPUs
+    # Run last before the stop (a gateway drains the server): a sentence refuses the start, nothing stopped
+    before_stop: BeforeStop | None = None
+    # Run once the result is known, over the host's connection still open (a gateway puts the worker back)
+    after_host: Callable[[HostSession, ApplyResult], None] | None = None
+
+
+
+
+@dataclass
+class ApplyResult:
+    exit_code: int
+    status: str
+    host: str
+    unit: str
+    message: str
+    deployment_id: str | None = None
+    phase_times: dict[str, float | None] = field(default_factory=dict)
+    kv_cache_tokens: int | None = None
+    auto_adjusted: list[dict[str, Any]] = field(default_factory=list)
+    failure: dict[str, Any] | None = None
+    explain: list[str] = field(default_factory=list)
+    rollback: dict[str, Any] | None = None
+    probe: dict[str, Any] | None = None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    plan: Plan | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+    sglang_check: dict[str, Any] | None = None  # SGLang's own verdict on the host, its prediction and what differed
+    disagreements: list[dict[str, Any]] = field(default_factory=list)  # host verdict vs offline rules
+    unreachable: bool = False  # could not connect: `plan` exits 2 for it, not 1 (would refuse); not in the JSON
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "exit_code": self.exit_code,
+            "status": self.status,
+            "host": self.host,
+            "unit": self.unit,
+            "message": self.message,
+            "deployment_id": self.deployment_id,
+            "phase_times": self.phase_times,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "auto_adjusted": self.auto_adjusted,
+            "failure": self.failure,
+            "explain": self.explain,
+            "rollback": self.rollback,
+            "probe": self.probe,
+            "diagnostics": [d.as_dict() for d in self.diagnostics],
+            "steps": [s.as_dict() for s in self.plan.steps] if self.plan else [],
+            "timings": self.timings,
+            "ssh": self.stats,
+            "sglang_check": self.sglang_check,
+            "disagreements": self.disagreements,
+        }
+
+
+# --------------------------------------------------------------------------- the transaction
+class Transaction:
+    """One apply or rollback on one host, holding the unit's lock throughout."""
+
+    def __init__(self, session: HostSession, host: str, options: ApplyOptions) -> None:
+        self.session = session
+        self.host = host
+        self.options = options
+
+    def start(self, deployment: Deployment, stop_first: bool, best_effort_idle: bool = False,
+              takeover: tuple[Takeover, ...] = (),
+              gate: Callable[[], StartupResult | None] | None = None,
+              staged: CommandResult | None = None) -> StartupResult:
+        """Stop what runs, wait for the GPUs, install and start `deployment`, wait until healthy.
+
+        `gate` runs after staging and before the stop; a result from it ends the start there,
+        nothing stopped (SGLang refused the launch, strangers kept the GPUs). `best_effort_idle`
+        is a restore (rollback): GPUs still busy at the deadline then leave the unit installed
+        but stopped, never started into GPUs that are not free.
+        """
+        began = time.monotonic()
+        staged = staged or self.session.stage(deployment)  # done already when taking the lock
+        if not staged.ok:
+            return StartupResult(False, reason=f"cannot write {deployment.unit_path} or the record (nothing was "
+                                 f"stopped): {staged.stderr.strip() or 'exit ' + str(staged.exit_code)}",
+                                 failure_kind="stage_failed", seconds=time.monotonic() - began)
+        refused = gate() if gate is not None else None
+        if refused is not None:
+            refused.seconds = time.monotonic() - began
+            return refused
+        if takeover:
+            result, invocation, busy = self._stop_and_start_adopting(deployment, stop_first, takeover,
+                                                                     best_effort_idle)
+        else:
+            result, invocation, busy = self._swap(deployment, stop_first)
+        if busy is not None:
+            busy.seconds = time.monotonic() - began
+            return busy
+        if not result.ok or not invocation:
+            return StartupResult(False, reason="installing or starting the unit failed: "
+                                 + (result.stderr.strip() or f"exit {result.exit_code}"),
+                                 failure_kind="start_failed", explain=result.stderr.strip().splitlines()[-10:],
+                                 seconds=time.monotonic() - began)
+        startup = self.session.follow(deployment, invocation, deployment.expected_phases)
+        if startup.ready:
+            info: list[dict[str, Any] | None] = []  # /server_info, asked beside the health check
+            asking = threading.Thread(target=self._server_info, args=(deployment, info), daemon=True,
+                                      name="sgdeploy-server-info")
+            asking.start()
+            healthy, why = self.serving(deployment)
+            if not healthy:
+                startup.ready, startup.reason, startup.failure_kind = False, why, "unhealthy"
+                startup.explain = self.session.journal_tail(deployment.unit)
+            else:
+                asking.join()
+                startup.auto_adjusted = adjustments(startup.report, info[0] if info else None, deployment.server)
+        startup.seconds = time.monotonic() - began
+        return startup
+
+    def serving(self, deployment: Deployment) -> tuple[bool, str]:
+        """A ready server's health: answering, then still up and healthy after the settle time."""
+        healthy, why = self.session.check_health(deployment, self.options.health_timeout_s)
+        if healthy:
+            healthy, why = self.session.settle(deployment, self.options.settle_s)
+        return healthy, why
+
+    def _server_info(self, deployment: Deployment, into: list[dict[str, Any] | None]) -> None:
+        with contextlib.suppress(RemoteError):  # none: the adjustments come from the log alone
+            into.append(self.session.server_info(deployment))
+
+    def _swap(self, deployment: Deployment, stop_first: bool) -> tuple[CommandResult, str | None, StartupResult | None]:
+        """Install, stop, start in one round trip when the GPUs free at once; else wait for them."""
+        swap = self.session.swap(deployment, stop_first, min(SWAP_WINDOW_S, self.options.gpu_idle_timeout_s))
+        if not swap.installed:
+            return swap.result, None, StartupResult(
+                False, reason=f"cannot install {deployment.unit_path} (nothing was stopped): "
+                f"{swap.result.stderr.strip() or 'exit ' + str(swap.result.exit_code)}", failure_kind="stage_failed")
+        if swap.started:
+            return swap.result, swap.invocation, None
+        left = max(self.options.gpu_idle_timeout_s - SWAP_WINDOW_S, 0.0)
+        verdict = self.session.wait_gpus_idle(deployment.gpus, left) if left else swap.verdict
+        if verdict is None or not verdict.idle:
+            # Started into held GPUs it would crash and restart in a loop: installed, left stopped.
+            detail = (f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: "
+                      f"{verdict.describe() if verdict else 'unknown'}; {deployment.unit}.service is installed "
+                      "but left stopped")
+            return swap.result, None, StartupResult(False, reason=detail, failure_kind="gpus_busy")
+        result, invocation = self.session.start_installed(deployment)
+        return result, invocation, None
+
+    def _stop_and_start_adopting(self, deployment: Deployment, stop_first: bool, takeover: tuple[Takeover, ...],
+                                 best_effort_idle: bool) -> tuple[CommandResult, str | None, StartupResult | None]:
+        """`--adopt`: stop the unit and the servers outside it, wait for the GPUs, install, start."""
+        if stop_first:
+            self.session.stop(deployment.unit)
+        self.session.take_over(takeover)
+        verdict = self.session.wait_gpus_idle(deployment.gpus, self.options.gpu_idle_timeout_s)
+        if not verdict.idle:
+            detail = f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: {verdict.describe()}"
+            if best_effort_idle:
+                self.session.install_and_start(deployment, start=False)
+                detail += f"; {deployment.unit}.service is installed but left stopped"
+            return CommandResult("", 1, "", ""), None, StartupResult(False, reason=detail, failure_kind="gpus_busy")
+        result, invocation = self.session.install_and_start(deployment)
+        return result, invocation, None
+
+    def measure(self, deployment: Deployment, startup: StartupResult, baseline: dict[str, Any] | None) -> None:
+        """Run the throughput probe on a ready server; below --min-ratio the start counts as failed."""
+        from sgdeploy.deploy.probe import compare, probe_remote
+
+        settings = ProbeSettings.model_validate(deployment.probe_settings or {})
+        self.session.report("step", step="probe", endpoint=settings.endpoint, concurrency=settings.concurrency)
+        measured = probe_remote(self.session.remote, deployment.port, settings,
+                                api_key_for(self.session.remote, deployment))
+        verdict = compare(measured, baseline, self.options.min_ratio or 0.0)
+        startup.probe = {**measured.as_dict(), "verdict": verdict.as_dict(),
+                         "summary": measured.summary()}
+        self.session.report("probe", summary=measured.summary(), verdict=verdict.message)
+        if self.options.min_ratio is not None and not verdict.ok:
+            startup.ready, startup.failure_kind, startup.reason = False, "throughput_regression", verdict.message
+
+    def record(self, deployment: Deployment, startup: StartupResult, outcome: str,
+               extra: dict[str, Any] | None = None, unstage: bool = False) -> None:
+        report = startup.report
+        meta = deployment_meta(
+            deployment, outcome,
+            host=self.host,
+            startup_s=round(startup.seconds, 2),
+            phases=[p.as_dict() for p in report.phases] if report else [],
+            phase_times=report.phase_times() if report else {},
+            kv_cache_tokens=report.kv_cache_tokens if report else None,
+            auto_adjusted=startup.auto_adjusted,
+            failure={"kind": startup.failure_kind, "reason": startup.reason} if not startup.ready else None,
+            probe=startup.probe,
+            **{k: v for k, v in (extra or {}).items() if v},
+        )
+        self.session.record(deployment, meta, last_good=outcome == "ready", keep=self.options.keep, unstage=unstage)
+
+
+def adjustments(report: LogReport | None, info: dict[str, Any] | None, server: dict[str, Any]) -> list[dict[str, Any]]:
+    """What SGLang changed on its own: from the log, confirmed or completed by /server_info."""
+    from sgdeploy.logs import settings_changed
+
+    found = {a.field: a.as_dict() for a in report.auto_adjusted} if report else {}
+    if info:
+        for adjustment in settings_changed(server, info, "/server_info"):
+            found.setdefault(adjustment.field, adjustment.as_dict())
+    return list(found.values())
+
+
+def result_from(startup: StartupResult, **kwargs: Any) -> ApplyResult:
+    report = startup.report
+    failure: dict[str, Any] | None = None
+    if not startup.ready:
+        f = report.failure if report else None
+        failure = {"kind": startup.failure_kind or (f.kind if f else "failed"), "reason": startup.reason,
+                   "line": f.line if f else None}
+        if f is not None:  # what the log reader weighed: how sure, and the later errors it set aside
+            failure.update(confidence=f.confidence, consequences=[[n, text] for n, text in f.consequences])
+    return ApplyResult(
+        phase_times=report.phase_times() if report and startup.ready else {},
+        kv_cache_tokens=report.kv_cache_tokens if report else None,
+        auto_adjusted=startup.auto_adjusted,
+        failure=failure,
+        explain=startup.explain,
+        probe=startup.probe,
+        **kwargs,
+    )
+
+
+def timings(startup: StartupResult, began: float) -> dict[str, float]:
+    total = time.monotonic() - began
+    return {"total_s": round(total, 3), "startup_s": round(startup.seconds, 3)}
+
+
+def connect(name: str, entry: HostEntry) -> RemoteHost:
+    return RemoteHost(name, entry).connect()
+
+
+def on_host(
+    name: str, entry: HostEntry, unit: str, report: Reporter, what: str,
+    work: Callable[[HostSession], ApplyResult], after: Callable[[HostSession, ApplyResult], None] | None = None,
+    begun: HostSession | ConnectError | None = None,
+) -> ApplyResult:
+    """Connect (or take over `begun`, the session opened already or why none could be), run
+    `work` over it, then `after`; connection problems become results."""
+    try:
+        if isinstance(begun, ConnectError):
+            raise begun
+        remote = begun.remote if begun is not None else connect(name, entry)
+    except ConnectError as exc:
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, str(exc), unreachable=True)
+    with remote:
+        if remote.privileges.refusal:
+            return ApplyResult(Exit.REFUSED, "refused", name, unit,
+                               f"{remote.privileges.refusal}; nothing was changed", stats=remote.stats.as_dict())
+        session = begun or HostSession(remote, report)
+        session.report = report
+        try:
+            result = confirmed(session, work(session))
+            if after is not None:
+                after(session, result)
+            return result
+        except ConnectionLost as exc:
+            return connection_lost(name, entry, unit, what, exc, remote.stats.as_dict())
+        finally:
+            report("ssh", **remote.stats.as_dict())
+
+
+def confirmed(session: HostSession, result: ApplyResult) -> ApplyResult:
+    """`result`, checked against the host when it says that nothing healthy is running (exit 3):
+    a healthy server found makes it exit 1, saying what runs."""
+    if result.exit_code != Exit.NOTHING_HEALTHY:
+        return result
+    try:
+        healthy = healthy_now(session, result.unit)
+    except RemoteError as exc:
+        result.message += f" (the host could not be checked again: {exc})"
+        return result
+    if healthy is not None:
+        result.exit_code = Exit.ROLLED_BACK
+        result.message += f"; checked again before reporting: {healthy}, so a healthy server does run"
+    return result
+
+
+def connection_lost(name: str, entry: HostEntry, unit: str, what: str, exc: ConnectionLost,
+                    stats: dict[str, int]) -> ApplyResult:
+    """The result of a connection lost mid-way, after connecting again to see what runs now:
+    exit 3 only when nothing healthy does (or the host cannot be reached to tell)."""
+    result = ApplyResult(Exit.NOTHING_HEALTHY, "connection_lost", name, unit,
+                         f"{exc}; the host may be mid-deployment: re-run {what} (it converges) or "
+                         "`sgdeploy status`", stats=stats)
+    try:
+        with RemoteHost(name, entry, connect_timeout=5.0).connect() as again:
+            return confirmed(HostSession(again), result)
+    except RemoteError as error:
+        result.message += f" (the host could not be reached again to check what runs: {error})"
+        return result
+

@@ -1,0 +1,1 @@
+"""What the user writes: profiles, the inventory, and validating them offline."""

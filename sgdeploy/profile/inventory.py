@@ -1,0 +1,229 @@
+"""The inventory (`inventory.toml`): GPU hosts, their facts, and groups of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from sgdeploy.profile.inventory_file import placed
+from sgdeploy.host.sshconfig import OVERRIDE_FIELDS
+from sgdeploy.core.tomlfile import TomlDocument, read_toml
+
+ComputeCapability = Annotated[str, StringConstraints(pattern=r"^\d{1,2}\.\d$")]
+WorkerUrl = Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9_.:\[\]-]+(:\d+)?/?$")]
+GatewayUrl = Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9_.:\[\]-]+(:\d+)?(/[^\s]*)?$")]
+
+
+class HostEntry(BaseModel):
+    """`[hosts.NAME]`: how to reach a GPU host and what it has.
+
+    `address` may be an alias of the SSH configuration; the connection settings left unset
+    (None) come from it (see sgdeploy/host/sshconfig.py), those set here win.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9_.:-]+$")
+    port: int | None = Field(default=None, ge=1, le=65535)
+    user: str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    strict_host_key_checking: bool | None = None
+    proxy_jump: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:@\[\],-]+$")
+    ssh_config: str | None = None
+    # Run the commands that need root through `sudo -n` when `user` is not root (Ansible's
+    # `become`). None: yes whenever the login is not root; false: never (the login must be root).
+    become: bool | None = None
+    gpu: str | None = None
+    compute_capability: ComputeCapability | None = None
+    gpu_count: int | None = Field(default=None, ge=1, le=1024)
+    gpu_memory_gib: float | None = Field(default=None, gt=0)
+    sglang_version: str | None = None
+    # The gateway (`[gateways.NAME]`) that routes to this host's server, and the URL it knows
+    # the server by (default http://<address>:<the profile's port>).
+    gateway: str | None = None
+    worker_url: WorkerUrl | None = None
+
+    def ssh_overrides(self) -> dict[str, object]:
+        """The connection settings this entry sets, by sshconfig.resolve's names."""
+        return {name: getattr(self, name) for name in OVERRIDE_FIELDS}
+
+
+HostName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+
+
+class GatewayEntry(BaseModel):
+    """`[gateways.NAME]`: SGLang's gateway (the Shepherd Model Gateway, `smg`) in front of workers.
+
+    Its API key is never written here: `api_key_env` names an environment variable, or
+    `api_key_file` a file (relative to the inventory's folder), that holds it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: GatewayUrl
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    api_key_file: str | None = Field(default=None, min_length=1)
+    hosts: list[str] = Field(default_factory=list)  # hosts or groups this gateway fronts
+    drain_timeout_s: float = Field(default=120.0, ge=0, le=86400)
+    # At the drain timeout, with requests still running: put the worker back and refuse the host
+    # (its server keeps serving them), or stop it anyway and cut them
+    on_drain_timeout: Literal["refuse", "stop"] = "refuse"
+    add_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> GatewayEntry:
+        if self.api_key_env and self.api_key_file:
+            raise ValueError("give api_key_env or api_key_file, not both")
+        return self
+
+
+class Inventory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ssh_config: str | None = None  # the SSH configuration of every host that names none
+    hosts: dict[HostName, HostEntry] = Field(default_factory=dict)
+    groups: dict[HostName, list[str]] = Field(default_factory=dict)
+    gateways: dict[HostName, GatewayEntry] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_inline(cls, data: object) -> object:
+        gateways = data.get("gateways") if isinstance(data, dict) else None
+        inline = [(name, key) for name, table in (gateways.items() if isinstance(gateways, dict) else ())
+                  if isinstance(table, dict) for key in ("api_key", "key", "token") if key in table]
+        if inline:
+            raise ValidationError.from_exception_data("Inventory", [_located(
+                ("gateways", name, key), "(hidden)", "a gateway's API key is never written in the inventory: "
+                "name an environment variable (api_key_env = \"NAME\") or a file (api_key_file = \"PATH\") "
+                "that holds it") for name, key in inline])
+        return data
+
+    @model_validator(mode="after")
+    def _groups_name_hosts(self) -> Inventory:
+        for group, members in self.groups.items():
+            if group in self.hosts:
+                raise ValueError(f"group '{group}' has the same name as a host")
+            unknown = [m for m in members if m not in self.hosts]
+            if unknown:
+                raise ValueError(f"group '{group}' names unknown hosts: {', '.join(unknown)}")
+        return self
+
+    @model_validator(mode="after")
+    def _gateways_known(self) -> Inventory:
+        errors = [_located(("hosts", name, "gateway"), entry.gateway, f"no gateway '{entry.gateway}' in "
+                           f"[gateways] (known: {', '.join(self.gateways) or 'none'})")
+                  for name, entry in self.hosts.items() if entry.gateway and entry.gateway not in self.gateways]
+        claimed: dict[str, str] = {name: e.gateway for name, e in self.hosts.items() if e.gateway}
+        for gateway, gw in self.gateways.items():
+            for i, member in enumerate(gw.hosts):
+                names = self.resolve(member)
+                if names is None:
+                    errors.append(_located(("gateways", gateway, "hosts", i), member,
+                                           f"'{member}' is neither a host nor a group of this inventory"))
+                    continue
+                for host in names:
+                    other = claimed.setdefault(host, gateway)
+                    if other != gateway:
+                        errors.append(_located(("gateways", gateway, "hosts", i), member, f"host '{host}' is "
+                                               f"fronted by gateway '{other}' already; a host has one gateway"))
+        if errors:
+            raise ValidationError.from_exception_data("Inventory", errors)
+        return self
+
+    def gateway_of(self, host: str) -> str | None:
+        """The name of the gateway that fronts `host`, if one does."""
+        entry = self.hosts.get(host)
+        if entry is not None and entry.gateway:
+            return entry.gateway
+        for name, gateway in self.gateways.items():
+            if any(host in (self.resolve(member) or []) for member in gateway.hosts):
+                return name
+        return None
+
+    def resolve(self, name: str) -> list[str] | None:
+        """Host names for a host or group name; None if it is neither."""
+        if name in self.hosts:
+            return [name]
+        if name in self.groups:
+            return list(self.groups[name])
+        return None
+
+
+@dataclass(frozen=True)
+class HostTarget:
+    """What validation knows about one target host, from the inventory or from live facts."""
+
+    name: str
+    gpu: str | None = None
+    compute_capability: str | None = None
+    gpu_count: int | None = None
+    gpu_memory_gib: float | None = None
+    sglang_version: str | None = None
+    address: str | None = None
+
+    @property
+    def sm(self) -> int | None:
+        """Compute capability as SGLang compares it: "8.6" -> 86."""
+        if not self.compute_capability:
+            return None
+        major, _, minor = self.compute_capability.partition(".")
+        return int(major) * 10 + int(minor or 0)
+
+    @classmethod
+    def from_entry(cls, name: str, entry: HostEntry) -> HostTarget:
+        capability = entry.compute_capability
+        if capability is None and entry.gpu:
+            capability = _capability_from_table(entry.gpu)
+        return cls(
+            name=name,
+            gpu=entry.gpu,
+            compute_capability=capability,
+            gpu_count=entry.gpu_count,
+            gpu_memory_gib=entry.gpu_memory_gib,
+            sglang_version=entry.sglang_version,
+            address=entry.address,
+        )
+
+
+def _located(loc: tuple[str | int, ...], value: object, message: str) -> InitErrorDetails:
+    return InitErrorDetails(type=PydanticCustomError("gateway", message), loc=loc, input=value)
+
+
+def worker_url(entry: HostEntry, port: int) -> str:
+    """The URL a gateway knows a host's server by: `worker_url`, else http://<address>:<port>."""
+    if entry.worker_url:
+        return entry.worker_url.rstrip("/")
+    address = f"[{entry.address}]" if ":" in entry.address else entry.address
+    return f"http://{address}:{port}"
+
+
+def _capability_from_table(gpu: str) -> str | None:
+    from sgdeploy.host.facts import compute_capability_for
+
+    return compute_capability_for(gpu)
+
+
+def load_inventory(path: str | Path) -> TomlDocument[Inventory]:
+    document = read_toml(path, Inventory)
+    if document.model is not None:
+        _place_ssh_configs(document.model, Path(path).parent)
+        _place_gateway_keys(document.model, Path(path).parent)
+    return document
+
+
+def _place_ssh_configs(inventory: Inventory, folder: Path) -> None:
+    """Each host's `ssh_config`: its own or the inventory's, a relative path read from the
+    inventory's folder (`~` stays for the connection to expand)."""
+    for entry in inventory.hosts.values():
+        entry.ssh_config = placed(entry.ssh_config or inventory.ssh_config, folder)
+
+
+def _place_gateway_keys(inventory: Inventory, folder: Path) -> None:
+    """A gateway's relative `api_key_file` is read from the inventory's folder."""
+    for gateway in inventory.gateways.values():
+        gateway.api_key_file = placed(gateway.api_key_file, folder)

@@ -1,0 +1,203 @@
+"""Launch profiles (`profiles/NAME.toml`): the pydantic model and loading.
+
+The model fixes the shape of a profile. Whether `[server]` keys are flags of the target SGLang
+version, and how they combine, is checked against that version's catalog and rules
+(`sgdeploy.sglang`), because the answer depends on the host the profile is deployed to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from sgdeploy.core.tomlfile import TomlDocument, read_toml
+
+
+def _normalized(path: str) -> str:
+    if "//" in path or any(part in (".", "..") for part in path.split("/")):
+        raise ValueError("use a normalized absolute path (no '.', '..' or '//')")
+    return path
+
+
+UNIT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,200}$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+# An absolute, normalized path that a unit file takes as it is: no control characters, no
+# final backslash, no '.' or '..' components, no '//' (systemd refuses such paths).
+AbsolutePath = Annotated[str, StringConstraints(
+    pattern=r"^/([^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\\])?$", max_length=4096), AfterValidator(_normalized)]
+# The executable of ExecStart=: systemd refuses quotes and backslashes in it.
+ExecutablePath = Annotated[AbsolutePath, StringConstraints(pattern=r"^[^\"'\\]*$")]
+GpuIndex = Annotated[int, Field(ge=0)]
+GpuUuid = Annotated[str, StringConstraints(pattern=r"^GPU-[0-9a-fA-F-]+$")]
+ScalarValue = str | bool | int | float
+ServerValue = str | bool | int | float | list[Any] | dict[str, Any]
+
+
+ENDPOINT_PATHS = {"generate": "/generate", "openai": "/v1/completions"}
+
+DEFAULT_PROMPTS = (
+    "Explain, step by step, how a hash table handles collisions, and compare open addressing "
+    "with separate chaining.",
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "List the main differences between TCP and UDP and give one use case for each.",
+    "Describe the water cycle to a ten-year-old, in plain words.",
+)
+
+
+class ProbeSettings(BaseModel):
+    """A profile's `[probe]` section: the workload of the throughput probe (sgdeploy.deploy.probe)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompts: tuple[str, ...] = Field(default=DEFAULT_PROMPTS, min_length=1)
+    max_tokens: int = Field(default=128, ge=2, le=8192)
+    concurrency: int = Field(default=4, ge=1, le=256)
+    requests: int = Field(default=4, ge=1, le=1024,
+                          description="requests per phase (the concurrent one rounds up to whole waves)")
+    warmup: int = Field(default=1, ge=0, le=16, description="uncounted requests before the phases")
+    duration_s: float = Field(default=120.0, gt=0, description="cap on the whole probe")
+    request_timeout_s: float = Field(default=60.0, gt=0, description="cap on one request")
+    endpoint: Literal["generate", "openai"] = "generate"
+    model: str | None = Field(default=None, description="`model` of OpenAI requests; default 'default'")
+
+    @model_validator(mode="after")
+    def _prompts_not_blank(self) -> ProbeSettings:
+        if any(not p.strip() for p in self.prompts):
+            raise ValueError("prompts must not be blank")
+        return self
+
+    @property
+    def path(self) -> str:
+        return ENDPOINT_PATHS[self.endpoint]
+
+    def workload(self) -> dict[str, Any]:
+        """What makes two probes comparable (stored with the figures)."""
+        digest = hashlib.sha256("\x00".join(self.prompts).encode()).hexdigest()[:12]
+        return {"endpoint": self.endpoint, "max_tokens": self.max_tokens, "concurrency": self.concurrency,
+                "prompts_sha256": digest}
+
+
+class DeploySettings(BaseModel):
+    """`[deploy]`: where and how the server runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field(min_length=1, description="A host or group of the inventory.")
+    unit: Annotated[str, StringConstraints(pattern=UNIT_NAME)] = Field(
+        default="sglang", description="systemd unit name, without '.service'."
+    )
+    python: ExecutablePath = Field(description="Interpreter that has sglang installed.")
+    ready_timeout_s: int = Field(default=1200, gt=0, le=86400,
+                                 description="Seconds to wait for the server to become ready.")
+    user: Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}\$?$")] | None = None
+    working_directory: AbsolutePath | None = None
+    env_file: AbsolutePath | None = Field(
+        default=None, description="File on the host with secrets (KEY=value lines); never copied."
+    )
+    gpus: list[GpuIndex | GpuUuid] | None = Field(
+        default=None, min_length=1, description="GPU indices or UUIDs for CUDA_VISIBLE_DEVICES."
+    )
+    model_architecture: str | None = Field(
+        default=None, description="HF architecture (config.json architectures[0]), for rules that need it."
+    )
+    # TOML key `model_config` (a name pydantic reserves for itself, hence the alias).
+    model_config_file: str | None = Field(
+        default=None, min_length=1, alias="model_config",
+        description="A local copy of the model's config.json (or its folder), relative to the profile, for "
+        "rules that read it offline (context length, heads, DSA, Mamba state, quantization).",
+    )
+
+    @field_validator("unit")
+    @classmethod
+    def _unit_is_plain(cls, value: str) -> str:
+        if value.endswith(".service"):
+            raise ValueError("give the unit name without '.service'")
+        if ".." in value:
+            raise ValueError("'..' is not allowed in a unit name")
+        return value
+
+
+SecretKey = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,100}$")]
+
+
+class SecretSettings(BaseModel):
+    """`[secrets]`: SGLang arguments whose values live in a file on the host (sgdeploy.deploy.secret_args).
+
+    It says where the values are and which arguments they are; there is no place for a value.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file: AbsolutePath = Field(description="Root-only file on the host with the values (YAML for --config).")
+    keys: list[SecretKey] = Field(min_length=1, description="ServerArgs field names the file provides.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _names_only(cls, data: Any) -> Any:
+        # Never echo what was written: a key that is not file/keys is most likely a value.
+        if isinstance(data, dict):
+            extra = sorted(str(k) for k in data if k not in ("file", "keys"))
+            if extra:
+                raise ValueError(f"[secrets] takes only 'file' and 'keys', not {', '.join(map(repr, extra))}: "
+                                 "a secret's value goes into the file on the host, never into the profile")
+        return data
+
+    @field_validator("keys")
+    @classmethod
+    def _unique(cls, keys: list[str]) -> list[str]:
+        if len(set(keys)) != len(keys):
+            raise ValueError("each key once")
+        return keys
+
+
+class Profile(BaseModel):
+    """A launch profile: `[deploy]`, `[env]`, `[server]`, `[secrets]` and `[probe]`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deploy: DeploySettings
+    env: dict[Annotated[str, StringConstraints(pattern=ENV_NAME)], ScalarValue] = Field(
+        default_factory=dict, description="Environment of the server process."
+    )
+    server: dict[str, ServerValue] = Field(
+        default_factory=dict,
+        description="sglang.launch_server flags by ServerArgs field name (snake_case).",
+    )
+    probe: ProbeSettings | None = Field(
+        default=None, description="The throughput probe's workload (`apply --probe`, `sgdeploy probe`)."
+    )
+    secrets: SecretSettings | None = Field(
+        default=None, description="Secret SGLang arguments, by reference to a file on the host."
+    )
+
+    def env_strings(self) -> dict[str, str]:
+        """Environment values as the process sees them (TOML true -> "1", false -> "0")."""
+        return {key: env_string(value) for key, value in self.env.items()}
+
+
+def env_string(value: ScalarValue) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+class LoadedProfile(TomlDocument[Profile]):
+    """A profile file as read: the model when its shape is valid, and every finding."""
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).stem
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+def load_profile(path: str | Path) -> LoadedProfile:
+    loaded = read_toml(path, Profile, document=LoadedProfile)
+    assert isinstance(loaded, LoadedProfile)
+    return loaded

@@ -1,0 +1,260 @@
+"""Validating profiles: shape, flags of the target SGLang version, and cross-flag rules.
+
+`validate_paths` is what `sgdeploy validate` runs; `check_launch` is the part that depends on
+a host, reused by `apply` with live host facts instead of the inventory's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sgdeploy.core.diagnostics import Diagnostic, Severity
+from sgdeploy.profile.inventory import HostTarget, Inventory, load_inventory
+from sgdeploy.profile.model import LoadedProfile, load_profile
+from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog, newest_version
+from sgdeploy.sglang.flags import valid_server_values
+from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, load_model_config
+from sgdeploy.sglang.rule import LaunchContext
+from sgdeploy.sglang.rules import RULES
+from sgdeploy.core.tomlfile import TomlDocument, did_you_mean
+
+
+@dataclass
+class ValidationResult:
+    """The verdict on one profile file."""
+
+    path: str
+    host: str | None = None
+    sglang_versions: list[str] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.is_error for d in self.diagnostics)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "ok": self.ok,
+            "host": self.host,
+            "sglang_versions": self.sglang_versions,
+            "diagnostics": [d.as_dict() for d in self.diagnostics],
+        }
+
+
+@dataclass
+class InventoryContext:
+    """The inventory as loaded once for a whole run (it may be absent or broken)."""
+
+    path: str
+    document: TomlDocument[Inventory] | None
+
+    @property
+    def inventory(self) -> Inventory | None:
+        return self.document.model if self.document else None
+
+    @classmethod
+    def load(cls, path: Path) -> InventoryContext:
+        if not path.exists():
+            return cls(str(path), None)
+        return cls(str(path), load_inventory(path))
+
+
+def validate_paths(
+    paths: Sequence[str], inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None
+) -> list[ValidationResult]:
+    return [validate_file(path, inventory, sglang, model_config) for path in paths]
+
+
+def validate_file(
+    path: str, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None
+) -> ValidationResult:
+    return validate_loaded(load_profile(path), inventory, sglang, model_config)
+
+
+@dataclass(frozen=True)
+class TargetVerdict:
+    """The verdict on a profile for one host of its target (host None: no inventory)."""
+
+    host: HostTarget | None
+    version: str | None
+    diagnostics: list[Diagnostic]
+
+
+def validate_loaded(
+    loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None
+) -> ValidationResult:
+    """Validate a profile already read, against every host of its target. `model_config` (a model
+    folder or config.json, e.g. from --model-config) wins over the profile's deploy.model_config."""
+    result = ValidationResult(path=loaded.path, host=loaded.model.deploy.host if loaded.model else None)
+    found, verdicts = verdicts_by_target(loaded, inventory, sglang, model_config)
+    result.diagnostics.extend(found)
+    for verdict in verdicts:
+        result.diagnostics.extend(verdict.diagnostics)
+        if verdict.version is not None and verdict.version not in result.sglang_versions:
+            result.sglang_versions.append(verdict.version)
+    result.diagnostics = _unique(result.diagnostics)
+    return result
+
+
+def verdicts_by_target(
+    loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None
+) -> tuple[list[Diagnostic], list[TargetVerdict]]:
+    """The profile's own findings (shape, target), then one verdict per host of its target."""
+    if loaded.model is None:
+        return list(loaded.diagnostics), []
+    targets, found = _targets(loaded, inventory)
+    config, about_config = profile_model_config(loaded, model_config)
+    found.extend(about_config)
+    verdicts = []
+    for target in targets:
+        version, about_version = _version_for(loaded, target, sglang)
+        launch = [] if version is None else check_launch(
+            loaded, target, version, node_count=len(targets) if inventory.inventory is not None else None,
+            model_config=config)
+        verdicts.append(TargetVerdict(target, version, [*about_version, *launch]))
+    return [*loaded.diagnostics, *found], verdicts
+
+
+def check_launch(
+    loaded: LoadedProfile,
+    host: HostTarget | None,
+    version: str,
+    architecture: str | None = None,
+    node_count: int | None = None,
+    model_config: ModelConfig | None = None,
+) -> list[Diagnostic]:
+    """Run every rule for one (profile, host, SGLang version); `version` must have a catalog."""
+    profile = loaded.model
+    assert profile is not None
+    catalog = load_catalog(version)
+    ctx = LaunchContext(
+        server=valid_server_values(profile.server, catalog),
+        raw_server=profile.server,
+        env=profile.env_strings(),
+        catalog=catalog,
+        host=host,
+        architecture=architecture or profile.deploy.model_architecture
+        or (model_config.architecture if model_config else None),
+        gpus=tuple(profile.deploy.gpus) if profile.deploy.gpus else None,
+        node_count=node_count,
+        model_config=model_config,
+        secret_file=profile.secrets.file if profile.secrets else None,
+        secret_keys=tuple(profile.secrets.keys) if profile.secrets else (),
+        working_directory=profile.deploy.working_directory,
+    )
+    found = []
+    for rule in RULES:
+        for finding in rule.run(ctx):
+            found.append(loaded.diagnostic(rule.id, finding.message, dotted=finding.field,
+                                           hint=finding.hint or rule.hint, severity=rule.severity))
+    return found
+
+
+def profile_model_config(
+    loaded: LoadedProfile, override: str | None = None
+) -> tuple[ModelConfig | None, list[Diagnostic]]:
+    """The model config a validation reads: `override` (relative to the working directory), else
+    deploy.model_config (relative to the profile's folder); None when neither names one."""
+    profile = loaded.model
+    named = override or (profile.deploy.model_config_file if profile else None)
+    if named is None:
+        return None, []
+    path = Path(named).expanduser()
+    if override is None and not path.is_absolute():
+        path = Path(loaded.path).parent / path
+    try:
+        return load_model_config(path), []
+    except ModelConfigError as exc:
+        where = "--model-config" if override else "deploy.model_config"
+        return None, [loaded.diagnostic("SGD035", f"{where}: {exc}", dotted=None if override else where,
+                                        hint="point it at the model's folder or its config.json")]
+
+
+def select_hosts(target: str, inventory: InventoryContext, wanted: Sequence[str] = ()) -> list[HostTarget]:
+    """The hosts a command acts on: those named in `wanted` (each must belong to `target`), or
+    every host of `target`. Raises LookupError with a message for the user."""
+    model = inventory.inventory
+    if model is None:
+        raise LookupError(f"no usable inventory at {inventory.path}")
+    members = model.resolve(target) or []
+    for name in wanted:
+        if name not in model.hosts:
+            raise LookupError(f"--host {name} is not a host of {inventory.path}")
+        if name not in members:
+            raise LookupError(f"--host {name} is not in the profile's target '{target}' ({', '.join(members)})")
+    chosen = list(dict.fromkeys(wanted)) or members
+    return [HostTarget.from_entry(name, model.hosts[name]) for name in chosen]
+
+
+def select_host(target: str, inventory: InventoryContext, wanted: str | None) -> HostTarget | None:
+    """The one host a single-host command acts on (None without an inventory, when allowed)."""
+    if inventory.inventory is None and not wanted:
+        return None
+    hosts = select_hosts(target, inventory, [wanted] if wanted else [])
+    if len(hosts) != 1:
+        raise LookupError(f"'{target}' is a group of {len(hosts)} hosts: choose one with --host")
+    return hosts[0]
+
+
+def _targets(loaded: LoadedProfile, inventory: InventoryContext) -> tuple[list[HostTarget | None], list[Diagnostic]]:
+    profile = loaded.model
+    assert profile is not None
+    host_name = profile.deploy.host
+    if inventory.document is None:
+        note = loaded.diagnostic("SGD034", f"no inventory at {inventory.path}: host facts (GPUs, SGLang "
+                                 "version) were not checked", dotted="deploy.host",
+                                 hint="pass --inventory FILE or set SGDEPLOY_INVENTORY", severity=Severity.INFO)
+        return [None], [note]
+    model = inventory.inventory
+    if model is None:
+        problems = "; ".join(f"{d.line or '?'}: {d.message}" for d in inventory.document.diagnostics[:3])
+        return [], [loaded.diagnostic("SGD033", f"the inventory {inventory.path} is invalid ({problems})",
+                                      dotted="deploy.host", hint=f"fix {inventory.path} first")]
+    names = model.resolve(host_name)
+    if names is None:
+        suggestion = did_you_mean(host_name, [*model.hosts, *model.groups])
+        return [], [loaded.diagnostic(
+            "SGD030", f"deploy.host '{host_name}' is no host or group of {inventory.path}"
+            + (f"; did you mean '{suggestion}'?" if suggestion else ""),
+            dotted="deploy.host", hint=f"add [hosts.{host_name}] to the inventory or fix the name")]
+    return [HostTarget.from_entry(n, model.hosts[n]) for n in names], []
+
+
+def _version_for(
+    loaded: LoadedProfile, target: HostTarget | None, override: str | None
+) -> tuple[str | None, list[Diagnostic]]:
+    wanted = override or (target.sglang_version if target else None)
+    if wanted is None:
+        newest = newest_version()
+        where = f"host {target.name} has no sglang_version" if target else "no host facts"
+        note = loaded.diagnostic("SGD031", f"{where}: validated against the newest bundled SGLang, {newest}",
+                                 dotted="deploy.host", hint="set sglang_version in the inventory",
+                                 severity=Severity.INFO)
+        return newest, [note]
+    try:
+        return load_catalog(wanted).version, []
+    except UnknownVersionError as exc:
+        # Nothing to check the flags against; on the host, SGLang's own check decides (apply, plan).
+        return None, [loaded.diagnostic("SGD032", f"{exc}: its flags and cross-flag rules were not checked; "
+                                        "apply and plan ask that SGLang on the host instead", dotted="deploy.host",
+                                        hint="regenerate catalogs with scripts/build_catalogs.py, or pass "
+                                        "--sglang with a bundled version", severity=Severity.WARNING)]
+    except ValueError as exc:
+        return None, [loaded.diagnostic("SGD032", str(exc), dotted="deploy.host",
+                                        hint="regenerate catalogs with scripts/build_catalogs.py, or pass "
+                                        "--sglang with a bundled version")]
+
+
+def _unique(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
+    seen: set[tuple[str, str | None, str]] = set()
+    out = []
+    for d in diagnostics:
+        key = (d.rule, d.field, d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
