@@ -34,9 +34,9 @@ from sgdeploy.deploy.adopt import (
     split_launch,
 )
 from sgdeploy.host.running import parse_servers, script
+from sgdeploy.profile.validate import InventoryContext
 from sgdeploy.sglang.argv import parse_server_argv
 from sgdeploy.sglang.catalog import Flag, load_catalog
-from sgdeploy.profile.validate import InventoryContext
 
 REPO = Path(__file__).resolve().parents[1]
 INVENTORY = InventoryContext.load(REPO / "inventory.toml")

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from sgdeploy.profile.inventory import HostTarget
 from sgdeploy.sglang.catalog import load_catalog
 from sgdeploy.sglang.model_config import ModelConfig
 from sgdeploy.sglang.rule import LaunchContext
 from sgdeploy.sglang.rules.attention import resolve
+from sgdeploy.sglang.target import HostTarget
 
 FIXTURE = Path(__file__).parent / "fixtures" / "attention_backends.json"
 GPUS = {"A6000": ("NVIDIA RTX A6000", "8.6", 48), "H200": ("NVIDIA H200", "9.0", 141),

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from sgdeploy.profile.model import load_profile
 from sgdeploy.deploy.render import launch_argv
+from sgdeploy.profile.model import load_profile
+from sgdeploy.profile.validate import InventoryContext, validate_loaded
 from sgdeploy.sglang.argv import parse_server_argv
 from sgdeploy.sglang.catalog import NOT_GIVEN, available_versions, flag_history, load_catalog
 from sgdeploy.sglang.flags import valid_server_values
-from sgdeploy.profile.validate import InventoryContext, validate_loaded
 from tests.variants import sample_value
 
 V2_ALIAS_ERA = ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19")

@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 
 from sgdeploy.deploy import early
-
-from sgdeploy.profile import inventory_file
 from sgdeploy.host.remote import ConnectError
 from sgdeploy.host.sshconfig import SshEntry
+from sgdeploy.profile import inventory_file
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = str(REPO / "profiles" / "qwen36-mtp3.toml")

@@ -16,17 +16,13 @@ from hypothesis import strategies as st
 from sgdeploy.host.facts import (
     APPS_QUERY_FIELDS,
     DEFAULT_IDLE_BASELINE_MIB,
-    GPU_MODELS,
     FactParseError,
     GpuInfo,
     GpuProcess,
     HostFacts,
     IdleVerdict,
     check_unit_name,
-    compute_capability_for,
     facts_command,
-    gpu_memory_gib_for,
-    gpu_model_for,
     gpus_idle,
     listening_ports_proc,
     listening_ports_ss,
@@ -40,6 +36,7 @@ from sgdeploy.host.facts import (
     split_sections,
     state_dir,
 )
+from sgdeploy.sglang.gpus import GPU_MODELS, compute_capability_for, gpu_memory_gib_for, gpu_model_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = FIXTURES / "h200"  # captured with tests/fixtures/h200/capture.sh

@@ -39,8 +39,8 @@ import pytest
 
 from sgdeploy import cli
 from sgdeploy.deploy.apply import apply_profile
-from sgdeploy.profile.model import load_profile
 from sgdeploy.deploy.transaction import ApplyOptions, ApplyResult
+from sgdeploy.profile.model import load_profile
 from sgdeploy.profile.validate import InventoryContext, select_hosts, validate_loaded
 from tests.faults import CutProxy, HealthPoller, inventory_via, observe
 from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port

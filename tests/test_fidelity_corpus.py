@@ -6,8 +6,8 @@ import tempfile
 from pathlib import Path
 
 from bench.fidelity import corpus, oracle, run
-from sgdeploy.sglang.catalog import load_catalog
 from sgdeploy.profile.validate import InventoryContext
+from sgdeploy.sglang.catalog import load_catalog
 
 
 def test_the_corpus_is_deterministic_and_a_seed_changes_its_draws() -> None:

@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from sgdeploy.deploy import drained
-
-from sgdeploy.deploy import secret_args
+from sgdeploy.deploy import drained, secret_args
 from sgdeploy.deploy.drained import DrainSettings, GatewayStepKind, may_take_out, parse_in_flight, plan_rollout
 from sgdeploy.deploy.fleet import FleetHost
 from sgdeploy.deploy.gateway import (
@@ -27,11 +25,12 @@ from sgdeploy.deploy.gateway import (
     registration,
     server_labels,
 )
-from sgdeploy.profile.inventory import GatewayEntry, HostTarget, load_inventory, worker_url
 from sgdeploy.deploy.plan import Deployment
 from sgdeploy.deploy.prestop import Handover
-from sgdeploy.profile.model import load_profile
 from sgdeploy.deploy.transaction import ApplyOptions, ApplyResult, Exit
+from sgdeploy.profile.inventory import GatewayEntry, load_inventory, worker_url
+from sgdeploy.profile.model import load_profile
+from sgdeploy.sglang.target import HostTarget
 
 
 class FakeGateway:

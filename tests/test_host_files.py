@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from sgdeploy.host.facts import HostFacts, facts_command, parse_facts
+from sgdeploy.core.tomlfile import parse_toml_text
 from sgdeploy.deploy.preflight import host_file_paths, preflight
+from sgdeploy.host.facts import HostFacts, facts_command, parse_facts
 from sgdeploy.profile.model import LoadedProfile, Profile
 from sgdeploy.sglang.hostfiles import host_files
-from sgdeploy.core.tomlfile import parse_toml_text
 from tests.test_facts import fake_path, run_facts
 
 PROFILE = """\

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from sgdeploy.host.sshconfig import SshEntry
 from sgdeploy.profile.inventory import load_inventory
 from sgdeploy.profile.inventory_file import unvalidated_ssh_entry
-from sgdeploy.host.sshconfig import SshEntry
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from sgdeploy.deploy.preflight import host_model_config
 from sgdeploy.host import facts as host_facts
 from sgdeploy.host.facts import HostFacts
-from sgdeploy.deploy.preflight import host_model_config
 from sgdeploy.profile.model import load_profile
-from sgdeploy.sglang.model_config import ModelConfigError, load_model_config, parse_model_config
 from sgdeploy.profile.validate import InventoryContext, check_launch, validate_file
+from sgdeploy.sglang.model_config import ModelConfigError, load_model_config, parse_model_config
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "tests" / "rules" / "models"

@@ -14,10 +14,6 @@ from typing import Any
 import pytest
 
 from sgdeploy import cli
-
-from sgdeploy.review import report
-from sgdeploy.host.facts import SystemdUnitState
-from sgdeploy.logs import read_log
 from sgdeploy.deploy.operate import (
     MARK,
     HealthCheck,
@@ -33,7 +29,10 @@ from sgdeploy.deploy.operate import (
     read_status,
     status_verdict,
 )
+from sgdeploy.host.facts import SystemdUnitState
 from sgdeploy.host.remote import HttpResponse
+from sgdeploy.logs import read_log
+from sgdeploy.review import report
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "logs"

@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from sgdeploy.profile.inventory import HostEntry
 from sgdeploy.deploy.probe import (
     ProbeResult,
     ProbeSettings,
@@ -28,6 +27,7 @@ from sgdeploy.deploy.probe import (
     run_probe,
 )
 from sgdeploy.host.remote import CommandTimeout, RemoteError, RemoteHost
+from sgdeploy.profile.inventory import HostEntry
 
 
 # --------------------------------------------------------------------------- streams

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from sgdeploy.profile.inventory import load_inventory
 from sgdeploy.deploy.probe import compare, probe_remote
-from sgdeploy.profile.model import ProbeSettings
 from sgdeploy.host.remote import RemoteHost
+from sgdeploy.profile.inventory import load_inventory
+from sgdeploy.profile.model import ProbeSettings
 from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port
 
 pytestmark = pytest.mark.hosts

@@ -6,8 +6,8 @@ import pytest
 from pytest_mock import MockerFixture
 
 from sgdeploy.deploy.apply import probe_unit
-from sgdeploy.profile.inventory import HostEntry
 from sgdeploy.host.remote import _dropped
+from sgdeploy.profile.inventory import HostEntry
 
 
 @pytest.mark.parametrize(
@@ -94,8 +94,8 @@ class _HostThatServes:
         self.asked: list[tuple[int, str]] = []
 
     def run(self, command: str, **_: object) -> object:
-        from sgdeploy.host.remote import CommandResult
         from sgdeploy.deploy.session import UNIT_FILE_MARKER
+        from sgdeploy.host.remote import CommandResult
 
         unit = 'ExecStart=/py -m sglang.launch_server --port 31234\n'
         return CommandResult(command, 0, f"ActiveState={self.active}\nSubState={self.sub}\nMainPID=42\n"

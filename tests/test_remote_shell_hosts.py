@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sgdeploy.profile.inventory import load_inventory
 from sgdeploy.host.remote import CommandTimeout, RemoteHost
+from sgdeploy.profile.inventory import load_inventory
 from tests.hosts import HostSet
 
 pytestmark = pytest.mark.hosts

@@ -29,8 +29,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sgdeploy import __version__, cli
-from sgdeploy.profile.inventory import load_inventory
-from sgdeploy.profile.model import load_profile
 from sgdeploy.deploy.render import (
     SYSTEMD_DEFAULT_PATH,
     env_assignment,
@@ -43,8 +41,10 @@ from sgdeploy.deploy.render import (
     unit_environment,
     unit_path,
 )
-from sgdeploy.sglang.catalog import Flag, load_catalog
+from sgdeploy.profile.inventory import load_inventory
+from sgdeploy.profile.model import load_profile
 from sgdeploy.profile.validate import InventoryContext, validate_loaded
+from sgdeploy.sglang.catalog import Flag, load_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

@@ -26,10 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sgdeploy.profile.model import load_profile
 from sgdeploy.deploy.render import RenderedUnit, launch_argv, render_unit, unit_environment
-from sgdeploy.sglang.catalog import load_catalog
+from sgdeploy.profile.model import load_profile
 from sgdeploy.profile.validate import InventoryContext, select_host, validate_loaded
+from sgdeploy.sglang.catalog import load_catalog
 from tests.hosts import HostSet, HostSpec, booted_or_skipped
 from tests.test_render import INVENTORY, profile_targets, profile_toml
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from sgdeploy.profile.inventory import HostTarget
 from sgdeploy.sglang.catalog import load_catalog
 from sgdeploy.sglang.model_config import ModelConfig
 from sgdeploy.sglang.rule import LaunchContext
 from sgdeploy.sglang.rules import RULES
+from sgdeploy.sglang.target import HostTarget
 
 HOSTS = {"A6000": ("NVIDIA RTX A6000", "8.6", 48), "H200": ("NVIDIA H200", "9.0", 141),
          "B200": ("NVIDIA B200", "10.0", 180)}

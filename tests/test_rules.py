@@ -22,8 +22,8 @@ import pytest
 
 from sgdeploy import cli
 from sgdeploy.core.diagnostics import Severity
-from sgdeploy.sglang.rules import HOST_RULES, RULES, STRUCTURAL_RULES, rule_ids
 from sgdeploy.profile.validate import InventoryContext, ValidationResult, validate_file
+from sgdeploy.sglang.rules import HOST_RULES, RULES, STRUCTURAL_RULES, rule_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES_DIR = ROOT / "tests" / "rules"

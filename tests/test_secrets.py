@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from sgdeploy.profile.model import load_profile
 from sgdeploy.deploy.render import render_unit
 from sgdeploy.deploy.secret_args import (
     SecretCheck,
@@ -21,12 +20,13 @@ from sgdeploy.deploy.secret_args import (
     check_diagnostics,
     key_source,
     parse_check,
-    redact,
     redacting_launcher,
     without_secrets,
 )
-from sgdeploy.sglang.catalog import load_catalog
 from sgdeploy.host.unitfile import parse_service
+from sgdeploy.profile.model import load_profile
+from sgdeploy.sglang.catalog import load_catalog
+from sgdeploy.sglang.secrets import redact
 
 PROFILE = """\
 [deploy]

@@ -19,7 +19,7 @@ from tests.hosts import HostSpec
 
 pytestmark = pytest.mark.hosts
 
-PROGRAM = (Path(__file__).resolve().parents[1] / "sgdeploy" / "sglangcheck" / "program.py").read_text()
+PROGRAM = (Path(__file__).resolve().parents[1] / "sgdeploy" / "sglang" / "check" / "program.py").read_text()
 MARKER = "@@sgdeploy:sglang-check@@"
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from sgdeploy.core.diagnostics import Severity
+from sgdeploy.profile.validate import InventoryContext, validate_file
 from sgdeploy.sglang.catalog import available_versions, load_catalog
 from sgdeploy.sglang.facts import fact, spans
 from sgdeploy.sglang.flags import REPLACEMENTS, choice_problem, replacement_for, value_problem
@@ -27,7 +28,6 @@ from sgdeploy.sglang.rules.common import (
     V2X,
 )
 from sgdeploy.sglang.versions import VersionRange, format_version, parse_version
-from sgdeploy.profile.validate import InventoryContext, validate_file
 from tests.variants import sample_value
 
 VERSIONS = available_versions()
@@ -269,8 +269,8 @@ def test_each_replacement_validates_cleanly(tmp_path: Path, key: str, version: s
 # --------------------------------------------------------------------------- GPU generation gates
 @pytest.mark.parametrize("version", VERSIONS)
 def test_sgd404_fires_exactly_outside_each_gates_majors(version: str) -> None:
-    from sgdeploy.profile.inventory import HostTarget
     from sgdeploy.sglang.rules.hardware import SM_GATES
+    from sgdeploy.sglang.target import HostTarget
 
     v = parse_version(version)
     for gate in SM_GATES:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from sgdeploy.profile.inventory import load_inventory
 from sgdeploy.host.sshconfig import (
     SSH_CONFIG_ENV,
     Jump,
@@ -19,6 +18,7 @@ from sgdeploy.host.sshconfig import (
     resolve,
     route,
 )
+from sgdeploy.profile.inventory import load_inventory
 
 
 @pytest.fixture(autouse=True)

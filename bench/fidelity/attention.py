@@ -29,12 +29,12 @@ sys.path.insert(0, str(REPO))
 
 from bench.fidelity import corpus, oracle  # noqa: E402
 from bench.fidelity.run import architecture  # noqa: E402
-from sgdeploy.profile.inventory import HostTarget  # noqa: E402
 from sgdeploy.deploy.render import flag_args  # noqa: E402
 from sgdeploy.sglang.catalog import load_catalog  # noqa: E402
 from sgdeploy.sglang.model_config import load_model_config  # noqa: E402
 from sgdeploy.sglang.rule import LaunchContext  # noqa: E402
 from sgdeploy.sglang.rules.attention import resolve  # noqa: E402
+from sgdeploy.sglang.target import HostTarget  # noqa: E402
 
 FIXTURE = REPO / "tests" / "fixtures" / "attention_backends.json"
 FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")

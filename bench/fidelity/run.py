@@ -40,11 +40,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench.fidelity import corpus, oracle  # noqa: E402
+from sgdeploy.core.tomlfile import parse_toml_text  # noqa: E402
 from sgdeploy.profile.model import LoadedProfile, Profile  # noqa: E402
+from sgdeploy.profile.validate import InventoryContext, validate_loaded  # noqa: E402
 from sgdeploy.sglang.checksites import decide, refusal_sites  # noqa: E402
 from sgdeploy.sglang.rules import RULES  # noqa: E402
-from sgdeploy.core.tomlfile import parse_toml_text  # noqa: E402
-from sgdeploy.profile.validate import InventoryContext, validate_loaded  # noqa: E402
 
 VERSIONS = ("0.5.11", "0.5.23")
 # Rules stricter than SGLang on purpose: SGLang accepts the launch, then it fails or misbehaves

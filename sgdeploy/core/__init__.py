@@ -1,1 +1,2 @@
-"""What every layer speaks: findings (diagnostics), TOML files located at file:line, and nothing else."""
+"""What every layer speaks: findings (diagnostics) and TOML files read with every problem located
+at file:line. Imports nothing of sgdeploy."""

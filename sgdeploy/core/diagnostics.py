@@ -37,3 +37,12 @@ class Diagnostic:
             "message": self.message,
             "hint": self.hint,
         }
+
+
+def finding_line(d: Diagnostic) -> str:
+    """`profiles/x.toml:12: SGD301 error: message (hint: ...)`."""
+    where = d.path or "-"
+    if d.line is not None:
+        where += f":{d.line}"
+    text = f"{where}: {d.rule} {d.severity.value}: {d.message}"
+    return text + (f" (hint: {d.hint})" if d.hint else "")

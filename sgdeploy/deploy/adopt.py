@@ -17,12 +17,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sgdeploy.core.diagnostics import Diagnostic, Severity
+from sgdeploy.core.diagnostics import Diagnostic, Severity, finding_line
 from sgdeploy.deploy.plan import Takeover
+from sgdeploy.deploy.secret_args import creation_steps, default_file
 from sgdeploy.profile.model import ENV_NAME, UNIT_NAME
-from sgdeploy.deploy.secret_args import ENV_LOOKALIKE, SECRET_FIELDS, creation_steps, default_file, redact
 from sgdeploy.sglang.argv import ArgvFinding, ParsedArgv, parse_server_argv
 from sgdeploy.sglang.catalog import Catalog
+from sgdeploy.sglang.gpus import gpu_model_for
+from sgdeploy.sglang.secrets import ENV_LOOKALIKE, SECRET_FIELDS, redact
 
 LAUNCH_MODULE = "sglang.launch_server"
 # Environment variables SGLang and the libraries under it read; nothing else is imported.
@@ -364,8 +366,8 @@ def finish_import(observed: Observed, catalog: Catalog, target: Target, inventor
 
 
 def _loaded(text: str, path: str) -> Any:
-    from sgdeploy.profile.model import LoadedProfile, Profile
     from sgdeploy.core.tomlfile import parse_toml_text
+    from sgdeploy.profile.model import LoadedProfile, Profile
 
     loaded = parse_toml_text(LoadedProfile(path=path, text=text), Profile)
     assert isinstance(loaded, LoadedProfile)
@@ -500,8 +502,6 @@ def _command_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
 # --------------------------------------------------------------------------- report
 def import_text(result: ImportResult, profile_path: str) -> str:
     """What `sgdeploy import` prints on stderr beside the profile."""
-    from sgdeploy.review.report import finding_line
-
     imported = result.imported
     shown = shown_flags(imported.launch.flags, imported.parsed)
     hidden = [word for word, seen in zip(imported.launch.flags, shown, strict=True) if word != seen]
@@ -671,8 +671,6 @@ def _inventory_entry(inventory: Any, host: str | None) -> Any:
 
 
 def _same_fact(key: str, declared: Any, seen: Any) -> bool:
-    from sgdeploy.host.facts import gpu_model_for
-
     if declared is None:
         return False
     if key == "gpu":

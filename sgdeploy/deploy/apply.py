@@ -13,8 +13,6 @@ import hashlib
 import time
 from typing import Any
 
-from sgdeploy.host.facts import HostFacts, state_dir
-from sgdeploy.profile.inventory import HostEntry, HostTarget
 from sgdeploy.deploy.journal import Reporter, StartupResult
 from sgdeploy.deploy.plan import Deployment, Plan, Takeover, gpus_for, make_plan, new_deployment_id, server_port
 from sgdeploy.deploy.preflight import gpu_holders, preflight
@@ -29,14 +27,26 @@ from sgdeploy.deploy.prestop import (
     start_check,
     takeover_pids,
 )
-from sgdeploy.profile.model import LoadedProfile, ProbeSettings
 from sgdeploy.deploy.records import deployment_from_files, recorded_probe, recorded_server, running_port
-from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost
 from sgdeploy.deploy.rollback import previous_deployment, restore
 from sgdeploy.deploy.secret_args import api_key_for, check_argv, host_secret_diagnostics
 from sgdeploy.deploy.session import BackgroundCheck, HostSession, facts_key, quiet
+from sgdeploy.deploy.transaction import (
+    ApplyOptions,
+    ApplyResult,
+    Exit,
+    Transaction,
+    connect,
+    on_host,
+    result_from,
+    timings,
+)
+from sgdeploy.host.facts import HostFacts, state_dir
+from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost
+from sgdeploy.profile.inventory import HostEntry
+from sgdeploy.profile.model import LoadedProfile, ProbeSettings
 from sgdeploy.sglang.check.verdict import CheckRequest
-from sgdeploy.deploy.transaction import ApplyOptions, ApplyResult, Exit, Transaction, connect, on_host, result_from, timings
+from sgdeploy.sglang.target import HostTarget
 
 
 # --------------------------------------------------------------------------- building a deployment

@@ -54,14 +54,14 @@ from sgdeploy.deploy.gateway import (
     same_url,
     server_labels,
 )
-from sgdeploy.profile.inventory import HostEntry, Inventory, worker_url
 from sgdeploy.deploy.journal import Reporter
 from sgdeploy.deploy.plan import DEFAULT_PORT, Deployment, Step, server_port
 from sgdeploy.deploy.prestop import Handover
-from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.deploy.rollback import rollback_unit
 from sgdeploy.deploy.session import HostSession
 from sgdeploy.deploy.transaction import ApplyOptions, ApplyResult, Exit
+from sgdeploy.profile.inventory import HostEntry, Inventory, worker_url
+from sgdeploy.profile.model import LoadedProfile
 
 POLL_S = 0.25
 REFUSE, STOP = "refuse", "stop"  # what the drain timeout does with requests still running
@@ -375,8 +375,8 @@ def server_said(session: HostSession, port: int, keyed: Deployment | None) -> di
 
 
 def _ask(session: HostSession, port: int, keyed: Deployment | None, path: str) -> tuple[int | None, bytes]:
-    from sgdeploy.host.remote import RemoteError
     from sgdeploy.deploy.secret_args import bearer_headers
+    from sgdeploy.host.remote import RemoteError
 
     headers = bearer_headers(session.remote, keyed.profile_text, keyed.unit, keyed.sglang_version) if keyed else {}
     try:

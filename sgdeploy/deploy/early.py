@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sgdeploy.deploy.session import HostSession
+    from sgdeploy.host.remote import ConnectError, RemoteHost
+    from sgdeploy.host.sshconfig import HostSettings, SshEntry
     from sgdeploy.profile.inventory import HostEntry
     from sgdeploy.profile.model import LoadedProfile
-    from sgdeploy.host.remote import ConnectError, RemoteHost
-    from sgdeploy.deploy.session import HostSession
-    from sgdeploy.host.sshconfig import HostSettings, SshEntry
 
 
 @dataclass
@@ -72,8 +72,8 @@ class EarlyConnection:
 
     def __init__(self, name: str, loaded: LoadedProfile, connected: RemoteHost | ConnectError,
                  check: EarlyCheck | None = None) -> None:
-        from sgdeploy.host.remote import ConnectError, RemoteError
         from sgdeploy.deploy.session import HostSession
+        from sgdeploy.host.remote import ConnectError, RemoteError
 
         self.name = name
         self.begun: HostSession | ConnectError = connected if isinstance(connected, ConnectError) \

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdeploy.deploy.apply import apply_profile
-from sgdeploy.profile.inventory import HostEntry, HostTarget
 from sgdeploy.deploy.journal import Reporter
-from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.deploy.transaction import ApplyOptions, ApplyResult, Exit
+from sgdeploy.profile.inventory import HostEntry
+from sgdeploy.profile.model import LoadedProfile
+from sgdeploy.sglang.target import HostTarget
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sgdeploy.logs import LogReader, LogReport
 from sgdeploy.deploy.plan import Deployment
 from sgdeploy.host.remote import RemoteError, RemoteHost
-from sgdeploy.deploy.secret_args import redact
+from sgdeploy.logs import LogReader, LogReport
+from sgdeploy.sglang.secrets import redact
 
 Reporter = Callable[..., None]
 

@@ -21,9 +21,7 @@ from sgdeploy.deploy.fleet import FleetHost, FleetResult
 from sgdeploy.deploy.journal import Reporter, StartupResult
 from sgdeploy.deploy.plan import Deployment, Plan, deployment_meta, new_deployment_id
 from sgdeploy.deploy.prestop import REFUSED_BEFORE_STOP, Handover, before_stop_gate, pre_stop, start_check
-from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.deploy.records import running_port
-from sgdeploy.host.remote import ConnectError, ConnectionLost, RemoteHost
 from sgdeploy.deploy.rollback import previous_deployment, unrestorable
 from sgdeploy.deploy.session import BackgroundCheck, HostSession
 from sgdeploy.deploy.transaction import (
@@ -35,6 +33,8 @@ from sgdeploy.deploy.transaction import (
     connection_lost,
     result_from,
 )
+from sgdeploy.host.remote import ConnectError, ConnectionLost, RemoteHost
+from sgdeploy.profile.model import LoadedProfile
 
 DIST_INIT_PORT = 50000  # torch.distributed rendezvous on rank 0 when the profile names none
 

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sgdeploy.deploy.plan import DEFAULT_PORT, READY_ENDPOINT_SINCE
 from sgdeploy.host.facts import (
     LAST_GOOD_NAME,
     UNIT_DIR,
@@ -40,13 +41,12 @@ from sgdeploy.host.facts import (
     parse_key_values,
     state_dir,
 )
-from sgdeploy.deploy.plan import DEFAULT_PORT, READY_ENDPOINT_SINCE
 from sgdeploy.sglang.versions import parse_version
 
 if TYPE_CHECKING:
+    from sgdeploy.host.remote import RemoteHost
     from sgdeploy.profile.inventory import HostEntry
     from sgdeploy.profile.model import LoadedProfile
-    from sgdeploy.host.remote import RemoteHost
 
 DEFAULT_KEEP = 20
 MARK = "@@sgdeploy:"

@@ -20,9 +20,9 @@ from sgdeploy import __version__
 from sgdeploy.core.diagnostics import Diagnostic
 from sgdeploy.host.facts import GpuHolder, HostFacts, state_dir
 from sgdeploy.logs import expected_phases
+from sgdeploy.sglang.check.verdict import CheckRequest, HostVerdict
 from sgdeploy.sglang.rules import gpus_per_node
 from sgdeploy.sglang.versions import parse_version
-from sgdeploy.sglang.check.verdict import CheckRequest, HostVerdict
 
 UNIT_DIR = "/etc/systemd/system"
 READY_ENDPOINT_SINCE = (0, 5, 20, 0)  # `/ready` exists from 0.5.20 (http_server.py); older: `/health`

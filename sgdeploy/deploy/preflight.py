@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.host.facts import GpuHolder, HostFacts, gpu_strangers
-from sgdeploy.profile.inventory import HostTarget
 from sgdeploy.profile.model import LoadedProfile
+from sgdeploy.profile.validate import check_launch
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
 from sgdeploy.sglang.hostfiles import host_files
 from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, parse_model_config
-from sgdeploy.profile.validate import check_launch
+from sgdeploy.sglang.target import HostTarget
 
 
 def host_model_config(facts: HostFacts, name: str, model_path: object) -> ModelConfig | None:

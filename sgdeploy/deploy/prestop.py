@@ -16,8 +16,8 @@ from typing import Any
 from sgdeploy.core.diagnostics import Diagnostic
 from sgdeploy.deploy.journal import StartupResult
 from sgdeploy.deploy.plan import Deployment, Plan, Takeover
-from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.deploy.session import BackgroundCheck, HostSession
+from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.sglang.check.verdict import HostVerdict
 
 REFUSED_BEFORE_STOP = frozenset({"sglang_refused", "gpus_held", "drain_refused"})

@@ -17,8 +17,8 @@ from typing import Any
 import jinja2
 
 from sgdeploy import __version__
-from sgdeploy.profile.model import LoadedProfile, Profile
 from sgdeploy.deploy.secret_args import EnvReference, unit_parts
+from sgdeploy.profile.model import LoadedProfile, Profile
 from sgdeploy.sglang.catalog import Catalog, Flag
 from sgdeploy.sglang.flags import as_sglang_sees_it, removed_switch_off
 

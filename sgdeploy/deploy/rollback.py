@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import time
 
-from sgdeploy.host.facts import HostFacts, gpu_strangers, state_dir
-from sgdeploy.profile.inventory import HostEntry
 from sgdeploy.deploy.journal import Reporter, StartupResult
 from sgdeploy.deploy.plan import Deployment, Plan, new_deployment_id
 from sgdeploy.deploy.prestop import REFUSED_BEFORE_STOP, Handover, before_stop_gate, strangers_left
@@ -19,6 +17,8 @@ from sgdeploy.deploy.records import deployment_from_files, exec_port, running_po
 from sgdeploy.deploy.secret_args import recorded_secret_diagnostics
 from sgdeploy.deploy.session import HostSession, quiet
 from sgdeploy.deploy.transaction import ApplyOptions, ApplyResult, Exit, Transaction, on_host, result_from, timings
+from sgdeploy.host.facts import HostFacts, gpu_strangers, state_dir
+from sgdeploy.profile.inventory import HostEntry
 
 
 def previous_deployment(session: HostSession, plan: Plan, current_unit_text: str | None) -> Deployment | None:

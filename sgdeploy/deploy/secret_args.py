@@ -31,36 +31,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
-from sgdeploy.sglang.catalog import Catalog, Flag, load_catalog
+from sgdeploy.sglang.catalog import Catalog, load_catalog
+from sgdeploy.sglang.secrets import ENV_LOOKALIKE, SECRET_FIELDS, file_key, mechanism
 
 if TYPE_CHECKING:
     from sgdeploy.deploy.plan import Deployment
-    from sgdeploy.profile.model import LoadedProfile, Profile
     from sgdeploy.host.remote import RemoteHost
+    from sgdeploy.profile.model import LoadedProfile, Profile
 
-Mechanism = Literal["config", "environment"]
-
-# ServerArgs fields that carry a secret in every release that has them.
-SECRET_FIELDS = ("api_key", "admin_api_key", "ssl_keyfile_password")
-# Environment names that look like one of them; SGLang's server reads none of these.
-ENV_LOOKALIKE = re.compile(r"^(?:SGLANG_)?(API_KEY|ADMIN_API_KEY|SSL_KEYFILE_PASSWORD)$", re.I)
-YAML_SUFFIXES = (".yaml", ".yml")  # SGLang refuses any other --config file
 MERGED_NAME = "config.yaml"
 RULE_HOST = "SGD709"
 
 
 class EnvReference(str):
     """An ExecStart= word that systemd replaces with an environment variable's value: `${NAME}`."""
-
-
-def mechanism(catalog: Catalog) -> Mechanism:
-    """How secrets reach this SGLang release: its own `--config`, else systemd's expansion."""
-    return "config" if "config" in catalog else "environment"
-
-
-def file_key(flag: Flag) -> str:
-    """The key of a flag in a --config file: SGLang passes each key on as `--KEY`."""
-    return flag.option[2:]
 
 
 def runtime_directory(unit: str) -> str:
@@ -161,27 +145,6 @@ def secret_value_pattern(names: tuple[str, ...] | list[str]) -> str:
 def redacting_launcher(names: tuple[str, ...] | list[str]) -> str:
     """The `-c` program that runs sglang.launch_server with the values of `names` kept out of its log."""
     return _LAUNCHER.format(pattern=secret_value_pattern(names))
-
-
-# --------------------------------------------------------------------------- redaction
-_DUMP_VALUE = r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
-_NAMES = "|".join(SECRET_FIELDS)
-_OPTIONS = "|".join(name.replace("_", "-") for name in SECRET_FIELDS)
-_REDACTIONS = (
-    re.compile(rf"(\b(?:{_NAMES})=){_DUMP_VALUE}"),  # ServerArgs(api_key='...') (0.5.1x)
-    re.compile(rf"(['\"](?:{_NAMES})['\"]:\s*){_DUMP_VALUE}"),  # {'api_key': '...'} (0.5.2x)
-    re.compile(rf"(--(?:{_OPTIONS})(?:=|\s+))(\S+)"),  # a command line
-)
-
-
-def redact(text: str) -> str:
-    """`text` with the values of secret arguments replaced by `<redacted>`."""
-    if "key" not in text and "password" not in text:
-        return text
-    for pattern in _REDACTIONS:
-        text = pattern.sub(lambda m: m.group(1) + ("'<redacted>'" if m.group(2)[:1] in "'\"" else "<redacted>"),
-                           text)
-    return text
 
 
 # --------------------------------------------------------------------------- the host check
@@ -545,8 +508,8 @@ def host_secret_diagnostics(remote: RemoteHost, loaded: LoadedProfile, host: str
 
 def recorded_secret_diagnostics(remote: RemoteHost, deployment: Deployment, host: str) -> list[Diagnostic]:
     """The host check of a recorded deployment's `[secrets]` (a rollback), before anything stops."""
-    from sgdeploy.profile.model import LoadedProfile, Profile
     from sgdeploy.core.tomlfile import parse_toml_text
+    from sgdeploy.profile.model import LoadedProfile, Profile
 
     if not deployment.profile_text:
         return []

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from sgdeploy.deploy.journal import JournalFollower, Reporter, StartupResult
+from sgdeploy.deploy.plan import DEFAULT_PORT, UNIT_DIR, Deployment, Takeover, deployment_meta, server_port, who
+from sgdeploy.deploy.records import exec_port, record_files_sh, split_files
+from sgdeploy.deploy.secret_args import bearer_headers, without_secrets
 from sgdeploy.host.facts import (
     APPS_QUERY_FIELDS,
     GPU_OWNERS_SH,
@@ -35,13 +39,17 @@ from sgdeploy.host.facts import (
     state_dir,
     with_owners,
 )
-from sgdeploy.deploy.journal import JournalFollower, Reporter, StartupResult
-from sgdeploy.deploy.plan import DEFAULT_PORT, UNIT_DIR, Deployment, Takeover, deployment_meta, server_port, who
+from sgdeploy.host.remote import (
+    CommandResult,
+    CommandTimeout,
+    HeldCommand,
+    RemoteError,
+    RemoteHost,
+    write_files_command,
+)
 from sgdeploy.profile.model import LoadedProfile
-from sgdeploy.deploy.records import exec_port, record_files_sh, split_files
-from sgdeploy.host.remote import CommandResult, CommandTimeout, HeldCommand, RemoteError, RemoteHost, write_files_command
-from sgdeploy.deploy.secret_args import bearer_headers, redact, without_secrets
 from sgdeploy.sglang.check.verdict import CheckRequest, HostVerdict
+from sgdeploy.sglang.secrets import redact
 
 LOCKED_MARKER = "@@sgdeploy:locked@@"
 LOCK_BUSY_RC = 75

@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdeploy.core.diagnostics import Diagnostic
-from sgdeploy.profile.inventory import HostEntry
 from sgdeploy.deploy.journal import Reporter, StartupResult
-from sgdeploy.logs import LogReport
 from sgdeploy.deploy.plan import Deployment, Plan, Takeover, deployment_meta
 from sgdeploy.deploy.prestop import BeforeStop
-from sgdeploy.profile.model import ProbeSettings
-from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost, RemoteError, RemoteHost
 from sgdeploy.deploy.secret_args import api_key_for
 from sgdeploy.deploy.session import SWAP_WINDOW_S, HostSession, healthy_now
+from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost, RemoteError, RemoteHost
+from sgdeploy.logs import LogReport
+from sgdeploy.profile.inventory import HostEntry
+from sgdeploy.profile.model import ProbeSettings
 
 
 class Exit(enum.IntEnum):

@@ -1,1 +1,2 @@
-"""What the user writes: profiles, the inventory, and validating them offline."""
+"""What the user writes: launch profiles and the inventory, read with located errors, and their
+offline validation against SGLang's catalogs and rules."""

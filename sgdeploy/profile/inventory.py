@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from sgdeploy.profile.inventory_file import placed
-from sgdeploy.host.sshconfig import OVERRIDE_FIELDS
 from sgdeploy.core.tomlfile import TomlDocument, read_toml
+from sgdeploy.host.sshconfig import OVERRIDE_FIELDS
+from sgdeploy.profile.inventory_file import placed
+from sgdeploy.sglang.gpus import compute_capability_for
+from sgdeploy.sglang.target import HostTarget
 
 ComputeCapability = Annotated[str, StringConstraints(pattern=r"^\d{1,2}\.\d$")]
 WorkerUrl = Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9_.:\[\]-]+(:\d+)?/?$")]
@@ -154,42 +155,6 @@ class Inventory(BaseModel):
         return None
 
 
-@dataclass(frozen=True)
-class HostTarget:
-    """What validation knows about one target host, from the inventory or from live facts."""
-
-    name: str
-    gpu: str | None = None
-    compute_capability: str | None = None
-    gpu_count: int | None = None
-    gpu_memory_gib: float | None = None
-    sglang_version: str | None = None
-    address: str | None = None
-
-    @property
-    def sm(self) -> int | None:
-        """Compute capability as SGLang compares it: "8.6" -> 86."""
-        if not self.compute_capability:
-            return None
-        major, _, minor = self.compute_capability.partition(".")
-        return int(major) * 10 + int(minor or 0)
-
-    @classmethod
-    def from_entry(cls, name: str, entry: HostEntry) -> HostTarget:
-        capability = entry.compute_capability
-        if capability is None and entry.gpu:
-            capability = _capability_from_table(entry.gpu)
-        return cls(
-            name=name,
-            gpu=entry.gpu,
-            compute_capability=capability,
-            gpu_count=entry.gpu_count,
-            gpu_memory_gib=entry.gpu_memory_gib,
-            sglang_version=entry.sglang_version,
-            address=entry.address,
-        )
-
-
 def _located(loc: tuple[str | int, ...], value: object, message: str) -> InitErrorDetails:
     return InitErrorDetails(type=PydanticCustomError("gateway", message), loc=loc, input=value)
 
@@ -202,10 +167,21 @@ def worker_url(entry: HostEntry, port: int) -> str:
     return f"http://{address}:{port}"
 
 
-def _capability_from_table(gpu: str) -> str | None:
-    from sgdeploy.host.facts import compute_capability_for
-
-    return compute_capability_for(gpu)
+def host_target(name: str, entry: HostEntry) -> HostTarget:
+    """What validation knows of an inventory host: its declared facts, the GPU table filling in the
+    compute capability of a GPU named without one."""
+    capability = entry.compute_capability
+    if capability is None and entry.gpu:
+        capability = compute_capability_for(entry.gpu)
+    return HostTarget(
+        name=name,
+        gpu=entry.gpu,
+        compute_capability=capability,
+        gpu_count=entry.gpu_count,
+        gpu_memory_gib=entry.gpu_memory_gib,
+        sglang_version=entry.sglang_version,
+        address=entry.address,
+    )
 
 
 def load_inventory(path: str | Path) -> TomlDocument[Inventory]:

@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
-from sgdeploy.profile.inventory import HostTarget, Inventory, load_inventory
+from sgdeploy.core.tomlfile import TomlDocument, did_you_mean
+from sgdeploy.profile.inventory import Inventory, host_target, load_inventory
 from sgdeploy.profile.model import LoadedProfile, load_profile
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog, newest_version
 from sgdeploy.sglang.flags import valid_server_values
 from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, load_model_config
 from sgdeploy.sglang.rule import LaunchContext
 from sgdeploy.sglang.rules import RULES
-from sgdeploy.core.tomlfile import TomlDocument, did_you_mean
+from sgdeploy.sglang.target import HostTarget
 
 
 @dataclass
@@ -187,7 +188,7 @@ def select_hosts(target: str, inventory: InventoryContext, wanted: Sequence[str]
         if name not in members:
             raise LookupError(f"--host {name} is not in the profile's target '{target}' ({', '.join(members)})")
     chosen = list(dict.fromkeys(wanted)) or members
-    return [HostTarget.from_entry(name, model.hosts[name]) for name in chosen]
+    return [host_target(name, model.hosts[name]) for name in chosen]
 
 
 def select_host(target: str, inventory: InventoryContext, wanted: str | None) -> HostTarget | None:
@@ -221,7 +222,7 @@ def _targets(loaded: LoadedProfile, inventory: InventoryContext) -> tuple[list[H
             "SGD030", f"deploy.host '{host_name}' is no host or group of {inventory.path}"
             + (f"; did you mean '{suggestion}'?" if suggestion else ""),
             dotted="deploy.host", hint=f"add [hosts.{host_name}] to the inventory or fix the name")]
-    return [HostTarget.from_entry(n, model.hosts[n]) for n in names], []
+    return [host_target(n, model.hosts[n]) for n in names], []
 
 
 def _version_for(

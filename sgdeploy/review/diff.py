@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sgdeploy.core.diagnostics import Diagnostic
+from sgdeploy.core.tomlfile import TomlDocument, parse_toml_text
+from sgdeploy.deploy.render import render_unit, unit_environment
 from sgdeploy.profile.inventory import Inventory
 from sgdeploy.profile.model import LoadedProfile, Profile
-from sgdeploy.deploy.render import render_unit, unit_environment
+from sgdeploy.profile.validate import InventoryContext, TargetVerdict, verdicts_by_target
 from sgdeploy.review.revisions import Snapshot
 from sgdeploy.sglang.catalog import Catalog, load_catalog
-from sgdeploy.core.tomlfile import TomlDocument, parse_toml_text
-from sgdeploy.profile.validate import InventoryContext, TargetVerdict, verdicts_by_target
 
 FACTS = ("sglang_version", "gpu", "compute_capability", "gpu_count", "gpu_memory_gib")
 ChangeKind = Literal["removed", "changed", "added"]

@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sgdeploy.core.diagnostics import Diagnostic
-from sgdeploy.review.diff import Change, DiffResult, Launch, ProfileDiff, TargetDiff
+from sgdeploy.core.diagnostics import Diagnostic, finding_line
 from sgdeploy.deploy.render import value_word
-from sgdeploy.review.report import finding_line
+from sgdeploy.review.diff import Change, DiffResult, Launch, ProfileDiff, TargetDiff
 
 _value = value_word
 

@@ -6,17 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sgdeploy.core.diagnostics import Diagnostic
+from sgdeploy.core.diagnostics import Diagnostic, finding_line
 from sgdeploy.profile.validate import ValidationResult
-
-
-def finding_line(d: Diagnostic) -> str:
-    """`profiles/x.toml:12: SGD301 error: message (hint: ...)`."""
-    where = d.path or "-"
-    if d.line is not None:
-        where += f":{d.line}"
-    text = f"{where}: {d.rule} {d.severity.value}: {d.message}"
-    return text + (f" (hint: {d.hint})" if d.hint else "")
 
 
 def validation_text(results: Sequence[ValidationResult]) -> str:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdeploy.core.diagnostics import Severity
-from sgdeploy.profile.inventory import HostTarget
 from sgdeploy.sglang.catalog import Catalog
 from sgdeploy.sglang.model_config import ModelConfig
+from sgdeploy.sglang.target import HostTarget
 from sgdeploy.sglang.versions import ALL_VERSIONS, Version, VersionRange
 
 

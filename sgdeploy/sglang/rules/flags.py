@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import lru_cache
 
+from sgdeploy.core.tomlfile import did_you_mean
 from sgdeploy.sglang.catalog import NOT_GIVEN, flag_history, load_catalog, next_version
 from sgdeploy.sglang.flags import (
     choice_problem,
@@ -18,7 +19,6 @@ from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import DEDICATED_VALUE_RULES, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
 from sgdeploy.sglang.versions import VersionRange, parse_version
-from sgdeploy.core.tomlfile import did_you_mean
 
 
 @rule("SGD010", "unknown-flag", ERROR, "A [server] key that is no flag of any bundled SGLang release.",

@@ -7,12 +7,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from sgdeploy.deploy.secret_args import ENV_LOOKALIKE, YAML_SUFFIXES, file_key, mechanism
+from sgdeploy.core.tomlfile import did_you_mean
 from sgdeploy.sglang.hostfiles import host_files
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
-from sgdeploy.core.tomlfile import did_you_mean
+from sgdeploy.sglang.secrets import ENV_LOOKALIKE, YAML_SUFFIXES, file_key, mechanism
 
 _SECRET_FLAGS = {"api_key", "admin_api_key", "hf_token", "ssl_keyfile_password"}
 _SECRET_ENV = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)($|_)", re.I)
