@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sgdeploy.deploy import drained, secret_args
+from sgdeploy.deploy import drained
 from sgdeploy.deploy.drained import DrainSettings, GatewayStepKind, may_take_out, parse_in_flight, plan_rollout
 from sgdeploy.deploy.fleet import FleetHost
 from sgdeploy.deploy.gateway import (
@@ -275,7 +275,7 @@ def run(tmp_path: Path, mocker: Any, fake: FakeGateway, hosts_double: Hosts, max
     mocker.patch.object(drained, "apply_profile", hosts_double)
     mocker.patch.object(drained, "worker_in_flight", lambda session, port, keyed: in_flight)
     mocker.patch.object(drained, "server_said", lambda session, port, keyed: dict(SAID))
-    mocker.patch.object(secret_args, "api_key_for", lambda remote, deployment: None)
+    mocker.patch.object(drained, "api_key_for", lambda remote, deployment: None)
     mocker.patch.object(drained, "POLL_S", 0.0)
     profile = tmp_path / "p.toml"
     profile.write_text(PROFILE.replace("port = 30000", f"port = {port}"))
@@ -430,7 +430,7 @@ def test_a_rollback_behind_the_gateway_is_drained_and_put_back(tmp_path: Path, m
     fake = FakeGateway(["http://10.0.0.1:30000", "http://b.lan:31000"], operator=OPERATOR)
     mocker.patch.object(drained, "server_said", lambda session, port, keyed: dict(SAID))
     mocker.patch.object(drained, "worker_in_flight", lambda session, port, keyed: 0)
-    mocker.patch.object(secret_args, "api_key_for", lambda remote, deployment: "worker-key")
+    mocker.patch.object(drained, "api_key_for", lambda remote, deployment: "worker-key")
     mocker.patch.object(drained, "POLL_S", 0.0)
 
     def rollback(name: str, entry: Any, unit: str, to: Any, options: ApplyOptions, report: Any) -> ApplyResult:
@@ -461,7 +461,7 @@ def test_a_multinode_launch_behind_the_gateway_drains_rank_0(tmp_path: Path, moc
     fake = FakeGateway(["http://10.0.0.1:30000", "http://10.0.0.3:30000"])
     mocker.patch.object(drained, "server_said", lambda session, port, keyed: dict(SAID))
     mocker.patch.object(drained, "worker_in_flight", lambda session, port, keyed: 0)
-    mocker.patch.object(secret_args, "api_key_for", lambda remote, deployment: None)
+    mocker.patch.object(drained, "api_key_for", lambda remote, deployment: None)
     mocker.patch.object(drained, "POLL_S", 0.0)
 
     def launch(loaded: Any, hosts: Any, options: ApplyOptions, report_for: Any = None) -> FleetResult:

@@ -18,11 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity, finding_line
+from sgdeploy.core.tomlfile import parse_toml_text
 from sgdeploy.deploy.plan import Takeover
+from sgdeploy.deploy.render import launch_argv, unit_environment
 from sgdeploy.deploy.secret_args import creation_steps, default_file
-from sgdeploy.profile.model import ENV_NAME, UNIT_NAME
+from sgdeploy.host.remote import RemoteHost
+from sgdeploy.host.running import read_servers
+from sgdeploy.host.unitfile import UnitFileError, parse_service
+from sgdeploy.profile.model import ENV_NAME, UNIT_NAME, LoadedProfile, Profile
+from sgdeploy.profile.validate import validate_loaded
 from sgdeploy.sglang.argv import ArgvFinding, ParsedArgv, parse_server_argv
-from sgdeploy.sglang.catalog import Catalog
+from sgdeploy.sglang.catalog import Catalog, UnknownVersionError, load_catalog, newest_version
 from sgdeploy.sglang.gpus import gpu_model_for
 from sgdeploy.sglang.secrets import ENV_LOOKALIKE, SECRET_FIELDS, redact
 
@@ -351,8 +357,6 @@ def finish_import(observed: Observed, catalog: Catalog, target: Target, inventor
     A first pass finds what validation calls a secret (SGD021); the profile is then written
     without those values, so a secret never reaches the text that is returned.
     """
-    from sgdeploy.profile.validate import validate_loaded
-
     imported = import_launch(observed, catalog, target)
     validation = validate_loaded(_loaded(imported.text, path), inventory, catalog.version)
     secrets = frozenset(d.field for d in validation.diagnostics if d.rule == "SGD021" and d.field)
@@ -366,9 +370,6 @@ def finish_import(observed: Observed, catalog: Catalog, target: Target, inventor
 
 
 def _loaded(text: str, path: str) -> Any:
-    from sgdeploy.core.tomlfile import parse_toml_text
-    from sgdeploy.profile.model import LoadedProfile, Profile
-
     loaded = parse_toml_text(LoadedProfile(path=path, text=text), Profile)
     assert isinstance(loaded, LoadedProfile)
     return loaded
@@ -376,8 +377,6 @@ def _loaded(text: str, path: str) -> Any:
 
 def roundtrip_differences(loaded: Any, imported: Imported, observed: Observed, catalog: Catalog) -> list[str]:
     """What differs between the launch the profile renders and the one observed, after SGLang's parsing."""
-    from sgdeploy.deploy.render import launch_argv, unit_environment
-
     profile = loaded.model
     if profile is None:
         return ["the profile does not load, so it renders nothing"]
@@ -541,8 +540,6 @@ class ImportOutcome:
 def import_from_command(text: str, host: str | None, unit: str | None, version: str | None,
                         inventory: Any) -> ImportOutcome:
     """`sgdeploy import --command`: no host is contacted. Raises LaunchError."""
-    from sgdeploy.sglang.catalog import load_catalog, newest_version
-
     observed = observed_from_command(text)
     entry = _inventory_entry(inventory, host)
     catalog = load_catalog(version or (entry.sglang_version if entry and entry.sglang_version else newest_version()))
@@ -554,9 +551,6 @@ def import_from_host(name: str, pid: int | None, unit: str | None, new_unit: str
                      inventory: Any) -> ImportOutcome:
     """`sgdeploy import HOST`: read the running servers over SSH and import one. Raises LaunchError,
     and RemoteError when the host cannot be reached."""
-    from sgdeploy.host.remote import RemoteHost
-    from sgdeploy.host.running import read_servers
-
     entry = inventory.inventory.hosts[name]
     with RemoteHost(name, entry).connect() as remote:
         found = read_servers(remote, pid, unit)
@@ -579,8 +573,6 @@ def import_from_host(name: str, pid: int | None, unit: str | None, new_unit: str
 def _import_unit_file(text: str, name: str, unit: str, new_unit: str | None, version: str | None, entry: Any,
                       inventory: Any) -> ImportOutcome:
     """A unit that does not run: its ExecStart=, Environment=, WorkingDirectory= and User=."""
-    from sgdeploy.host.unitfile import UnitFileError, parse_service
-
     try:
         service = parse_service(text)
     except UnitFileError as exc:
@@ -650,8 +642,6 @@ def observed_from_server(server: Any) -> Observed:
 
 
 def _catalog_for(seen: str | None, wanted: str | None, declared: str | None) -> tuple[Catalog, str]:
-    from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog, newest_version
-
     for version, note in ((wanted, ""), (seen, ""), (declared, f"the interpreter's SGLang version could not be "
                                                     f"read; used the inventory's, {declared}")):
         if version:
@@ -705,8 +695,6 @@ def inventory_note(name: str, entry: Any, found: Any, version: str | None) -> st
 # --------------------------------------------------------------------------- apply --adopt
 def takeovers(found: Any, unit: str, port: int, version: str) -> tuple[tuple[Takeover, ...], list[Diagnostic]]:
     """The servers `apply --adopt` stops: those serving `port` outside `unit` (read with `version`'s flags)."""
-    from sgdeploy.sglang.catalog import load_catalog
-
     catalog = load_catalog(version)
     chosen = []
     for server in found.servers:

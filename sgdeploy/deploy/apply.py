@@ -13,6 +13,7 @@ import hashlib
 import time
 from typing import Any
 
+from sgdeploy.deploy.adopt import takeovers
 from sgdeploy.deploy.journal import Reporter, StartupResult
 from sgdeploy.deploy.plan import Deployment, Plan, Takeover, gpus_for, make_plan, new_deployment_id, server_port
 from sgdeploy.deploy.preflight import gpu_holders, preflight
@@ -27,7 +28,9 @@ from sgdeploy.deploy.prestop import (
     start_check,
     takeover_pids,
 )
+from sgdeploy.deploy.probe import compare, probe_remote
 from sgdeploy.deploy.records import deployment_from_files, recorded_probe, recorded_server, running_port
+from sgdeploy.deploy.render import render_unit
 from sgdeploy.deploy.rollback import previous_deployment, restore
 from sgdeploy.deploy.secret_args import api_key_for, check_argv, host_secret_diagnostics
 from sgdeploy.deploy.session import BackgroundCheck, HostSession, facts_key, quiet
@@ -45,6 +48,7 @@ from sgdeploy.host.facts import HostFacts, state_dir
 from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost
 from sgdeploy.profile.inventory import HostEntry
 from sgdeploy.profile.model import LoadedProfile, ProbeSettings
+from sgdeploy.sglang.catalog import load_catalog, nearest_version
 from sgdeploy.sglang.check.verdict import CheckRequest
 from sgdeploy.sglang.target import HostTarget
 
@@ -53,9 +57,6 @@ from sgdeploy.sglang.target import HostTarget
 def build_deployment(
     loaded: LoadedProfile, host: str, sglang_version: str, rollback_of: str | None = None
 ) -> Deployment:
-    from sgdeploy.deploy.render import render_unit
-    from sgdeploy.sglang.catalog import load_catalog, nearest_version
-
     profile = loaded.model
     assert profile is not None
     # A release without a bundled catalog (newer, a dev build) renders with the closest older one.
@@ -179,8 +180,6 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     diagnostics += host_secret_diagnostics(session.remote, loaded, name, version)
     takeover: tuple[Takeover, ...] = ()
     if options.adopt and version is not None:
-        from sgdeploy.deploy.adopt import takeovers
-
         takeover, found = takeovers(session.running_servers(), unit, server_port(profile.server), version)
         diagnostics = [d for d in diagnostics if not (takeover and d.rule == "SGD705")] + found
     held, strangers = gpu_holders(loaded, name, facts, gpus_for(dict(profile.server), profile.deploy.gpus),
@@ -281,8 +280,6 @@ def probe_unit(name: str, entry: HostEntry, unit: str, min_ratio: float | None) 
 
 
 def _probe(session: HostSession, name: str, unit: str, min_ratio: float | None) -> tuple[int, dict[str, Any]]:
-    from sgdeploy.deploy.probe import compare, probe_remote
-
     facts, _ = session.facts(unit, "/bin/true", "/nonexistent", 1)
     if facts.last_good is None:
         return int(Exit.REFUSED), {"host": name, "unit": unit,

@@ -58,8 +58,10 @@ from sgdeploy.deploy.journal import Reporter
 from sgdeploy.deploy.plan import DEFAULT_PORT, Deployment, Step, server_port
 from sgdeploy.deploy.prestop import Handover
 from sgdeploy.deploy.rollback import rollback_unit
+from sgdeploy.deploy.secret_args import api_key_for, bearer_headers, without_secrets
 from sgdeploy.deploy.session import HostSession
 from sgdeploy.deploy.transaction import ApplyOptions, ApplyResult, Exit
+from sgdeploy.host.remote import RemoteError
 from sgdeploy.profile.inventory import HostEntry, Inventory, worker_url
 from sgdeploy.profile.model import LoadedProfile
 
@@ -359,8 +361,6 @@ def worker_in_flight(session: HostSession, port: int, keyed: Deployment | None) 
 def server_said(session: HostSession, port: int, keyed: Deployment | None) -> dict[str, str] | None:
     """What the server on `port` tells a gateway registering it (/server_info, /model_info, each
     under its older name on 404, and /v1/models), as labels; None when it does not answer."""
-    from sgdeploy.deploy.secret_args import without_secrets
-
     answers: list[Any] = []
     for name in ("server_info", "model_info"):
         status, body = _ask(session, port, keyed, f"/{name}")
@@ -375,9 +375,6 @@ def server_said(session: HostSession, port: int, keyed: Deployment | None) -> di
 
 
 def _ask(session: HostSession, port: int, keyed: Deployment | None, path: str) -> tuple[int | None, bytes]:
-    from sgdeploy.deploy.secret_args import bearer_headers
-    from sgdeploy.host.remote import RemoteError
-
     headers = bearer_headers(session.remote, keyed.profile_text, keyed.unit, keyed.sglang_version) if keyed else {}
     try:
         response = session.remote.http_get(port, path, timeout=5.0, headers=headers)
@@ -551,8 +548,6 @@ class _Run:
     def refuse_at_timeout(self, host: str, worker: _Worker, session: HostSession, swap: Handover, left: int) -> str:
         """The drain timed out with requests running: the server keeps running them, the worker
         goes back in rotation as it was, the host is refused."""
-        from sgdeploy.deploy.secret_args import api_key_for
-
         url = worker.current_url
         key = api_key_for(session.remote, swap.previous) if swap.previous else None
         self.put_back(host, worker, url, key)
@@ -568,8 +563,6 @@ class _Run:
         rotation = worker.rotation
 
         def hook(session: HostSession, result: ApplyResult) -> None:
-            from sgdeploy.deploy.secret_args import api_key_for
-
             if result.exit_code == Exit.REFUSED:
                 if not rotation.taken_out:
                     rotation.after = rotation.before  # refused before the gateway was touched

@@ -53,6 +53,7 @@ class EarlyCheck:
     validation: OfflineValidation
 
     def begin(self, session: HostSession, loaded: LoadedProfile, name: str) -> None:
+        # imported here: early.py starts the connection before pydantic and the deploy core load
         from sgdeploy.deploy.apply import build_deployment
         from sgdeploy.deploy.session import BackgroundCheck
 
@@ -72,6 +73,7 @@ class EarlyConnection:
 
     def __init__(self, name: str, loaded: LoadedProfile, connected: RemoteHost | ConnectError,
                  check: EarlyCheck | None = None) -> None:
+        # imported here: early.py starts the connection before pydantic and the deploy core load
         from sgdeploy.deploy.session import HostSession
         from sgdeploy.host.remote import ConnectError, RemoteError
 
@@ -93,6 +95,7 @@ class EarlyConnection:
         facts.join()
 
     def close(self) -> None:
+        # imported here: early.py starts the connection before pydantic and the deploy core load
         from sgdeploy.host.remote import ConnectError
 
         if not isinstance(self.begun, ConnectError):
@@ -145,6 +148,7 @@ class EarlyStart:
     def _unvalidated_target(self) -> tuple[str, SshEntry] | None:
         """The host and its connection settings as the files write them, before pydantic is even
         imported (see inventory_file); None where that is not plainly one host."""
+        # imported here: early.py starts the connection before pydantic and the deploy core load
         from sgdeploy.profile.inventory_file import inventory_path, read_raw, unvalidated_ssh_entry
 
         if len(self.hosts) > 1:
@@ -159,6 +163,7 @@ class EarlyStart:
     def _target(self) -> tuple[str, HostEntry, LoadedProfile, str | None] | None:
         """The host the apply will act on, its inventory entry, the profile and the release the
         inventory declares; None when that is not one host (a group, a gateway) or not known yet."""
+        # imported here: early.py starts the connection before pydantic and the deploy core load
         from sgdeploy.profile.inventory import load_inventory
         from sgdeploy.profile.inventory_file import inventory_path
         from sgdeploy.profile.model import load_profile
@@ -199,6 +204,7 @@ class EarlyStart:
 def _connect(name: str, entry: HostSettings, began: Callable[[], None] | None = None) -> RemoteHost | ConnectError:
     """Connect while another thread imports sgdeploy.deploy.apply: the RemoteHost, or the ConnectError.
     `began` is told once the SSH stack is imported, just before connecting."""
+    # imported here: early.py starts the connection before pydantic and the deploy core load
     from sgdeploy.host.remote import ConnectError, RemoteError, RemoteHost
 
     if began is not None:
@@ -219,6 +225,7 @@ def _connect(name: str, entry: HostSettings, began: Callable[[], None] | None = 
 
 
 def _close(connected: RemoteHost | ConnectError | None) -> None:
+    # imported here: early.py starts the connection before pydantic and the deploy core load
     from sgdeploy.host.remote import RemoteHost
 
     if isinstance(connected, RemoteHost):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sgdeploy.deploy.plan import DEFAULT_PORT, READY_ENDPOINT_SINCE
+from sgdeploy.deploy.render import render_unit
 from sgdeploy.host.facts import (
     LAST_GOOD_NAME,
     UNIT_DIR,
@@ -41,6 +42,8 @@ from sgdeploy.host.facts import (
     parse_key_values,
     state_dir,
 )
+from sgdeploy.host.remote import CommandTimeout, ConnectError, RemoteError, RemoteHost
+from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
 from sgdeploy.sglang.versions import parse_version
 
 if TYPE_CHECKING:
@@ -599,9 +602,6 @@ def _launch(loaded: LoadedProfile | None, record_profile: str | None) -> _Launch
 
 def _render(loaded: LoadedProfile, host: str, version: str | None) -> tuple[str | None, str]:
     """The unit the profile renders for this host, or None and why not."""
-    from sgdeploy.deploy.render import render_unit
-    from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
-
     if version is None:
         return None, "the host's SGLang version is unknown"
     try:
@@ -611,8 +611,6 @@ def _render(loaded: LoadedProfile, host: str, version: str | None) -> tuple[str 
 
 
 def _check_health(remote: RemoteHost, port: int, path: str) -> HealthCheck:
-    from sgdeploy.host.remote import CommandTimeout
-
     try:
         response = remote.http_get(port, path, timeout=10.0)
         if response.status == 404 and path == "/ready":  # a build without /ready: /health stands in
@@ -688,8 +686,6 @@ def read_status(
 
 # --------------------------------------------------------------------------- entry points
 def _connect(name: str, entry: HostEntry) -> RemoteHost:
-    from sgdeploy.host.remote import ConnectError, RemoteHost
-
     try:
         return RemoteHost(name, entry).connect()
     except ConnectError as exc:
@@ -698,8 +694,6 @@ def _connect(name: str, entry: HostEntry) -> RemoteHost:
 
 def gather_history(name: str, entry: HostEntry, unit: str) -> History:
     """`sgdeploy history`: the records of `unit` on host `name`, in one round trip."""
-    from sgdeploy.host.remote import RemoteError
-
     check_unit_name(unit)
     with _connect(name, entry) as remote:
         try:
@@ -716,8 +710,6 @@ def gather_status(
     inventory_version: str | None = None,
 ) -> Status:
     """`sgdeploy status`: two round trips (files, facts) and one HTTP request."""
-    from sgdeploy.host.remote import RemoteError
-
     check_unit_name(unit)
     with _connect(name, entry) as remote:
         try:

@@ -13,12 +13,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sgdeploy.core.diagnostics import Diagnostic
+from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.deploy.journal import StartupResult
 from sgdeploy.deploy.plan import Deployment, Plan, Takeover
 from sgdeploy.deploy.session import BackgroundCheck, HostSession
 from sgdeploy.profile.model import LoadedProfile
-from sgdeploy.sglang.check.verdict import HostVerdict
+from sgdeploy.sglang.check.verdict import (
+    HostVerdict,
+    covering_text,
+    differences,
+    disagreements,
+    predicted,
+    site_for,
+    summary,
+)
 
 REFUSED_BEFORE_STOP = frozenset({"sglang_refused", "gpus_held", "drain_refused"})
 
@@ -90,9 +98,6 @@ def strangers_left(session: HostSession, deployment: Deployment, own: tuple[int,
 def judged_plan(plan: Plan, verdict: HostVerdict, loaded: LoadedProfile) -> Plan:
     """The plan with SGLang's own verdict: a refusal (SGD711) or a note that it could not run
     (SGD712; an error when no catalog judged the launch either)."""
-    from sgdeploy.core.diagnostics import Severity
-    from sgdeploy.sglang.check.verdict import covering_text, site_for
-
     deployment = plan.deployment
     found: list[Diagnostic] = []
     where = f"SGLang {verdict.sglang_version or deployment.sglang_version} on {plan.host}"
@@ -121,8 +126,6 @@ def judged_plan(plan: Plan, verdict: HostVerdict, loaded: LoadedProfile) -> Plan
 
 def check_doc(plan: Plan, seen: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """`sglang_check` of a result or record: the verdict, its prediction, what the start showed."""
-    from sgdeploy.sglang.check.verdict import differences, predicted, summary
-
     verdict = plan.sglang_check
     if verdict is None:
         return None
@@ -136,8 +139,6 @@ def check_doc(plan: Plan, seen: list[dict[str, Any]] | None = None) -> dict[str,
 
 def disagreements_of(plan: Plan) -> list[dict[str, Any]]:
     """Where SGLang's own verdict and the offline rules disagree (recorded, shown by history)."""
-    from sgdeploy.sglang.check.verdict import disagreements, site_for
-
     verdict = plan.sglang_check
     if verdict is None:
         return []

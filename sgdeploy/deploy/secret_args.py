@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
+from sgdeploy.core.tomlfile import parse_toml_text
+from sgdeploy.profile.model import LoadedProfile, Profile
 from sgdeploy.sglang.catalog import Catalog, load_catalog
 from sgdeploy.sglang.secrets import ENV_LOOKALIKE, SECRET_FIELDS, file_key, mechanism
 
@@ -508,9 +510,6 @@ def host_secret_diagnostics(remote: RemoteHost, loaded: LoadedProfile, host: str
 
 def recorded_secret_diagnostics(remote: RemoteHost, deployment: Deployment, host: str) -> list[Diagnostic]:
     """The host check of a recorded deployment's `[secrets]` (a rollback), before anything stops."""
-    from sgdeploy.core.tomlfile import parse_toml_text
-    from sgdeploy.profile.model import LoadedProfile, Profile
-
     if not deployment.profile_text:
         return []
     doc = parse_toml_text(LoadedProfile(path=f"{deployment.rollback_of or deployment.id}/profile.toml",

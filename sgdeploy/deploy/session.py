@@ -204,6 +204,7 @@ class HostSession:
 
     def take_over(self, takeover: tuple[Takeover, ...]) -> CommandResult:
         """Stop servers outside the unit (`apply --adopt`): another unit, or a process run by hand."""
+        # imported here: early.py's connection thread imports this module while the CLI validates
         from sgdeploy.deploy.adopt import takeover_command
 
         for other in takeover:
@@ -212,6 +213,7 @@ class HostSession:
 
     def running_servers(self) -> Any:
         """Every SGLang launch on the host (sgdeploy.host.running), in one round trip."""
+        # imported here: early.py's connection thread imports this module while the CLI validates
         from sgdeploy.host.running import read_servers
 
         return read_servers(self.remote)
@@ -241,6 +243,7 @@ class HostSession:
 
     def sglang_check(self, request: CheckRequest, limit_s: float) -> HostVerdict:
         """SGLang's own verdict on the launch, asked of the host's SGLang (one round trip)."""
+        # imported here: early.py's connection thread imports this module while the CLI validates
         from sgdeploy.sglang.check.verdict import check_command, parse_verdict, program_bytes
 
         self.report("step", step="sglang_check", python=request.python)
@@ -254,6 +257,7 @@ class HostSession:
         return parse_verdict(result.stdout, result.stderr, result.exit_code, time.monotonic() - began)
 
     def wait_gpus_idle(self, gpus: tuple[int | str, ...], timeout_s: float) -> IdleVerdict:
+        # imported here: early.py's connection thread imports this module while the CLI validates
         from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
         self.report("step", step="wait_gpus_idle", gpus=list(gpus))
@@ -450,6 +454,7 @@ class HostSession:
                unstage: bool = False) -> None:
         """Write the outcome, move `last_good` on success, and prune old records (one round trip);
         `unstage` also removes the staged unit (a start refused before the stop)."""
+        # imported here: early.py's connection thread imports this module while the CLI validates
         from sgdeploy.deploy.operate import prune_command
 
         files = {f"{deployment.record_dir}/meta.json": (json.dumps(meta, indent=2) + "\n").encode()}
@@ -537,6 +542,7 @@ class BackgroundCheck:
 def facts_key(loaded: LoadedProfile) -> tuple[str, str, str, int, str | None, tuple[str, ...]]:
     """What `HostSession.facts` is asked for a profile: unit, python, model path, port, user and
     the host files the launch opens (SGD713)."""
+    # imported here: early.py's connection thread imports this module while the CLI validates
     from sgdeploy.deploy.preflight import host_file_paths
 
     profile = loaded.model

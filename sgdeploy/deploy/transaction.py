@@ -22,10 +22,11 @@ from sgdeploy.core.diagnostics import Diagnostic
 from sgdeploy.deploy.journal import Reporter, StartupResult
 from sgdeploy.deploy.plan import Deployment, Plan, Takeover, deployment_meta
 from sgdeploy.deploy.prestop import BeforeStop
+from sgdeploy.deploy.probe import compare, probe_remote
 from sgdeploy.deploy.secret_args import api_key_for
 from sgdeploy.deploy.session import SWAP_WINDOW_S, HostSession, healthy_now
 from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost, RemoteError, RemoteHost
-from sgdeploy.logs import LogReport
+from sgdeploy.logs import LogReport, settings_changed
 from sgdeploy.profile.inventory import HostEntry
 from sgdeploy.profile.model import ProbeSettings
 
@@ -216,8 +217,6 @@ class Transaction:
 
     def measure(self, deployment: Deployment, startup: StartupResult, baseline: dict[str, Any] | None) -> None:
         """Run the throughput probe on a ready server; below --min-ratio the start counts as failed."""
-        from sgdeploy.deploy.probe import compare, probe_remote
-
         settings = ProbeSettings.model_validate(deployment.probe_settings or {})
         self.session.report("step", step="probe", endpoint=settings.endpoint, concurrency=settings.concurrency)
         measured = probe_remote(self.session.remote, deployment.port, settings,
@@ -249,8 +248,6 @@ class Transaction:
 
 def adjustments(report: LogReport | None, info: dict[str, Any] | None, server: dict[str, Any]) -> list[dict[str, Any]]:
     """What SGLang changed on its own: from the log, confirmed or completed by /server_info."""
-    from sgdeploy.logs import settings_changed
-
     found = {a.field: a.as_dict() for a in report.auto_adjusted} if report else {}
     if info:
         for adjustment in settings_changed(server, info, "/server_info"):

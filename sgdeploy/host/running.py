@@ -15,6 +15,7 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass, field
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from sgdeploy.host.facts import (
@@ -99,8 +100,6 @@ exit 0
 
 
 def script() -> str:
-    from shlex import quote
-
     return (SCRIPT.replace("@PROBE@", quote(_SGLANG_PROBE))
             .replace("@GPU_FIELDS@", ",".join(GPU_QUERY_FIELDS))
             .replace("@APPS_FIELDS@", ",".join(APPS_QUERY_FIELDS)).lstrip("\n"))
@@ -290,8 +289,6 @@ def _descendants(pid: int, tree: dict[int, tuple[int, str]]) -> set[int]:
 
 def read_servers(remote: RemoteHost, pid: int | None = None, unit: str | None = None) -> HostServers:
     """Run the script on the host (one round trip) and parse what it printed."""
-    from shlex import quote
-
     args = f"{quote(str(pid) if pid else '')} {quote(unit or '')}"
     result = remote.run(f"sh -s -- {args}", timeout=180, stdin=script().encode())
     return parse_servers(result.stdout)

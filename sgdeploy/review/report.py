@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sgdeploy.core.diagnostics import Diagnostic, finding_line
@@ -107,6 +108,7 @@ def plan_text(plan: Any) -> str:
     if plan.unit_diff:
         lines.append(plan.unit_diff.rstrip("\n"))
     if check is not None:
+        # imported here: validate's output path stays without the log reader
         from sgdeploy.sglang.check.verdict import summary
 
         lines.append("SGLang's own check: " + summary(check, plan.host, plan.deployment.server))
@@ -115,7 +117,6 @@ def plan_text(plan: Any) -> str:
 
 # --------------------------------------------------------------------------- logcheck / history / status
 def _since(start: str | None, t: str | None) -> str:
-    from datetime import datetime
 
     if not start or not t:
         return ""

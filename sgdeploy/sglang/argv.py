@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from sgdeploy.sglang.catalog import Catalog, Flag
+from sgdeploy.sglang.catalog import Catalog, Flag, flag_history
+from sgdeploy.sglang.flags import replacement_for
 from sgdeploy.sglang.versions import parse_version
 
 # argparse adds -h/--help to every parser: they take part in prefix matching.
@@ -280,9 +281,6 @@ _MISSING = object()
 
 def _unknown_hint(option: str, catalog: Catalog) -> str:
     """What became of a flag this version does not have: removed (and its replacement), or newer."""
-    from sgdeploy.sglang.catalog import flag_history
-    from sgdeploy.sglang.flags import replacement_for
-
     field_name = option.lstrip("-").replace("-", "_")
     last, first = flag_history(field_name)
     if last is None or first is None:

@@ -134,6 +134,7 @@ def run(argv: list[str]) -> dict[str, Any]:
         mark = now
 
     try:
+        # the host's own SGLang, imported when the check runs there
         import sglang
         from sglang.srt import server_args as module
     except BaseException as exc:
@@ -141,6 +142,7 @@ def run(argv: list[str]) -> dict[str, Any]:
         return out
     out["sglang_version"] = getattr(sglang, "__version__", None)
     with contextlib.suppress(Exception):  # the launchers load plugins before parsing
+        # the host's own SGLang, imported when the check runs there
         from sglang.srt.plugins import load_plugins
 
         load_plugins()
@@ -197,6 +199,7 @@ def _changes(server_args: Any, raw: dict[str, Any] | None) -> dict[str, list[Any
     recorded = getattr(server_args, "_raw_input", None)  # 0.5.20+: the record keeps the raw input
     before = {k: jsonable(v) for k, v in recorded.items()} if isinstance(recorded, dict) else (raw or {})
     try:
+        # the host's own SGLang, imported when the check runs there
         from sglang.srt.arg_groups.overrides import resolution_result
     except Exception:
         resolution_result = None

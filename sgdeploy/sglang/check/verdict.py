@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from sgdeploy.logs import settings_changed
+from sgdeploy.logs.settings import BEHAVIOUR_FIELDS
+from sgdeploy.sglang import checksites
 
 PROGRAM_PATH = Path(__file__).with_name("program.py")
 MARKER = "@@sgdeploy:sglang-check@@"
@@ -204,8 +206,6 @@ def summary(verdict: HostVerdict, host: str, server: dict[str, Any]) -> str:
 
 
 def _behaviour_fields() -> set[str]:
-    from sgdeploy.logs.settings import BEHAVIOUR_FIELDS
-
     return set(BEHAVIOUR_FIELDS)
 
 
@@ -262,8 +262,6 @@ _PLACEHOLDER = re.compile(r"\\\{[^}]*\\\}")
 
 def site_for(version: str, message: str) -> dict[str, Any] | None:
     """The check site of SGLang `version` whose message matches `message`, and what decides it."""
-    from sgdeploy.sglang import checksites
-
     if not message or version not in checksites.inventoried_versions():
         return None
     for site in checksites.refusal_sites(version):
