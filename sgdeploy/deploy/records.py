@@ -11,6 +11,7 @@ import tomllib
 from typing import Any
 
 from sgdeploy.deploy.plan import DEFAULT_PORT, Deployment, gpus_for, new_deployment_id
+from sgdeploy.sglang.catalog import newest_version
 
 RECORD_FILES = ("meta.json", "profile.toml", "unit.service")
 
@@ -74,7 +75,7 @@ def deployment_from_files(unit: str, deployment_id: str, files: dict[str, str]) 
         profile_name=str(meta.get("profile", "")),
         profile_sha256=str(meta.get("profile_sha256", "")),
         profile_text=files["profile.toml"],
-        sglang_version=str(meta.get("sglang_version") or "0.5.23"),
+        sglang_version=str(meta.get("sglang_version") or newest_version()),  # a record from before versions were kept
         server=server,
         gpus=gpus_for(server, gpus),
         ready_timeout_s=timeout if isinstance(timeout, int) and timeout > 0 else 1200,
