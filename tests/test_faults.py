@@ -291,7 +291,7 @@ def records(hs: HostSet) -> set[str]:
 
 
 def describe(result: ApplyResult) -> str:
-    rb = f"; rollback ready={result.rollback['ready']}" if result.rollback else ""
+    rb = f"; rollback ready={result.rollback.ready}" if result.rollback else ""
     return f"exit {result.exit_code} ({result.status}){rb}: {result.message[:160]}"
 
 
@@ -482,7 +482,7 @@ def test_corrupted_records(how: str, hs: HostSet, profiles: dict[str, Path], req
     hs.configure_sim(HOST, failure="kv_cache_oom", fail_when_arg=[BROKEN])
     failed = apply(hs.inventory_path, profiles["broken"])
     observe(request, f"failing apply: {describe(failed)}")
-    assert failed.exit_code == 1 and failed.rollback and failed.rollback["ready"], describe(failed)
+    assert failed.exit_code == 1 and failed.rollback and failed.rollback.ready, describe(failed)
     assert health(hs) == 200
     # and a good apply works
     again = converges(hs, profiles["other"])
@@ -510,7 +510,7 @@ def test_rollback_explains_an_unusable_last_good(hs: HostSet, profiles: dict[str
     events: list[tuple[str, dict[str, Any]]] = []
     failed = apply(hs.inventory_path, profiles["broken"], lambda kind, **data: events.append((kind, data)))
     text = failed.message + " " + json.dumps([d for k, d in events if k in ("warning", "step")], default=str)
-    observe(request, f"{describe(failed)}; restored {failed.rollback and failed.rollback['restored']}")
+    observe(request, f"{describe(failed)}; restored {failed.rollback and failed.rollback.restored}")
     assert damaged in text and ("corrupt" in text or "unusable" in text)
     assert failed.exit_code == 1
 
@@ -534,13 +534,13 @@ def test_server_fault_rolls_back(fault: str, hs: HostSet, profiles: dict[str, Pa
     settings, kind = SERVER_FAULTS[fault]
     hs.configure_sim(HOST, fail_when_arg=[BROKEN], **settings)
     result = apply(hs.inventory_path, profiles["broken"])
-    observe(request, f"{describe(result)}; failure {result.failure and result.failure['kind']}")
+    observe(request, f"{describe(result)}; failure {result.failure and result.failure.kind}")
     assert result.exit_code == 1 and result.status == "rolled_back", describe(result)
-    assert result.failure and result.failure["kind"] == kind
-    assert result.rollback and result.rollback["restored"] == previous
+    assert result.failure and result.failure.kind == kind
+    assert result.rollback and result.rollback.restored == previous
     assert health(hs) == 200
     assert "broken" not in sh(hs, f"tr '\\0' ' ' < /proc/{unit_state(hs)['MainPID']}/cmdline")
-    problems = history_problems(hs, capsys, [result.deployment_id, result.rollback["deployment_id"]])
+    problems = history_problems(hs, capsys, [result.deployment_id, result.rollback.deployment_id])
     observe(request, "history: " + ("; ".join(problems) or "consistent"))
     assert not problems
 

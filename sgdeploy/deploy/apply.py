@@ -38,6 +38,7 @@ from sgdeploy.deploy.transaction import (
     ApplyOptions,
     ApplyResult,
     Exit,
+    StartFailure,
     Transaction,
     connect,
     on_host,
@@ -236,8 +237,8 @@ def _transact(session: HostSession, plan: Plan, current_unit: str | None, option
     if startup.failure_kind in REFUSED_BEFORE_STOP:
         transaction.record(deployment, startup, "refused", extra=extra, unstage=True)
         return ApplyResult(Exit.REFUSED, "refused", deployment_id=deployment.id,
-                           message=f"{startup.reason}; nothing was stopped", failure={
-                               "kind": startup.failure_kind, "reason": startup.reason, "line": None},
+                           message=f"{startup.reason}; nothing was stopped",
+                           failure=StartFailure(startup.failure_kind or "refused", startup.reason),
                            stats=stats(), **common)
     transaction.record(deployment, startup, "ready" if startup.ready else "failed", extra=extra)
     for text in (checked or {}).get("differences", []):

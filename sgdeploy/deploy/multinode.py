@@ -28,6 +28,8 @@ from sgdeploy.deploy.transaction import (
     ApplyOptions,
     ApplyResult,
     Exit,
+    RollbackOutcome,
+    StartFailure,
     Transaction,
     confirmed,
     connection_lost,
@@ -315,15 +317,15 @@ def _transact(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit
         for node, deployment in zip(nodes, deployments, strict=True):
             node.session.stop(deployment.unit)
         for outcome in fleet.results.values():
-            outcome.rollback = {"restored": None, "ready": False, "reason": unusable}
+            outcome.rollback = RollbackOutcome(None, False, unusable)
             outcome.message += f"; the rollback was not started ({unusable}); every node is stopped"
         return fleet
     restored = _start_all(nodes, [p for p in previous if p is not None], options, stop_first=True,
                           best_effort_idle=True)
     back = all(r.ready for r in restored)
     for node, outcome, again in zip(nodes, fleet.results.values(), restored, strict=True):
-        outcome.rollback = {"restored": node.previous.rollback_of if node.previous else None, "ready": again.ready,
-                            "reason": again.reason}
+        outcome.rollback = RollbackOutcome(node.previous.rollback_of if node.previous else None, again.ready,
+                                           again.reason)
         if back:
             outcome.exit_code, outcome.status = Exit.ROLLED_BACK, "rolled_back"
             outcome.message += "; every node was rolled back to its previous deployment"
@@ -341,7 +343,8 @@ def _refused_before_stop(nodes: list[Node], deployments: list[Deployment], resul
                                          "failure": failure}, last_good=False, keep=options.keep, unstage=True)
         fleet.results[node.host.name] = ApplyResult(
             Exit.REFUSED, "refused", node.host.name, unit, f"node {node.rank}: {result.reason}; no node was stopped",
-            deployment_id=deployment.id, plan=node.plan, failure={**failure, "line": None},
+            deployment_id=deployment.id, plan=node.plan,
+            failure=StartFailure(result.failure_kind or "refused", result.reason),
             diagnostics=list(node.plan.diagnostics) if node.plan else [])
     fleet.stopped_at = next(n.host.name for n, r in zip(nodes, results, strict=True)
                             if not r.reason.startswith("not started"))

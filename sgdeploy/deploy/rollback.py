@@ -16,7 +16,16 @@ from sgdeploy.deploy.prestop import REFUSED_BEFORE_STOP, Handover, before_stop_g
 from sgdeploy.deploy.records import deployment_from_files, exec_port, running_port
 from sgdeploy.deploy.secret_args import recorded_secret_diagnostics
 from sgdeploy.deploy.session import HostSession, quiet
-from sgdeploy.deploy.transaction import ApplyOptions, ApplyResult, Exit, Transaction, on_host, result_from, timings
+from sgdeploy.deploy.transaction import (
+    ApplyOptions,
+    ApplyResult,
+    Exit,
+    RollbackOutcome,
+    Transaction,
+    on_host,
+    result_from,
+    timings,
+)
 from sgdeploy.host.facts import HostFacts, gpu_strangers, state_dir
 from sgdeploy.profile.inventory import HostEntry
 
@@ -72,15 +81,14 @@ def restore(transaction: Transaction, failed: ApplyResult, deployment: Deploymen
     unusable = unrestorable(session, previous, host)
     if unusable is not None:
         session.stop(deployment.unit)  # stopped, not left restarting into the same failure
-        failed.rollback = {"deployment_id": None, "restored": previous.rollback_of, "ready": False,
-                           "reason": unusable, "startup_s": 0.0}
+        failed.rollback = RollbackOutcome(previous.rollback_of, False, unusable, startup_s=0.0)
         failed.message += f"; the rollback to {previous.rollback_of} was not started: {unusable}; the unit is stopped"
         failed.stats = session.remote.stats.as_dict()
         return failed
     restored = transaction.start(previous, stop_first=True, best_effort_idle=True)
     transaction.record(previous, restored, "ready" if restored.ready else "failed")
-    failed.rollback = {"deployment_id": previous.id, "restored": previous.rollback_of, "ready": restored.ready,
-                       "reason": restored.reason, "startup_s": round(restored.seconds, 2)}
+    failed.rollback = RollbackOutcome(previous.rollback_of, restored.ready, restored.reason, previous.id,
+                                      round(restored.seconds, 2))
     failed.stats = session.remote.stats.as_dict()
     if restored.ready:
         failed.exit_code, failed.status = Exit.ROLLED_BACK, "rolled_back"

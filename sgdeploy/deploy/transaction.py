@@ -62,6 +62,42 @@ class ApplyOptions:
 
 
 
+@dataclass(frozen=True)
+class StartFailure:
+    """Why a start failed: the kind the journal's reader named, the reason, the log line and, when
+    the log was read, how sure the reader is and the later errors it set aside."""
+
+    kind: str
+    reason: str
+    line: int | None = None
+    confidence: str | None = None  # high | medium | low, from the log reader
+    consequences: tuple[tuple[int, str], ...] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"kind": self.kind, "reason": self.reason, "line": self.line}
+        if self.confidence is not None:
+            found["confidence"] = self.confidence
+        if self.consequences is not None:
+            found["consequences"] = [list(c) for c in self.consequences]
+        return found
+
+
+@dataclass(frozen=True)
+class RollbackOutcome:
+    """What a failed deployment's rollback restored: the recorded deployment it started again (None
+    when it could not start one), whether that became ready, and why not."""
+
+    restored: str | None
+    ready: bool
+    reason: str | None = None
+    deployment_id: str | None = None
+    startup_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"deployment_id": self.deployment_id, "restored": self.restored, "ready": self.ready,
+                "reason": self.reason, "startup_s": self.startup_s}
+
+
 @dataclass
 class ApplyResult:
     exit_code: int
@@ -73,9 +109,9 @@ class ApplyResult:
     phase_times: dict[str, float | None] = field(default_factory=dict)
     kv_cache_tokens: int | None = None
     auto_adjusted: list[dict[str, Any]] = field(default_factory=list)
-    failure: dict[str, Any] | None = None
+    failure: StartFailure | None = None
     explain: list[str] = field(default_factory=list)
-    rollback: dict[str, Any] | None = None
+    rollback: RollbackOutcome | None = None
     probe: dict[str, Any] | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
     plan: Plan | None = None
@@ -96,9 +132,9 @@ class ApplyResult:
             "phase_times": self.phase_times,
             "kv_cache_tokens": self.kv_cache_tokens,
             "auto_adjusted": self.auto_adjusted,
-            "failure": self.failure,
+            "failure": self.failure.as_dict() if self.failure else None,
             "explain": self.explain,
-            "rollback": self.rollback,
+            "rollback": self.rollback.as_dict() if self.rollback else None,
             "probe": self.probe,
             "diagnostics": [d.as_dict() for d in self.diagnostics],
             "steps": [s.as_dict() for s in self.plan.steps] if self.plan else [],
@@ -257,13 +293,14 @@ def adjustments(report: LogReport | None, info: dict[str, Any] | None, server: d
 
 def result_from(startup: StartupResult, **kwargs: Any) -> ApplyResult:
     report = startup.report
-    failure: dict[str, Any] | None = None
+    failure: StartFailure | None = None
     if not startup.ready:
         f = report.failure if report else None
-        failure = {"kind": startup.failure_kind or (f.kind if f else "failed"), "reason": startup.reason,
-                   "line": f.line if f else None}
-        if f is not None:  # what the log reader weighed: how sure, and the later errors it set aside
-            failure.update(confidence=f.confidence, consequences=[[n, text] for n, text in f.consequences])
+        failure = StartFailure(
+            startup.failure_kind or (f.kind if f else "failed"), startup.reason, f.line if f else None,
+            # what the log reader weighed: how sure, and the later errors it set aside
+            confidence=f.confidence if f else None,
+            consequences=tuple((n, text) for n, text in f.consequences) if f else None)
     return ApplyResult(
         phase_times=report.phase_times() if report and startup.ready else {},
         kv_cache_tokens=report.kv_cache_tokens if report else None,

@@ -5,10 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sgdeploy.core.diagnostics import Diagnostic, finding_line
 from sgdeploy.profile.validate import ValidationResult
+
+if TYPE_CHECKING:  # for the annotations only: validate's output path loads none of these
+    from sgdeploy.deploy.drained import RolloutPlan
+    from sgdeploy.deploy.fleet import FleetResult
+    from sgdeploy.deploy.operate import History, Status
+    from sgdeploy.deploy.plan import Plan, Step
+    from sgdeploy.deploy.transaction import ApplyResult
+    from sgdeploy.host.sshconfig import SshTarget
+    from sgdeploy.logs import LogReport
 
 
 def validation_text(results: Sequence[ValidationResult]) -> str:
@@ -56,7 +65,7 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-def apply_text(result: Any) -> str:
+def apply_text(result: ApplyResult) -> str:
     """The end-of-apply summary: outcome, phase times, what SGLang changed, why it failed."""
     lines = [f"{result.status.upper()}: {result.message}"]
     for d in result.diagnostics:
@@ -85,11 +94,11 @@ def apply_text(result: Any) -> str:
         lines.extend(f"  | {text}" for text in result.explain)
     if result.rollback:
         rb = result.rollback
-        lines.append(f"rollback to {rb['restored']}: {'ready' if rb['ready'] else 'FAILED: ' + rb['reason']}")
+        lines.append(f"rollback to {rb.restored}: {'ready' if rb.ready else 'FAILED: ' + str(rb.reason)}")
     return "\n".join(lines) + "\n"
 
 
-def plan_text(plan: Any) -> str:
+def plan_text(plan: Plan) -> str:
     lines = [f"plan for {plan.deployment.unit}.service on {plan.host} "
              f"(SGLang {plan.deployment.sglang_version}, deployment {plan.deployment.id}):"]
     for d in (*plan.refusals, *plan.notes):
@@ -126,7 +135,7 @@ def _since(start: str | None, t: str | None) -> str:
         return ""
 
 
-def logcheck_text(report: Any, source: str) -> str:
+def logcheck_text(report: LogReport, source: str) -> str:
     """`sgdeploy logcheck`: verdict, phases with times, KV cache, the failure and its lines, changes."""
     if report.ready:
         verdict = "READY: the server reached ready"
@@ -165,7 +174,7 @@ def _cell(value: Any) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
-def history_text(history: Any) -> str:
+def history_text(history: History) -> str:
     """`sgdeploy history`: one line per deployment, newest first; `*` marks the last good one."""
     head = f"{history.unit}.service on {history.host}"
     if not history.state_present or not history.records:
@@ -191,7 +200,7 @@ def history_text(history: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def status_text(status: Any) -> str:
+def status_text(status: Status) -> str:
     """`sgdeploy status`: verdict, unit, deployment, drift, GPUs, health."""
     d = status.as_dict()
     verdict = "HEALTHY" if status.healthy else "NOT HEALTHY"
@@ -245,7 +254,7 @@ def status_text(status: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rollout_text(fleet: Any) -> str:
+def rollout_text(fleet: FleetResult) -> str:
     """One line per host of a rollout, in rollout order, then what stopped it."""
     rows = fleet.rows()
     width = max([len(r["host"]) for r in rows] + [4])
@@ -260,7 +269,7 @@ def rollout_text(fleet: Any) -> str:
         lines.extend(f"  | {text}" for text in failed.explain)
     else:
         lines.append(f"all {len(rows)} hosts done")
-    if getattr(fleet, "gateway", None):
+    if fleet.gateway:
         lines.extend(rotation_lines(fleet.gateway))
     return "\n".join(lines) + "\n"
 
@@ -284,11 +293,11 @@ def rotation_lines(gateway: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _step_lines(steps: Sequence[Any]) -> list[str]:
+def _step_lines(steps: Sequence[Step]) -> list[str]:
     return [f"  {number}. {step.kind.value:<15} {step.why}" for number, step in enumerate(steps, 1)]
 
 
-def drained_plan_text(plan: Any, results: Sequence[Any]) -> str:
+def drained_plan_text(plan: RolloutPlan, results: Sequence[ApplyResult]) -> str:
     """`sgdeploy plan` of a rollout behind a gateway: the order, each host's gateway steps, its plan."""
     lines = [f"rollout behind a gateway, at most {plan.max_unavailable} worker(s) out of rotation at once: "
              + " -> ".join("+".join(batch) for batch in plan.batches)]
@@ -306,7 +315,7 @@ def drained_plan_text(plan: Any, results: Sequence[Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def connection_text(name: str, chain: Sequence[Any]) -> str:
+def connection_text(name: str, chain: Sequence[SshTarget]) -> str:
     """`--verbose`: how a host is reached, each setting with where it came from (sshconfig.SshTarget)."""
     final = chain[-1]
     files = ", ".join(final.config_files) or "none"
