@@ -15,7 +15,16 @@ from typing import Any
 
 from sgdeploy.deploy.adopt import takeovers
 from sgdeploy.deploy.journal import Reporter, StartupResult
-from sgdeploy.deploy.plan import Deployment, Plan, Takeover, gpus_for, make_plan, new_deployment_id, server_port
+from sgdeploy.deploy.plan import (
+    BeforeStop,
+    Deployment,
+    Plan,
+    Takeover,
+    gpus_for,
+    make_plan,
+    new_deployment_id,
+    server_port,
+)
 from sgdeploy.deploy.preflight import gpu_holders, preflight
 from sgdeploy.deploy.prestop import (
     REFUSED_BEFORE_STOP,
@@ -201,9 +210,10 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     # Up to date only if the installed unit is the one the last good deployment recorded: an
     # apply cut off after installing leaves the same unit text without having proved it ready.
     installed_is_last_good = recorded is not None and recorded.get("unit.service") == current_unit
-    plan = make_plan(name, deployment, facts, current_unit, diagnostics,
-                     force=options.force or not installed_is_last_good or bool(takeover), takeover=takeover,
-                     sglang_check=options.sglang_check, strangers=strangers, wait_for_gpus_s=options.wait_for_gpus_s)
+    before = BeforeStop(force=options.force or not installed_is_last_good or bool(takeover), takeover=takeover,
+                        sglang_check=options.sglang_check, strangers=strangers,
+                        wait_for_gpus_s=options.wait_for_gpus_s)
+    plan = make_plan(name, deployment, facts, current_unit, diagnostics, before)
     return plan, current_unit
 
 

@@ -183,21 +183,24 @@ def unit_diff(current: str | None, new: str, path: str) -> str:
         fromfile=f"{path} (on host)" if current is not None else "/dev/null", tofile=f"{path} (new)"))
 
 
-def make_plan(
-    host: str,
-    deployment: Deployment,
-    facts: HostFacts,
-    current_unit_text: str | None,
-    diagnostics: list[Diagnostic],
-    force: bool = False,
-    takeover: tuple[Takeover, ...] = (),
-    sglang_check: bool = False,
-    strangers: tuple[GpuHolder, ...] = (),
-    wait_for_gpus_s: float | None = None,
-) -> Plan:
-    """Decide the steps of a deployment on a host from its facts (`takeover`: what --adopt stops;
-    `sglang_check`: SGLang's own check runs before the stop; `strangers`: processes outside the
-    unit on its GPUs, waited for up to `wait_for_gpus_s` before the stop)."""
+@dataclass(frozen=True)
+class BeforeStop:
+    """What a plan does before it stops the running server: redeploy even when up to date
+    (`force`), stop other servers on the port (`takeover`, --adopt), ask the host's SGLang first
+    (`sglang_check`), and wait up to `wait_for_gpus_s` for processes outside the unit to leave
+    its GPUs (`strangers`)."""
+
+    force: bool = False
+    takeover: tuple[Takeover, ...] = ()
+    sglang_check: bool = False
+    strangers: tuple[GpuHolder, ...] = ()
+    wait_for_gpus_s: float | None = None
+
+
+def make_plan(host: str, deployment: Deployment, facts: HostFacts, current_unit_text: str | None,
+              diagnostics: list[Diagnostic], before: BeforeStop = BeforeStop()) -> Plan:
+    """Decide the steps of a deployment on a host from its facts."""
+    force, takeover, strangers = before.force, before.takeover, before.strangers
     refusals = tuple(d for d in diagnostics if d.is_error)
     notes = tuple(d for d in diagnostics if not d.is_error)
     unit = facts.unit
@@ -206,12 +209,12 @@ def make_plan(
     up_to_date = same_unit and active and facts.last_good is not None and not force
     steps: list[Step] = [Step(StepKind.LOCK, f"one apply at a time on {deployment.unit}; up to date is "
                               "decided again under it")]
-    if sglang_check:
+    if before.sglang_check:
         steps.append(Step(StepKind.SGLANG_CHECK, f"SGLang {deployment.sglang_version} on {host} parses and "
                           "resolves this launch as the unit would run it; a refusal stops here"))
     if strangers:
         steps.append(Step(StepKind.WAIT_GPUS_FREE, "; ".join(h.describe() for h in strangers)
-                          + f": wait up to {wait_for_gpus_s or 0:.0f} s for them to leave, or stop nothing"))
+                          + f": wait up to {before.wait_for_gpus_s or 0:.0f} s for them to leave, or stop nothing"))
     if active and unit is not None:
         steps.append(Step(StepKind.STOP, f"{deployment.unit}.service is {unit.active_state} "
                           f"(pid {unit.main_pid}); the new server needs its GPUs"))
