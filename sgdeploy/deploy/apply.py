@@ -150,7 +150,7 @@ def _apply(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
         if check is not None and check.request != plan.deployment.check:
             check = None  # decided again under the lock: another launch, its own check
         check = check or start_check(session, plan, options.sglang_check_timeout_s, options.sglang_check)
-        return _transact(session, plan, current_unit, options, began, loaded, check, staged)
+        return _run_transaction(session, plan, current_unit, options, began, loaded, check, staged)
     finally:
         lock.release()
 
@@ -217,7 +217,7 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     return plan, current_unit
 
 
-def _transact(session: HostSession, plan: Plan, current_unit: str | None, options: ApplyOptions, began: float,
+def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None, options: ApplyOptions, began: float,
               loaded: LoadedProfile, check: BackgroundCheck | None, staged: CommandResult | None) -> ApplyResult:
     """Start the plan's deployment under the lock; record and report how it went, rolled back on failure."""
     deployment = plan.deployment

@@ -23,7 +23,7 @@ lock, right before each removal. Hosts of a rollout without a gateway are restar
 plain rollout, unless a gateway of the rollout routes to them (then the rollout is refused).
 With `nnodes > 1` the group is one worker: rank 0's server, the one that serves the API.
 
-`plan_rollout` decides all of this as data (what `sgdeploy plan` shows); `_Run` is the one
+`plan_rollout` decides all of this as data (what `sgdeploy plan` shows); `DrainedRollout` is the one
 place that executes it, through `GatewayClient` (the gateway) and the hooks `apply` runs over
 the host's connection (`ApplyOptions.before_stop`, `after_host`).
 """
@@ -440,7 +440,7 @@ class _Worker:
     registration: dict[str, Any] | None = None  # read from the gateway before the removal
 
 
-class _Run:
+class DrainedRollout:
     """One drained rollout in progress: the gateway calls, serialised where they decide."""
 
     def __init__(self, front: Fronted, plan: RolloutPlan, report_for: Callable[[str], Reporter]) -> None:
@@ -612,11 +612,12 @@ class _Run:
             rotation.problem = (f"gateway '{client.name}' did not route to {url} within {timeout:.0f} s "
                                 f"(it is {view.state}{unkeyed})")
 
-    def failed(self, host: str, result: ApplyResult) -> bool:
+    def host_failed(self, host: str, result: ApplyResult) -> bool:
+        """The host's apply failed, or its worker did not come back into rotation."""
         worker = self.workers.get(host)
         return result.exit_code != Exit.READY or (worker is not None and worker.rotation.problem is not None)
 
-    def final(self) -> dict[str, dict[str, Any]]:
+    def rotations_now(self) -> dict[str, dict[str, Any]]:
         """Each fronted host's rotation record, with the gateway's view of its worker now."""
         out = {}
         for host, worker in self.workers.items():
@@ -645,7 +646,7 @@ def run_drained(loaded: LoadedProfile, hosts: Sequence[FleetHost], options: Appl
                 plan: RolloutPlan, report_for: Callable[[str], Reporter] | None = None) -> FleetResult:
     """Execute `plan`: batch by batch, stopping at the first host that fails or is not back in rotation."""
     by_name = {h.name: h for h in hosts}
-    run = _Run(front, plan, report_for or (lambda _: (lambda *a, **k: None)))
+    run = DrainedRollout(front, plan, report_for or (lambda _: (lambda *a, **k: None)))
     fleet = FleetResult(list(plan.order))
 
     def one(name: str) -> ApplyResult:
@@ -658,11 +659,11 @@ def run_drained(loaded: LoadedProfile, hosts: Sequence[FleetHost], options: Appl
             results = list(pool.map(one, batch))
         for name, result in zip(batch, results, strict=True):
             fleet.results[name] = result
-        failed = [n for n, r in zip(batch, results, strict=True) if run.failed(n, r)]
+        failed = [n for n, r in zip(batch, results, strict=True) if run.host_failed(n, r)]
         if failed:
             fleet.stopped_at = failed[0]
             break
-    fleet.gateway = run.final()
+    fleet.gateway = run.rotations_now()
     return fleet
 
 
@@ -671,13 +672,13 @@ def run_drained_multinode(loaded: LoadedProfile, hosts: Sequence[FleetHost], opt
                           ) -> FleetResult:
     """A multi-node launch behind a gateway: rank 0's worker drained before any node stops, put
     back once every node is ready (or restored)."""
-    run = _Run(front, plan, report_for or (lambda _: (lambda *a, **k: None)))
+    run = DrainedRollout(front, plan, report_for or (lambda _: (lambda *a, **k: None)))
     rank0 = hosts[0].name
     fleet = multinode.apply_multinode(loaded, hosts, run.options_for(rank0, options), report_for=run.report_for)
     first = fleet.results.get(rank0)
-    if fleet.stopped_at is None and first is not None and run.failed(rank0, first):
+    if fleet.stopped_at is None and first is not None and run.host_failed(rank0, first):
         fleet.stopped_at = rank0
-    fleet.gateway = run.final()
+    fleet.gateway = run.rotations_now()
     return fleet
 
 
@@ -685,6 +686,6 @@ def rollback_drained(name: str, entry: HostEntry, unit: str, to: str | None, opt
                      plan: RolloutPlan, report: Reporter) -> tuple[ApplyResult, dict[str, Any]]:
     """`sgdeploy rollback` of a host behind a gateway: drained before the stop, registered again
     as it was for the restored server once it is ready. Its result and its rotation record."""
-    run = _Run(front, plan, lambda _: report)
+    run = DrainedRollout(front, plan, lambda _: report)
     result = rollback_unit(name, entry, unit, to, run.options_for(name, options), report)
-    return result, run.final()[name]
+    return result, run.rotations_now()[name]

@@ -187,7 +187,7 @@ def _apply_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResult) -
             for text in lock.warnings:
                 node.session.report("warning", text=text)
             locks.append(lock)
-        return _transact(nodes, options, fleet, unit)
+        return _deploy_all_nodes(nodes, options, fleet, unit)
     finally:
         for lock in locks:
             lock.release()
@@ -263,7 +263,8 @@ def _before_stop(rank0: Node, deployment: Deployment, options: ApplyOptions) -> 
     return before_stop_gate(rank0.session, options.before_stop, Handover(deployment, rank0.previous, running))
 
 
-def _transact(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit: str) -> FleetResult:
+def _deploy_all_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResult, unit: str) -> FleetResult:
+    """Every node's deployment started together, recorded, and rolled back as one when any fails."""
     deployments = [n.plan.deployment for n in nodes if n.plan is not None]
     for node in nodes:
         assert node.plan is not None
