@@ -6,6 +6,7 @@ a host, reused by `apply` with live host facts instead of the inventory's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,12 +16,13 @@ from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.core.tomlfile import TomlDocument, did_you_mean
 from sgdeploy.profile.inventory import Inventory, host_target, load_inventory
 from sgdeploy.profile.model import LoadedProfile, load_profile
-from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog, newest_version
+from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog, nearest_version, newest_version
 from sgdeploy.sglang.flags import valid_server_values
 from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, load_model_config
 from sgdeploy.sglang.rule import LaunchContext
 from sgdeploy.sglang.rules import RULES
 from sgdeploy.sglang.target import HostTarget
+from sgdeploy.sglang.versions import parse_version
 
 
 @dataclass
@@ -116,6 +118,7 @@ def verdicts_by_target(
         launch = [] if version is None else check_launch(
             loaded, target, version, node_count=len(targets) if inventory.inventory is not None else None,
             model_config=config)
+        launch = checked_against(launch, sglang or (target.sglang_version if target else None), version)
         verdicts.append(TargetVerdict(target, version, [*about_version, *launch]))
     return [*loaded.diagnostics, *found], verdicts
 
@@ -239,15 +242,43 @@ def _version_for(
     try:
         return load_catalog(wanted).version, []
     except UnknownVersionError as exc:
-        # Nothing to check the flags against; on the host, SGLang's own check decides (apply, plan).
-        return None, [loaded.diagnostic("SGD032", f"{exc}: its flags and cross-flag rules were not checked; "
-                                        "apply and plan ask that SGLang on the host instead", dotted="deploy.host",
-                                        hint="regenerate catalogs with scripts/build_catalogs.py, or pass "
-                                        "--sglang with a bundled version", severity=Severity.WARNING)]
+        return _nearest_older(loaded, wanted, exc)
     except ValueError as exc:
         return None, [loaded.diagnostic("SGD032", str(exc), dotted="deploy.host",
                                         hint="regenerate catalogs with scripts/build_catalogs.py, or pass "
                                         "--sglang with a bundled version")]
+
+
+UNKNOWN_FLAG = "SGD010"  # sglang/rules/flags.py
+
+
+def _nearest_older(loaded: LoadedProfile, wanted: str, missing: UnknownVersionError
+                   ) -> tuple[str | None, list[Diagnostic]]:
+    """A release without a bundled catalog (newer than this sgdeploy, or a dev build) is checked
+    against the nearest older one, and every finding says so; older than every catalog, nothing
+    is checked. Either way apply and plan also ask the host's own SGLang (SGD711)."""
+    hint = (f"upgrade sgdeploy for a catalog of SGLang {wanted}, or pass --sglang VERSION to "
+            "validate for a bundled release")
+    nearest = nearest_version(wanted)
+    if parse_version(nearest) > parse_version(wanted):
+        return None, [loaded.diagnostic(
+            "SGD032", f"{missing}: its flags and cross-flag rules were not checked; apply and plan ask "
+            "that SGLang on the host instead", dotted="deploy.host", hint=hint, severity=Severity.WARNING)]
+    return nearest, [loaded.diagnostic(
+        "SGD032", f"{missing}: checked against the nearest older release, {nearest}; options new in "
+        f"{wanted} read as unknown, and its own checks may differ (apply and plan ask that SGLang on "
+        "the host as well)", dotted="deploy.host", hint=hint, severity=Severity.WARNING)]
+
+
+def checked_against(found: list[Diagnostic], wanted: str | None, version: str | None) -> list[Diagnostic]:
+    """Each finding of a launch checked against another release's catalog, saying which."""
+    if wanted is None or version is None or wanted == version:
+        return found
+    note = f" [checked against SGLang {version}'s catalog: none is bundled for {wanted}]"
+    # an option the older catalog lacks may be new in `wanted`: said, not refused
+    return [dataclasses.replace(d, message=d.message + note,
+                                severity=Severity.WARNING if d.rule == UNKNOWN_FLAG else d.severity)
+            for d in found]
 
 
 def _unique(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
