@@ -117,6 +117,7 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
     "SGD016": (ARGPARSE, Flag("model_path", cited=False)),
     "SGD017": (ARGPARSE, Flag("disable_piecewise_cuda_graph", _range("0.5.10", "0.5.14"))),
     "SGD020": (_UNIT,),
+    "SGD029": (_UNIT,),
     "SGD021": (_UNIT, Fact("source:api_key_env", NEVER, cited=False), Flag("config", _since("0.5.3"))),
     "SGD022": (_UNIT, Flag("config", _since("0.5.3")), Fact("source:config_file_yaml_suffix", _since("0.5.3"))),
     "SGD023": (_UNIT, Fact("source:api_key_env", NEVER, cited=False)),

@@ -158,3 +158,34 @@ def removed_switch_set_false(ctx: LaunchContext) -> Iterator[Finding]:
 def model_path_required(ctx: LaunchContext) -> Iterator[Finding]:
     if "model_path" not in ctx.raw_server:
         yield Finding("server", "[server] has no model_path ('the following arguments are required: --model-path')")
+    elif isinstance(path := ctx.raw_server["model_path"], str) and not path.strip():
+        yield Finding(server_field("model_path"), "model_path is empty: argparse takes it, and the server fails "
+                      "loading a model from ''", "set model_path to the model's folder or its hub id")
+
+
+# The kernel refuses one argument or environment string longer than MAX_ARG_STRLEN (32 pages:
+# 131,072 bytes with its NUL), and systemd refuses a unit-file line over LONG_LINE_MAX (1 MiB).
+MAX_ARG_BYTES = 131_071
+MAX_UNIT_LINE_BYTES = 1 << 20
+
+
+@rule("SGD029", "value-too-long", ERROR,
+      "A value longer than Linux passes as one argument, or a launch longer than a unit-file line.",
+      "keep long values in a file the option reads (a --config YAML file, a chat template file)")
+def value_too_long(ctx: LaunchContext) -> Iterator[Finding]:
+    total = 0
+    for key, value in ctx.raw_server.items():
+        for word in value if isinstance(value, list) else [value]:
+            size = len(str(word).encode("utf-8", "surrogatepass"))
+            total += size + len(key) + 4
+            if size > MAX_ARG_BYTES:
+                yield Finding(server_field(key), f"'{key}' is {size:,} bytes: Linux passes at most "
+                              f"{MAX_ARG_BYTES:,} bytes as one argument, so the server could never be started")
+    for key, value in ctx.env.items():
+        size = len(f"{key}={value}".encode("utf-8", "surrogatepass"))
+        if size > MAX_ARG_BYTES:
+            yield Finding(f"env.{key}", f"{key} is {size:,} bytes: Linux passes at most {MAX_ARG_BYTES:,} "
+                          "bytes as one environment string")
+    if total > MAX_UNIT_LINE_BYTES:
+        yield Finding("server", f"the launch is about {total:,} bytes: systemd refuses a unit-file line over "
+                      f"{MAX_UNIT_LINE_BYTES:,} bytes, so the unit would not load")
