@@ -68,3 +68,69 @@ def test_a_release_older_than_every_catalog_says_nothing_was_checked(
     found = {d["rule"]: d for d in doc["profiles"][0]["diagnostics"]}
     assert code == 0 and set(found) == {"SGD032"}
     assert "were not checked" in found["SGD032"]["message"] and found["SGD032"]["severity"] == "warning"
+
+
+GROUP = """\
+[hosts.old]
+address = "192.0.2.1"
+gpu = "RTX A6000"
+gpu_count = 2
+sglang_version = "0.5.11"
+
+[hosts.new]
+address = "192.0.2.2"
+gpu = "RTX A6000"
+gpu_count = 2
+sglang_version = "0.5.23"
+
+[groups]
+mixed = ["old", "new"]
+"""
+
+GROUP_PROFILE = """\
+[deploy]
+host = "mixed"
+python = "/opt/sglang/bin/python3"
+
+[server]
+model_path = " "
+tp_size = 4
+"""
+
+
+def test_a_group_mixing_releases_names_host_and_release_once_per_finding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "inventory.toml").write_text(GROUP, encoding="utf-8")
+    (tmp_path / "p.toml").write_text(GROUP_PROFILE, encoding="utf-8")
+    args = ["validate", str(tmp_path / "p.toml"), "--inventory", str(tmp_path / "inventory.toml")]
+    assert cli.main([*args, "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)["profiles"][0]["diagnostics"]
+    empty = [d for d in found if d["rule"] == "SGD016"]
+    assert len(empty) == 1, "the same finding on both members is reported once"
+    assert empty[0]["hosts"] == ["old (SGLang 0.5.11)", "new (SGLang 0.5.23)"]
+    per_host = [d["hosts"] for d in found if d["rule"] == "SGD101"]
+    assert per_host == [["old (SGLang 0.5.11)"], ["new (SGLang 0.5.23)"]]
+    cli.main(args)
+    assert "[on old (SGLang 0.5.11), new (SGLang 0.5.23)]" in capsys.readouterr().out
+
+
+def test_a_hint_says_which_members_lack_the_option_it_suggests() -> None:
+    from sgdeploy.profile.validate import TargetVerdict, _hint_for_every_member
+    from sgdeploy.sglang.catalog import load_catalog
+    from sgdeploy.sglang.target import HostTarget
+
+    verdicts = [TargetVerdict(HostTarget("old"), "0.5.11", []), TargetVerdict(HostTarget("new"), "0.5.23", [])]
+    catalogs = {v: load_catalog(v) for v in ("0.5.11", "0.5.23")}
+    hint = _hint_for_every_member("set --attn-dp-size or --tp-size", verdicts, catalogs)
+    assert hint.endswith("(--attn-dp-size is not an option of SGLang on old)")
+
+
+def test_an_upgrade_check_says_what_the_host_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "inventory.toml").write_text(INVENTORY.format(version="0.5.11"), encoding="utf-8")
+    (tmp_path / "p.toml").write_text(PROFILE, encoding="utf-8")
+    cli.main(["validate", str(tmp_path / "p.toml"), "--inventory", str(tmp_path / "inventory.toml"),
+              "--sglang", "0.5.23", "--json"])
+    found = json.loads(capsys.readouterr().out)["profiles"][0]["diagnostics"]
+    assert found and all("[validated for SGLang 0.5.23 (--sglang); box runs 0.5.11]" in d["message"]
+                         for d in found)

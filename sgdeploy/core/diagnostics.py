@@ -23,10 +23,17 @@ class Diagnostic:
     field: str | None = None  # dotted TOML path, e.g. "server.language_only"
     line: int | None = None  # 1-based line of the key in the file
     path: str | None = None
+    # the members of a group target it holds for, each with its release: "old (SGLang 0.5.11)"
+    hosts: tuple[str, ...] = ()
 
     @property
     def is_error(self) -> bool:
         return self.severity is Severity.ERROR
+
+    @property
+    def described(self) -> str:
+        """The message, with the hosts of a group it holds for."""
+        return self.message + (f" [on {', '.join(self.hosts)}]" if self.hosts else "")
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -36,6 +43,7 @@ class Diagnostic:
             "line": self.line,
             "message": self.message,
             "hint": self.hint,
+            **({"hosts": list(self.hosts)} if self.hosts else {}),
         }
 
 
@@ -44,5 +52,5 @@ def finding_line(d: Diagnostic) -> str:
     where = d.path or "-"
     if d.line is not None:
         where += f":{d.line}"
-    text = f"{where}: {d.rule} {d.severity.value}: {d.message}"
+    text = f"{where}: {d.rule} {d.severity.value}: {d.described}"
     return text + (f" (hint: {d.hint})" if d.hint else "")

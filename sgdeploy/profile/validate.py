@@ -7,6 +7,7 @@ a host, reused by `apply` with live host facts instead of the inventory's.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.core.tomlfile import TomlDocument, did_you_mean
 from sgdeploy.profile.inventory import Inventory, host_target, load_inventory
 from sgdeploy.profile.model import LoadedProfile, load_profile
-from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog, nearest_version, newest_version
+from sgdeploy.sglang.catalog import Catalog, UnknownVersionError, load_catalog, nearest_version, newest_version
 from sgdeploy.sglang.flags import valid_server_values
 from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, load_model_config
 from sgdeploy.sglang.rule import LaunchContext
@@ -95,12 +96,47 @@ def validate_loaded(
     result = ValidationResult(path=loaded.path, host=loaded.model.deploy.host if loaded.model else None)
     found, verdicts = verdicts_by_target(loaded, inventory, sglang, model_config)
     result.diagnostics.extend(found)
+    result.diagnostics.extend(_across_group(verdicts) if len(verdicts) > 1 else
+                              [d for v in verdicts for d in v.diagnostics])
     for verdict in verdicts:
-        result.diagnostics.extend(verdict.diagnostics)
         if verdict.version is not None and verdict.version not in result.sglang_versions:
             result.sglang_versions.append(verdict.version)
     result.diagnostics = _unique(result.diagnostics)
     return result
+
+
+def _across_group(verdicts: list[TargetVerdict]) -> list[Diagnostic]:
+    """A group's findings: each names the members it holds for, with their release, once for all
+    of them; a hint naming an option some member's release lacks says so."""
+    merged: dict[tuple[str, str | None, str, str], Diagnostic] = {}
+    catalogs = {v.version: load_catalog(v.version) for v in verdicts if v.version is not None}
+    for verdict in verdicts:
+        label = _member_label(verdict)
+        for d in verdict.diagnostics:
+            key = (d.rule, d.field, d.message, d.hint)
+            seen = merged.get(key)
+            merged[key] = dataclasses.replace(d, hosts=(*seen.hosts, label) if seen else (label,))
+    return [dataclasses.replace(d, hint=_hint_for_every_member(d.hint, verdicts, catalogs))
+            for d in merged.values()]
+
+
+def _member_label(verdict: TargetVerdict) -> str:
+    name = verdict.host.name if verdict.host else "?"
+    return f"{name} (SGLang {verdict.version})" if verdict.version else name
+
+
+_OPTION = re.compile(r"(?<![\w-])--([a-z0-9][a-z0-9-]*)")
+
+
+def _hint_for_every_member(hint: str, verdicts: list[TargetVerdict], catalogs: dict[str, Catalog]) -> str:
+    """`hint`, saying which members' releases lack an option it suggests."""
+    lacking = []
+    for option in dict.fromkeys(_OPTION.findall(hint)):
+        without = [v.host.name for v in verdicts if v.host and v.version
+                   and catalogs[v.version].lookup(option.replace("-", "_")) is None]
+        if without:
+            lacking.append(f"--{option} is not an option of SGLang on {', '.join(without)}")
+    return hint + (f" ({'; '.join(lacking)})" if lacking else "")
 
 
 def verdicts_by_target(
@@ -118,7 +154,10 @@ def verdicts_by_target(
         launch = [] if version is None else check_launch(
             loaded, target, version, node_count=len(targets) if inventory.inventory is not None else None,
             model_config=config)
-        launch = checked_against(launch, sglang or (target.sglang_version if target else None), version)
+        runs = target.sglang_version if target else None
+        launch = checked_against(launch, sglang or runs, version)
+        if target and sglang and runs and version and runs != version:  # an upgrade check, not what it runs
+            launch = _noted(launch, f" [validated for SGLang {version} (--sglang); {target.name} runs {runs}]")
         verdicts.append(TargetVerdict(target, version, [*about_version, *launch]))
     return [*loaded.diagnostics, *found], verdicts
 
@@ -276,9 +315,12 @@ def checked_against(found: list[Diagnostic], wanted: str | None, version: str | 
         return found
     note = f" [checked against SGLang {version}'s catalog: none is bundled for {wanted}]"
     # an option the older catalog lacks may be new in `wanted`: said, not refused
-    return [dataclasses.replace(d, message=d.message + note,
-                                severity=Severity.WARNING if d.rule == UNKNOWN_FLAG else d.severity)
-            for d in found]
+    return [dataclasses.replace(d, severity=Severity.WARNING if d.rule == UNKNOWN_FLAG else d.severity)
+            for d in _noted(found, note)]
+
+
+def _noted(found: list[Diagnostic], note: str) -> list[Diagnostic]:
+    return [dataclasses.replace(d, message=d.message + note) for d in found]
 
 
 def _unique(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:

@@ -52,7 +52,7 @@ def github_command(d: Diagnostic) -> str:
     if d.line is not None:
         props.append(f"line={d.line}")
     props.append(f"title={_escape_property(d.rule)}")
-    message = d.message + (f" (hint: {d.hint})" if d.hint else "")
+    message = d.described + (f" (hint: {d.hint})" if d.hint else "")
     return f"::{level} {','.join(props)}::{_escape_data(message)}"
 
 

@@ -79,8 +79,8 @@ def flag_too_new(ctx: LaunchContext) -> Iterator[Finding]:
         if first_seen and parse_version(first_seen) > ctx.version and (
             last_seen is None or parse_version(last_seen) >= ctx.version
         ):
-            yield Finding(server_field(key), f"'{key}' first appears in SGLang {first_seen}; the target runs "
-                          f"{ctx.catalog.version}, which refuses it")
+            yield Finding(server_field(key), f"'{key}' first appears in SGLang {first_seen}; SGLang "
+                          f"{ctx.catalog.version} refuses it")
 
 
 @rule("SGD013", "invalid-flag-value", ERROR, "A value of the wrong type for its flag.",
