@@ -126,7 +126,9 @@ def test_failing_profile_reports_its_rule(path: Path) -> None:
         f"{path.name}: expected {rule_id} at {field}:{line}, got {found}"
     )
     allowed = {rule_id, *wanted.get("also", "").split()}
-    assert {d.rule for d in result.diagnostics} <= allowed, f"{path.name}: unexpected {found}"
+    # SGD580 notes what could not be checked without the model's config.json: not a finding
+    reported = {d.rule for d in result.diagnostics if d.rule != "SGD580" or rule_id == "SGD580"}
+    assert reported <= allowed, f"{path.name}: unexpected {found}"
     ours = [d for d in result.diagnostics if d.rule == rule_id]
     assert all(d.severity is severity_of(rule_id) for d in ours)
     assert all(d.message and d.hint for d in ours)

@@ -56,7 +56,7 @@ def _skipped(ctx: LaunchContext) -> list[str]:
         wanted.append("the sparse-attention model HiSparse needs")
     if any(ctx.on(name) for name in ("enable_encoder_swa_bounded_replay", "enable_cp_decode_attn_tp")):
         wanted.append("the model an option of DeepSeek V4 / GLM-5 needs")
-    if wanted and ctx.int("tp_size", 1) > 1:
+    if _attention_tp(ctx) > 1:  # every model's heads must split over the attention ranks
         wanted.append("attention heads against tp_size")
     return wanted
 
