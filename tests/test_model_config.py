@@ -86,3 +86,27 @@ def test_the_host_probe_sends_the_config_and_preflight_reads_it(tmp_path: Path) 
     loaded = load_profile(ROOT / "tests" / "rules" / "SGD580-model-config-checks-skipped.toml")
     # the host's config is what plan/apply check with: context_length 32768 fits
     assert [d.rule for d in check_launch(loaded, None, "0.5.11", model_config=found)] == []
+
+
+@pytest.mark.parametrize("with_index", [True, False])
+def test_the_checkpoint_size_comes_from_its_index_else_its_files(tmp_path: Path, with_index: bool) -> None:
+    (tmp_path / "config.json").write_text(config(max_position_embeddings=40960))
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"\0" * 1000)
+    (tmp_path / "model-00002-of-00002.safetensors").write_bytes(b"\0" * 24)
+    if with_index:
+        (tmp_path / "model.safetensors.index.json").write_text('{"metadata": {"total_size": 987654321}}')
+    expected = 987654321 if with_index else 1024
+    assert load_model_config(tmp_path).weights_bytes == expected
+    # the host's probe reads the same, and preflight keeps it with the config
+    out = subprocess.run([sys.executable, "-c", host_facts._MODEL_PROBE, str(tmp_path / "config.json")],
+                         capture_output=True, text=True, check=True).stdout
+    values = host_facts.parse_key_values(out)
+    assert int(values["weights_bytes"]) == expected
+    facts = HostFacts(model_config_json=values["config_json"], model_weights_bytes=int(values["weights_bytes"]))
+    found = host_model_config(facts, "gpu1", "/models/m")
+    assert found is not None and found.weights_bytes == expected
+
+
+def test_a_folder_without_weights_has_no_size(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(config(max_position_embeddings=40960))
+    assert load_model_config(tmp_path).weights_bytes is None

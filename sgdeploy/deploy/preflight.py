@@ -22,7 +22,8 @@ def host_model_config(facts: HostFacts, name: str, model_path: object) -> ModelC
     if facts.model_config_json is None:
         return None
     try:
-        return parse_model_config(facts.model_config_json, f"{name}:{model_path}/config.json")
+        return parse_model_config(facts.model_config_json, f"{name}:{model_path}/config.json",
+                                  facts.model_weights_bytes)
     except ModelConfigError:
         return None
 

@@ -162,6 +162,7 @@ class HostFacts:
     model_architectures: tuple[str, ...] = ()
     model_architecture: str | None = None
     model_config_json: str | None = None  # the model's config.json (up to 256 KiB), for rules that read it
+    model_weights_bytes: int | None = None  # the checkpoint beside it (safetensors index or files)
     port: int | None = None
     listening_ports: frozenset[int] | None = None
     port_listening: bool | None = None
@@ -509,6 +510,19 @@ try:
         print("config_json=" + text)
 except Exception as e:
     print("config_error=" + json.dumps("%s: %s" % (type(e).__name__, e)))
+try:
+    import os
+    folder = os.path.dirname(sys.argv[1])
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as f:
+            size = json.load(f)["metadata"]["total_size"]
+    else:
+        size = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder) if n.endswith(".safetensors"))
+    if isinstance(size, int) and size > 0:
+        print("weights_bytes=%d" % size)
+except Exception:
+    pass
 """
 
 _SGLANG_PROBE = f"""\
@@ -892,6 +906,8 @@ def _facts_model(b: _Builder) -> None:
         b.values["model_architecture"] = names[0] if names else None
     if "config_json" in kv:
         b.values["model_config_json"] = kv["config_json"]
+    if kv.get("weights_bytes", "").isdigit():
+        b.values["model_weights_bytes"] = int(kv["weights_bytes"])
 
 
 def _facts_files(b: _Builder) -> None:

@@ -42,6 +42,9 @@ class ModelConfig:
 
     raw: Mapping[str, Any]
     source: str
+    # the checkpoint's weights beside config.json: the safetensors index's total_size, else the
+    # size of its .safetensors files; None when neither is known
+    weights_bytes: int | None = None
 
     @property
     def architecture(self) -> str | None:
@@ -107,14 +110,33 @@ class ModelConfig:
         return any(self.value(key) is not None for key in _HYBRID_KEYS)
 
 
-def parse_model_config(text: str, source: str) -> ModelConfig:
+def parse_model_config(text: str, source: str, weights_bytes: int | None = None) -> ModelConfig:
     try:
         raw = json.loads(text)
     except ValueError as exc:
         raise ModelConfigError(f"{source}: not valid JSON ({exc})") from None
     if not isinstance(raw, dict):
         raise ModelConfigError(f"{source}: a model config is a JSON object")
-    return ModelConfig(raw, source)
+    return ModelConfig(raw, source, weights_bytes)
+
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+
+
+def weights_size(folder: Path) -> int | None:
+    """The checkpoint's size in bytes: the safetensors index's metadata.total_size, else the sum of
+    the folder's .safetensors files; None when the folder has neither."""
+    try:
+        index = json.loads((folder / SAFETENSORS_INDEX).read_text(encoding="utf-8"))
+        total = index.get("metadata", {}).get("total_size") if isinstance(index, dict) else None
+        if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+            return total
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        return sum(p.stat().st_size for p in folder.glob("*.safetensors")) or None
+    except OSError:
+        return None
 
 
 def load_model_config(path: str | Path) -> ModelConfig:
@@ -133,4 +155,4 @@ def load_model_config(path: str | Path) -> ModelConfig:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ModelConfigError(f"{file}: not UTF-8") from None
-    return parse_model_config(text, str(file))
+    return parse_model_config(text, str(file), weights_size(file.parent))

@@ -353,6 +353,8 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
                Flag("port", cited=False)),
     "SGD538": (Fact("source:media_url_domains", _since("0.5.18")), Flag("allowed_media_domains", _since("0.5.18"))),
     # ------------------------------------------------------------------ the model's config.json
+    "SGD511": (Own("SGLang checks no size: it runs out of memory loading the weights or sizing the KV "
+                   "cache"),),
     "SGD580": (Own("a note on the checks sgdeploy skipped without config.json"),),
     "SGD581": (Fact("source:context_length_above_derived", cited=False),),
     "SGD582": (Fact("source:ensure_divisibility", cited=False),),

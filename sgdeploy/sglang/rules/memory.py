@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from sgdeploy.sglang import models
 from sgdeploy.sglang.facts import fact
+from sgdeploy.sglang.gpus import gpu_memory_gib_for
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import V1X, algorithm, attention_dp, radix_cache_off, server_field
 from sgdeploy.sglang.rules.registry import ERROR, rule
@@ -254,3 +255,41 @@ CACHE_OPTIONS = (
 refusal_rule("SGD550", "cache-options", "Radix, hierarchical, LMCache, SWA and Mamba cache options SGLang "
              "refuses: options that exclude each other, ranges, what a mode needs.",
              "fix the cache options as the message says", CACHE_OPTIONS)
+
+
+# SGLang's default mem_fraction_static depends on the GPU's memory and the launch; it stays at or
+# below this, so a checkpoint that does not fit under it does not fit under the default either.
+DEFAULT_FRACTION_CEILING = 0.9
+GIB = 1 << 30
+
+
+@rule("SGD511", "weights-exceed-gpu-memory", ERROR,
+      "The checkpoint's weights per GPU are more than the memory mem_fraction_static gives them.",
+      "raise tp_size or pp_size, serve a quantized checkpoint, or deploy to GPUs with more memory")
+def weights_exceed_gpu_memory(ctx: LaunchContext) -> Iterator[Finding]:
+    config, host = ctx.model_config, ctx.host
+    memory = host.gpu_memory_gib if host and host.gpu_memory_gib else (
+        gpu_memory_gib_for(host.gpu) if host and host.gpu else None)
+    if config is None or not config.weights_bytes or not memory or _quantized_at_load(ctx):
+        return
+    ranks = max(ctx.int("tp_size", 1), 1) * max(ctx.int("pp_size", 1), 1)
+    per_gpu = config.weights_bytes / ranks / GIB - _number(ctx.get("cpu_offload_gb"))
+    given = _number(ctx.get("mem_fraction_static"))
+    fraction = given if 0 < given < 1 else DEFAULT_FRACTION_CEILING
+    room = memory * fraction
+    if per_gpu > room:
+        said = (f"mem_fraction_static {fraction}" if given
+                else f"SGLang's default mem_fraction_static (at most {fraction})")
+        yield Finding(server_field("tp_size"), f"the checkpoint is {config.weights_bytes / GIB:.1f} GiB "
+                      f"({config.source}); over {ranks} GPU(s) (tp x pp) that is {per_gpu:.1f} GiB each, but "
+                      f"{host.name if host else 'the host'}'s {memory:g} GiB GPUs with {said} leave {room:.1f} "
+                      "GiB for weights and KV cache: the server runs out of memory at startup")
+
+
+def _quantized_at_load(ctx: LaunchContext) -> bool:
+    """Weights quantized while loading (a bf16 checkpoint served as fp8) take less than on disk."""
+    return bool(ctx.get("quantization")) and ctx.model_config is not None and ctx.model_config.quant_method is None
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
