@@ -155,6 +155,8 @@ def _toml_table(name: str, d: dict[str, object]) -> str:
 # max_position_embeddings of the real models' config.json (without it SGLang derives 2048 and
 # refuses the reference profile's context_length)
 MODEL_POSITIONS = {"Qwen3_5ForConditionalGeneration": 262144, "Qwen3ForCausalLM": 40960}
+# the bf16 checkpoints' total_size, as their model.safetensors.index.json says (SGD511 reads it)
+MODEL_BYTES = {"Qwen3_5ForConditionalGeneration": 55_578_000_000, "Qwen3ForCausalLM": 16_381_470_720}
 
 
 # Below the kernel's ephemeral range (32768-60999), so outgoing connections never take it, and
@@ -486,6 +488,9 @@ def _prepare_host(rootfs: Path, h: Host, client_pub: str, etc_hosts: str = "") -
         (root / path / "config.json").write_text(
             json.dumps({"architectures": [arch], "model_type": "sim",
                         "max_position_embeddings": MODEL_POSITIONS[arch]}) + "\n"
+        )
+        (root / path / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": MODEL_BYTES[arch]}, "weight_map": {}}) + "\n"
         )
 
 

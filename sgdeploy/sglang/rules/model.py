@@ -66,9 +66,14 @@ def _skipped(ctx: LaunchContext) -> list[str]:
       "pass --model-config DIR (a local copy of the model folder or its config.json) or set "
       "deploy.model_config; plan and apply read it on the host")
 def config_checks_skipped(ctx: LaunchContext) -> Iterator[Finding]:
-    skipped = _skipped(ctx) if ctx.model_config is None else []
-    if skipped:
-        yield Finding("server", "the model's config.json is not known here: not checked: " + "; ".join(skipped))
+    sized = bool(ctx.host and (ctx.host.gpu_memory_gib or ctx.host.gpu))  # SGD511 could run
+    if ctx.model_config is None:
+        skipped = [*_skipped(ctx), *(["the checkpoint's size against GPU memory"] if sized else [])]
+        if skipped:
+            yield Finding("server", "the model's config.json is not known here: not checked: " + "; ".join(skipped))
+    elif sized and ctx.model_config.weights_bytes is None:
+        yield Finding("server", f"no safetensors index or files beside {ctx.model_config.source}: not checked: "
+                      "the checkpoint's size against GPU memory")
 
 
 @rule("SGD581", "context-length-exceeds-model", ERROR,
