@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import logging
 import os
 import posixpath
 import select
 import shlex
+import socket
 import sys
 import threading
 import time
@@ -257,7 +259,7 @@ class RemoteHost:
         client = paramiko.SSHClient()
         known = _load_known_hosts(client, hop)
         client.set_missing_host_key_policy(_host_key_policy(hop))
-        where = (f"{hop.hostname}:{hop.port}" + (f" (through {via.alias})" if via else "")
+        where = (_host_port(hop) + (f" (through {via.alias})" if via else "")
                  + (f" (ProxyJump host {hop.alias}, on the way to {bastion_of.alias})" if bastion_of else ""))
         keys = [f for f in hop.identity_files if os.path.isfile(f)]
         timeout = self._timeout(hop)
@@ -276,9 +278,11 @@ class RemoteHost:
                                    f"'{_key_name(hop)}' in {_files(known) or ' or '.join(hop.known_hosts)}; "
                                    "check it and add it there (ssh-keyscan), or set "
                                    "strict_host_key_checking = false for this host") from exc
-            raise ConnectError(f"{self.name}: SSH to {where} failed: {exc}") from exc
+            reason = _ssh_reason(exc, hop)
+            raise ConnectError(f"{self.name}: SSH to {where} failed: {reason}") from exc
         except (OSError, EOFError) as exc:
-            raise ConnectError(f"{self.name}: cannot connect to {where}: {str(exc) or type(exc).__name__}") from exc
+            raise ConnectError(f"{self.name}: cannot connect to {where}: "
+                               f"{_tcp_reason(exc, hop, timeout)}") from exc
         return client
 
     def _auth_failed(self, hop: SshTarget, where: str, keys: list[str], exc: Exception) -> str:
@@ -717,6 +721,40 @@ def _key_name(hop: SshTarget) -> str:
 
 def _files(paths: list[str]) -> str:
     return ", ".join(paths)
+
+
+def _host_port(hop: SshTarget) -> str:
+    """`host:22`, `[::1]:22`: an IPv6 address in brackets, so the port stays apart."""
+    return f"[{hop.hostname}]:{hop.port}" if ":" in hop.hostname else f"{hop.hostname}:{hop.port}"
+
+
+def _tcp_reason(exc: BaseException, hop: SshTarget, timeout: float) -> str:
+    """Why no TCP connection came up, in words: paramiko's own error for it reads `[Errno None]`,
+    its causes (one per address tried) are kept in `.errors`."""
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) and exc.errors:
+        exc = next(iter(exc.errors.values()))
+    if isinstance(exc, socket.gaierror):
+        return (f"the name {hop.hostname} does not resolve ({exc.strerror}); check the host's "
+                "address in the inventory, or the DNS")
+    if isinstance(exc, ConnectionRefusedError):
+        return (f"connection refused: nothing listens on port {hop.port} there (is sshd running? "
+                f"is port {hop.port} the right one?)")
+    if isinstance(exc, TimeoutError):
+        return (f"no answer within {timeout:.0f} s (the host is down, a firewall drops the "
+                "connection, or the address is wrong)")
+    if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return f"{exc.strerror}: no route from here to {hop.hostname}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _ssh_reason(exc: paramiko.SSHException, hop: SshTarget) -> str:
+    """What went wrong after TCP connected; a missing banner means no SSH server answered."""
+    if "protocol banner" in str(exc):
+        return (f"what answers on port {hop.port} is not an SSH server, or it closed the "
+                "connection at once (check the port; sshd's MaxStartups may refuse)")
+    return str(exc) or type(exc).__name__
 
 
 def _dropped(name: str, exc: BaseException) -> ConnectionLost:
