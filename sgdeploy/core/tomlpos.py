@@ -220,3 +220,48 @@ class _Scanner:
                     self._skip_value([*table, *parts])
                 self._skip_to_eol()
         return self.lines
+
+
+def nesting_line(text: str, depth: int) -> int | None:
+    """The line where arrays and inline tables first nest more than `depth` deep (strings and
+    comments skipped); None when they never do."""
+    level, line, i = 0, 1, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+        elif ch == "#":
+            i = _line_end(text, i) - 1
+        elif ch in "\"'":
+            end = _string_end(text, i)
+            line += text.count("\n", i, end)
+            i = end - 1
+        elif ch in "[{":
+            level += 1
+            if level > depth:
+                return line
+        elif ch in "]}":
+            level = max(level - 1, 0)
+        i += 1
+    return None
+
+
+def _line_end(text: str, i: int) -> int:
+    end = text.find("\n", i)
+    return len(text) if end < 0 else end
+
+
+def _string_end(text: str, i: int) -> int:
+    """The index just past the string that starts at `i` (basic or literal, one or three quotes)."""
+    quote = text[i] * 3 if text.startswith(text[i] * 3, i) else text[i]
+    j = i + len(quote)
+    while j < len(text):
+        if text[j] == "\\" and quote[0] == '"':
+            j += 2
+            continue
+        if text.startswith(quote, j):
+            return j + len(quote)
+        if text[j] == "\n" and len(quote) == 1:
+            return j
+        j += 1
+    return len(text)

@@ -5,18 +5,37 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails
 
-from sgdeploy.core.tomlfile import TomlDocument, read_toml
+from sgdeploy.core.explain import problem, shaped
+from sgdeploy.core.tomlfile import TomlDocument, did_you_mean, read_toml
 from sgdeploy.host.sshconfig import OVERRIDE_FIELDS
 from sgdeploy.profile.inventory_file import placed
+from sgdeploy.profile.model import EnvName
 from sgdeploy.sglang.gpus import compute_capability_for
 from sgdeploy.sglang.target import HostTarget
 
-ComputeCapability = Annotated[str, StringConstraints(pattern=r"^\d{1,2}\.\d$")]
-WorkerUrl = Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9_.:\[\]-]+(:\d+)?/?$")]
-GatewayUrl = Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9_.:\[\]-]+(:\d+)?(/[^\s]*)?$")]
+ComputeCapability = Annotated[str, shaped(
+    r"^\d{1,2}\.\d$", "a compute capability such as \"9.0\" (major.minor, as a string)",
+    "write it in quotes as nvidia-smi --query-gpu=compute_cap --format=csv prints it, "
+    "e.g. \"8.6\"")]
+WorkerUrl = Annotated[str, shaped(
+    r"^https?://[A-Za-z0-9_.:\[\]-]+(:\d+)?/?$",
+    "a worker URL (http:// or https://, a host and a port, no path)",
+    "write it as http://HOST:PORT, e.g. http://10.0.0.5:30000")]
+GatewayUrl = Annotated[str, shaped(
+    r"^https?://[A-Za-z0-9_.:\[\]-]+(:\d+)?(/[^\s]*)?$",
+    "a gateway URL (http:// or https://, a host, an optional port and path)",
+    "write it as http://HOST:PORT, e.g. http://10.0.0.2:30000")]
+Address = Annotated[str, shaped(
+    r"^[A-Za-z0-9_.:-]+$",
+    "a host name, an IP address or an alias of the SSH configuration (letters, digits and _.:-)",
+    "write the bare name or address: no user@, no spaces, no ssh options (the user goes into "
+    "user = ..., the port into port = ...)")]
+ProxyJump = Annotated[str, shaped(
+    r"^[A-Za-z0-9_.:@\[\],-]+$", "a ProxyJump value ([user@]host[:port], several joined by ',')",
+    "write it as ssh -J takes it, e.g. admin@bastion:22")]
 
 
 class HostEntry(BaseModel):
@@ -28,13 +47,13 @@ class HostEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    address: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9_.:-]+$")
+    address: Address = Field(min_length=1, max_length=253, examples=["10.0.0.5"])
     port: int | None = Field(default=None, ge=1, le=65535)
     user: str | None = None
     identity_file: str | None = None
     known_hosts: str | None = None
     strict_host_key_checking: bool | None = None
-    proxy_jump: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:@\[\],-]+$")
+    proxy_jump: ProxyJump | None = None
     ssh_config: str | None = None
     # Run the commands that need root through `sudo -n` when `user` is not root (Ansible's
     # `become`). None: yes whenever the login is not root; false: never (the login must be root).
@@ -54,7 +73,9 @@ class HostEntry(BaseModel):
         return {name: getattr(self, name) for name in OVERRIDE_FIELDS}
 
 
-HostName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+HostName = Annotated[str, shaped(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", "a name for the inventory (letters, digits and ._-, "
+    "starting with a letter or digit, at most 63 characters)", "rename it, e.g. gpu1 or h200-a")]
 
 
 class GatewayEntry(BaseModel):
@@ -67,7 +88,7 @@ class GatewayEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: GatewayUrl
-    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    api_key_env: EnvName | None = None
     api_key_file: str | None = Field(default=None, min_length=1)
     hosts: list[str] = Field(default_factory=list)  # hosts or groups this gateway fronts
     drain_timeout_s: float = Field(default=120.0, ge=0, le=86400)
@@ -79,7 +100,7 @@ class GatewayEntry(BaseModel):
     @model_validator(mode="after")
     def _one_key_source(self) -> GatewayEntry:
         if self.api_key_env and self.api_key_file:
-            raise ValueError("give api_key_env or api_key_file, not both")
+            raise problem("both api_key_env and api_key_file are set", "keep one of them")
         return self
 
 
@@ -99,39 +120,46 @@ class Inventory(BaseModel):
                   if isinstance(table, dict) for key in ("api_key", "key", "token") if key in table]
         if inline:
             raise ValidationError.from_exception_data("Inventory", [_located(
-                ("gateways", name, key), "(hidden)", "a gateway's API key is never written in the inventory: "
-                "name an environment variable (api_key_env = \"NAME\") or a file (api_key_file = \"PATH\") "
-                "that holds it") for name, key in inline])
+                ("gateways", name, key), "(hidden)",
+                "a gateway's API key is never written in the inventory",
+                "name an environment variable (api_key_env = \"NAME\") or a file "
+                "(api_key_file = \"PATH\") that holds it") for name, key in inline])
         return data
 
     @model_validator(mode="after")
     def _groups_name_hosts(self) -> Inventory:
-        for group, members in self.groups.items():
-            if group in self.hosts:
-                raise ValueError(f"group '{group}' has the same name as a host")
-            unknown = [m for m in members if m not in self.hosts]
-            if unknown:
-                raise ValueError(f"group '{group}' names unknown hosts: {', '.join(unknown)}")
+        errors = [_located(("groups", group), group, f"group '{group}' has the same name as a host",
+                           "rename the group or the host: deploy.host must say which it means")
+                  for group in self.groups if group in self.hosts]
+        errors += [_unknown_member(("groups", group, i), member, list(self.hosts))
+                   for group, members in self.groups.items() for i, member in enumerate(members)
+                   if member not in self.hosts]
+        if errors:
+            raise ValidationError.from_exception_data("Inventory", errors)
         return self
 
     @model_validator(mode="after")
     def _gateways_known(self) -> Inventory:
         errors = [_located(("hosts", name, "gateway"), entry.gateway, f"no gateway '{entry.gateway}' in "
-                           f"[gateways] (known: {', '.join(self.gateways) or 'none'})")
+                           f"[gateways] (known: {', '.join(self.gateways) or 'none'})",
+                           f"add [gateways.{entry.gateway}] or name one of [gateways]")
                   for name, entry in self.hosts.items() if entry.gateway and entry.gateway not in self.gateways]
         claimed: dict[str, str] = {name: e.gateway for name, e in self.hosts.items() if e.gateway}
         for gateway, gw in self.gateways.items():
             for i, member in enumerate(gw.hosts):
                 names = self.resolve(member)
                 if names is None:
-                    errors.append(_located(("gateways", gateway, "hosts", i), member,
-                                           f"'{member}' is neither a host nor a group of this inventory"))
+                    errors.append(_unknown_member(("gateways", gateway, "hosts", i), member,
+                                                  [*self.hosts, *self.groups],
+                                                  "neither a host nor a group"))
                     continue
                 for host in names:
                     other = claimed.setdefault(host, gateway)
                     if other != gateway:
-                        errors.append(_located(("gateways", gateway, "hosts", i), member, f"host '{host}' is "
-                                               f"fronted by gateway '{other}' already; a host has one gateway"))
+                        errors.append(_located(
+                            ("gateways", gateway, "hosts", i), member, f"host '{host}' is fronted "
+                            f"by gateway '{other}' already; a host has one gateway",
+                            f"remove '{member}' from one of the two gateways"))
         if errors:
             raise ValidationError.from_exception_data("Inventory", errors)
         return self
@@ -155,8 +183,22 @@ class Inventory(BaseModel):
         return None
 
 
-def _located(loc: tuple[str | int, ...], value: object, message: str) -> InitErrorDetails:
-    return InitErrorDetails(type=PydanticCustomError("gateway", message), loc=loc, input=value)
+Loc = tuple[str | int, ...]
+
+
+def _located(loc: Loc, value: object, message: str, hint: str) -> InitErrorDetails:
+    return InitErrorDetails(type=problem(message, hint), loc=loc, input=value)
+
+
+def _unknown_member(loc: Loc, member: str, known: list[str], what: str = "no host"
+                    ) -> InitErrorDetails:
+    """A group's or gateway's member that names nothing in the inventory."""
+    near = did_you_mean(member, known)
+    if near:
+        return _located(loc, member, f"'{member}' is {what} of this inventory; did you mean "
+                        f"'{near}'?", f"write '{near}'")
+    return _located(loc, member, f"'{member}' is {what} of this inventory (known: "
+                    f"{', '.join(known) or 'none'})", f"add [hosts.{member}], or correct the name")
 
 
 def worker_url(entry: HostEntry, port: int) -> str:
@@ -185,7 +227,7 @@ def host_target(name: str, entry: HostEntry) -> HostTarget:
 
 
 def load_inventory(path: str | Path) -> TomlDocument[Inventory]:
-    document = read_toml(path, Inventory)
+    document = read_toml(path, Inventory, what="inventory")
     if document.model is not None:
         _place_ssh_configs(document.model, Path(path).parent)
         _place_gateway_keys(document.model, Path(path).parent)

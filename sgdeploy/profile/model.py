@@ -11,28 +11,46 @@ import hashlib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sgdeploy.core.explain import problem, shaped
 from sgdeploy.core.tomlfile import TomlDocument, read_toml
 
 
 def _normalized(path: str) -> str:
     if "//" in path or any(part in (".", "..") for part in path.split("/")):
-        raise ValueError("use a normalized absolute path (no '.', '..' or '//')")
+        raise problem("the path has a '.', '..' or '//' in it, which systemd refuses",
+                      "write the path without '.', '..' and '//' (as realpath prints it)")
     return path
 
 
 UNIT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,200}$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+EnvName = Annotated[str, shaped(
+    ENV_NAME, "an environment variable name (letters, digits and '_', not starting with a digit)",
+    "rename it, e.g. MY_SETTING: a shell and systemd take no other names")]
 
 # An absolute, normalized path that a unit file takes as it is: no control characters, no
 # final backslash, no '.' or '..' components, no '//' (systemd refuses such paths).
-AbsolutePath = Annotated[str, StringConstraints(
-    pattern=r"^/([^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\\])?$", max_length=4096), AfterValidator(_normalized)]
+AbsolutePath = Annotated[str, shaped(
+    r"^/([^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\\])?$",
+    "an absolute path (one starting with '/', without control characters or a final '\\')",
+    "write the full path on the host, starting with '/'", max_length=4096),
+    AfterValidator(_normalized)]
 # The executable of ExecStart=: systemd refuses quotes and backslashes in it.
-ExecutablePath = Annotated[AbsolutePath, StringConstraints(pattern=r"^[^\"'\\]*$")]
+ExecutablePath = Annotated[AbsolutePath, shaped(
+    r"^[^\"'\\]*$", "a path systemd can run: ExecStart= takes no quotes or backslashes in it",
+    "use a path without quotes and backslashes (a symbolic link to the interpreter will do)")]
 GpuIndex = Annotated[int, Field(ge=0)]
-GpuUuid = Annotated[str, StringConstraints(pattern=r"^GPU-[0-9a-fA-F-]+$")]
+GpuUuid = Annotated[str, shaped(
+    r"^GPU-[0-9a-fA-F-]+$", "a GPU index (0, 1, ...) or UUID (GPU-...)",
+    "write the index as a number, or the UUID as nvidia-smi -L prints it")]
+UnitName = Annotated[str, shaped(
+    UNIT_NAME, "a systemd unit name (letters, digits and _.:-, starting with a letter or digit, "
+    "at most 201 characters)", "use a plain name such as sglang or sglang-qwen3")]
+UserName = Annotated[str, shaped(
+    r"^[a-z_][a-z0-9_-]{0,31}\$?$", "a Linux user name (lower-case letters, digits, '_' and '-', "
+    "at most 32 characters)", "give the name of an account on the host, as `id -un` prints it")]
 ScalarValue = str | bool | int | float
 ServerValue = str | bool | int | float | list[Any] | dict[str, Any]
 
@@ -67,7 +85,7 @@ class ProbeSettings(BaseModel):
     @model_validator(mode="after")
     def _prompts_not_blank(self) -> ProbeSettings:
         if any(not p.strip() for p in self.prompts):
-            raise ValueError("prompts must not be blank")
+            raise problem("a prompt is blank", "remove the blank prompt or write one")
         return self
 
     @property
@@ -86,14 +104,14 @@ class DeploySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    host: str = Field(min_length=1, description="A host or group of the inventory.")
-    unit: Annotated[str, StringConstraints(pattern=UNIT_NAME)] = Field(
-        default="sglang", description="systemd unit name, without '.service'."
-    )
-    python: ExecutablePath = Field(description="Interpreter that has sglang installed.")
+    host: str = Field(min_length=1, description="A host or group of the inventory.",
+                      examples=["gpu1"])
+    unit: UnitName = Field(default="sglang", description="systemd unit name, without '.service'.")
+    python: ExecutablePath = Field(description="Interpreter that has sglang installed.",
+                                   examples=["/opt/sglang/bin/python3"])
     ready_timeout_s: int = Field(default=1200, gt=0, le=86400,
                                  description="Seconds to wait for the server to become ready.")
-    user: Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}\$?$")] | None = None
+    user: UserName | None = None
     working_directory: AbsolutePath | None = None
     env_file: AbsolutePath | None = Field(
         default=None, description="File on the host with secrets (KEY=value lines); never copied."
@@ -115,13 +133,17 @@ class DeploySettings(BaseModel):
     @classmethod
     def _unit_is_plain(cls, value: str) -> str:
         if value.endswith(".service"):
-            raise ValueError("give the unit name without '.service'")
+            plain = value.removesuffix(".service")
+            raise problem("the unit name ends in '.service'",
+                          f"write {plain!r}: sgdeploy adds '.service' itself")
         if ".." in value:
-            raise ValueError("'..' is not allowed in a unit name")
+            raise problem("the unit name has '..' in it", "use a plain name such as sglang")
         return value
 
 
-SecretKey = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,100}$")]
+SecretKey = Annotated[str, shaped(
+    r"^[a-z][a-z0-9_]{0,100}$", "a ServerArgs field name (lower case, snake_case: api_key, not "
+    "--api-key)", "write the field as [server] would: api_key, admin_api_key, ...")]
 
 
 class SecretSettings(BaseModel):
@@ -142,15 +164,18 @@ class SecretSettings(BaseModel):
         if isinstance(data, dict):
             extra = sorted(str(k) for k in data if k not in ("file", "keys"))
             if extra:
-                raise ValueError(f"[secrets] takes only 'file' and 'keys', not {', '.join(map(repr, extra))}: "
-                                 "a secret's value goes into the file on the host, never into the profile")
+                named = ", ".join(map(repr, extra))
+                raise problem(f"[secrets] takes only 'file' and 'keys', not {named}",
+                              "a secret's value goes into the file on the host, never into the "
+                              "profile: move it there and list its name in keys")
         return data
 
     @field_validator("keys")
     @classmethod
     def _unique(cls, keys: list[str]) -> list[str]:
-        if len(set(keys)) != len(keys):
-            raise ValueError("each key once")
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise problem(f"{', '.join(twice)} listed more than once", "list each key once")
         return keys
 
 
@@ -160,7 +185,7 @@ class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     deploy: DeploySettings
-    env: dict[Annotated[str, StringConstraints(pattern=ENV_NAME)], ScalarValue] = Field(
+    env: dict[EnvName, ScalarValue] = Field(
         default_factory=dict, description="Environment of the server process."
     )
     server: dict[str, ServerValue] = Field(
@@ -198,6 +223,6 @@ class LoadedProfile(TomlDocument[Profile]):
 
 
 def load_profile(path: str | Path) -> LoadedProfile:
-    loaded = read_toml(path, Profile, document=LoadedProfile)
+    loaded = read_toml(path, Profile, document=LoadedProfile, what="profile")
     assert isinstance(loaded, LoadedProfile)
     return loaded

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
-from sgdeploy.core.tomlfile import TomlDocument, did_you_mean
+from sgdeploy.core.explain import shown
+from sgdeploy.core.tomlfile import RULE_UNREADABLE, TomlDocument, did_you_mean
 from sgdeploy.profile.inventory import Inventory, host_target, load_inventory
 from sgdeploy.profile.model import LoadedProfile, load_profile
 from sgdeploy.sglang.catalog import Catalog, UnknownVersionError, load_catalog, nearest_version, newest_version
@@ -45,8 +46,12 @@ class ValidationResult:
             "ok": self.ok,
             "host": self.host,
             "sglang_versions": self.sglang_versions,
-            "diagnostics": [d.as_dict() for d in self.diagnostics],
+            "diagnostics": [self._finding(d) for d in self.diagnostics],
         }
+
+    def _finding(self, d: Diagnostic) -> dict[str, object]:
+        """A finding; one in another file (the inventory) says which."""
+        return d.as_dict() if d.path in (None, self.path) else {**d.as_dict(), "path": d.path}
 
 
 @dataclass
@@ -55,6 +60,7 @@ class InventoryContext:
 
     path: str
     document: TomlDocument[Inventory] | None
+    findings_shown: bool = False  # a broken inventory's own findings go with the first profile only
 
     @property
     def inventory(self) -> Inventory | None:
@@ -150,7 +156,7 @@ def verdicts_by_target(
     found.extend(about_config)
     verdicts = []
     for target in targets:
-        version, about_version = _version_for(loaded, target, sglang)
+        version, about_version = _version_for(loaded, target, sglang, inventory)
         launch = [] if version is None else check_launch(
             loaded, target, version, node_count=len(targets) if inventory.inventory is not None else None,
             model_config=config)
@@ -254,9 +260,7 @@ def _targets(loaded: LoadedProfile, inventory: InventoryContext) -> tuple[list[H
         return [None], [note]
     model = inventory.inventory
     if model is None:
-        problems = "; ".join(f"{d.line or '?'}: {d.message}" for d in inventory.document.diagnostics[:3])
-        return [], [loaded.diagnostic("SGD033", f"the inventory {inventory.path} is invalid ({problems})",
-                                      dotted="deploy.host", hint=f"fix {inventory.path} first")]
+        return [], _invalid_inventory(loaded, inventory)
     names = model.resolve(host_name)
     if names is None:
         suggestion = did_you_mean(host_name, [*model.hosts, *model.groups])
@@ -267,8 +271,28 @@ def _targets(loaded: LoadedProfile, inventory: InventoryContext) -> tuple[list[H
     return [host_target(n, model.hosts[n]) for n in names], []
 
 
+def _invalid_inventory(loaded: LoadedProfile, inventory: InventoryContext) -> list[Diagnostic]:
+    """SGD033 on deploy.host, then the inventory's own findings at their lines, once a run."""
+    assert inventory.document is not None
+    errors = [d for d in inventory.document.diagnostics if d.is_error]
+    unreadable = next((d for d in errors if d.rule == RULE_UNREADABLE), None)
+    if unreadable is not None:  # the profile's verdict stays an error, not a usage error
+        about, errors = unreadable.message, []
+    else:
+        lines = ", ".join(str(d.line) for d in errors if d.line is not None)
+        about = f"{len(errors)} error(s)" + (f", at line {lines}" if lines else "")
+        errors, inventory.findings_shown = ([] if inventory.findings_shown else errors), True
+    host = loaded.model.deploy.host if loaded.model else "?"
+    follow = ": its findings follow" if errors else ""
+    summary = loaded.diagnostic("SGD033", f"the inventory {inventory.path} is invalid ({about}): "
+                                f"deploy.host '{host}' was not looked up", dotted="deploy.host",
+                                hint=f"fix {inventory.path} first{follow}")
+    return [summary, *errors]
+
+
 def _version_for(
-    loaded: LoadedProfile, target: HostTarget | None, override: str | None
+    loaded: LoadedProfile, target: HostTarget | None, override: str | None,
+    inventory: InventoryContext,
 ) -> tuple[str | None, list[Diagnostic]]:
     wanted = override or (target.sglang_version if target else None)
     if wanted is None:
@@ -282,10 +306,22 @@ def _version_for(
         return load_catalog(wanted).version, []
     except UnknownVersionError as exc:
         return _nearest_older(loaded, wanted, exc)
-    except ValueError as exc:
-        return None, [loaded.diagnostic("SGD032", str(exc), dotted="deploy.host",
-                                        hint="regenerate catalogs with scripts/build_catalogs.py, or pass "
-                                        "--sglang with a bundled version")]
+    except ValueError:
+        return None, [_not_a_version(loaded, target if not override else None, wanted, inventory)]
+
+
+def _not_a_version(loaded: LoadedProfile, target: HostTarget | None, wanted: str,
+                   inventory: InventoryContext) -> Diagnostic:
+    """A release that is no release number: at the inventory's line when the inventory says it."""
+    what = f"{shown(wanted)} is not an SGLang version (a release number such as 0.5.11 is)"
+    if target is None or inventory.document is None:
+        return loaded.diagnostic("SGD032", f"--sglang {what}", dotted="deploy.host",
+                                 hint="pass --sglang with a release number, e.g. --sglang 0.5.11")
+    dotted = f"hosts.{target.name}.sglang_version"
+    return inventory.document.diagnostic(
+        "SGD032", f"{dotted} = {what}", dotted=dotted,
+        hint="write the release installed on the host, e.g. \"0.5.11\" (there: python3 -c "
+             "'import sglang; print(sglang.__version__)')")
 
 
 UNKNOWN_FLAG = "SGD010"  # sglang/rules/flags.py

@@ -16,7 +16,7 @@ def parse_version(text: str) -> Version:
     """`0.5.10.post1` -> (0, 5, 10, 1). Raises ValueError for anything else."""
     match = _VERSION.match(text)
     if not match:
-        raise ValueError(f"not an SGLang version: {text!r}")
+        raise ValueError(f"not an SGLang version: {text!r} (a release number such as 0.5.11 is)")
     major, minor, patch, post = match.groups()
     return (int(major), int(minor), int(patch or 0), int(post or 0))
 
