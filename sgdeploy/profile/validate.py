@@ -23,6 +23,7 @@ from sgdeploy.sglang.flags import valid_server_values
 from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, load_model_config
 from sgdeploy.sglang.rule import LaunchContext
 from sgdeploy.sglang.rules import RULES
+from sgdeploy.sglang.rules.registry import UNCHECKED
 from sgdeploy.sglang.target import HostTarget
 from sgdeploy.sglang.versions import parse_version
 
@@ -39,6 +40,11 @@ class ValidationResult:
     @property
     def ok(self) -> bool:
         return not any(d.is_error for d in self.diagnostics)
+
+    @property
+    def strict_failures(self) -> list[Diagnostic]:
+        """What `validate --strict` fails on: errors, warnings, and every check that did not run."""
+        return [d for d in self.diagnostics if d.severity is not Severity.INFO or d.rule in UNCHECKED]
 
     def as_dict(self) -> dict[str, Any]:
         return {
