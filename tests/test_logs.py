@@ -445,7 +445,8 @@ def test_each_rank_keeps_its_own_root_and_a_message_line_is_not_a_native_cause()
     failure = read_log(lines).failure
     assert failure is not None and (failure.kind, failure.line) == ("nccl_error", 1)
     assert [n for n, _ in failure.consequences] == [9, 10]
-    assert failure.context[0][0] == 1 and "DistBackendError" in failure.context[-1][1]
+    assert failure.context[0][0] == 1 and "DistBackendError" in dict(failure.context)[4]
+    assert dict(failure.context)[5] == "Last error:"  # the rest of its message comes with it
 
 
 def test_ray_task_and_daemon_prefixes_name_the_stream() -> None:

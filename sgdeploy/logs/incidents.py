@@ -20,7 +20,7 @@ from typing import Final
 
 from sgdeploy.logs.normalise import ParsedLine
 from sgdeploy.logs.report import Failure
-from sgdeploy.logs.segment import MESSAGE_MAX, RawException, Traceback
+from sgdeploy.logs.segment import RawException, Traceback, clip
 
 FAILURE_KINDS: Final[tuple[str, ...]] = (
     "cuda_oom",
@@ -184,6 +184,7 @@ _PRECURSOR_WINDOW = 3000  # lines: how far back a native line may explain an exc
 
 _MAX_INCIDENTS = 64
 _MAX_EVIDENCE = 8
+_MAX_NOTES = 16
 CONTEXT_KEEP: Final = 8
 
 
@@ -200,6 +201,7 @@ class Incident:
     evidence: list[tuple[int, str]] = field(default_factory=list)
     absorbed: bool = False  # a native line another incident took as its root
     native: bool = False  # a native library's line, not yet explained by a Python error
+    notes: list[tuple[int, str]] = field(default_factory=list)  # more lines of its messages
 
 
 def kind_of(etype: str, msg: str, modules: list[str], capturing: bool) -> tuple[str, int]:
@@ -248,6 +250,13 @@ class IncidentBook:
         if stream in self._last:
             self._chain_until[stream] = n + 4
 
+    def message(self, n: int, text: str, stream: str | None) -> None:
+        """A further line of the latest exception's message (SGLang's "Possible solutions:" and
+        its list, NCCL's "Last error:"): kept with the incident, whatever the context keeps."""
+        incident = self._last.get(stream)
+        if incident is not None and len(incident.notes) < _MAX_NOTES:
+            incident.notes.append((n, clip(text.rstrip())))
+
     def frame(self, tb: Traceback, module: str) -> None:
         """A frame of a chained traceback can sharpen the kind before its exception line."""
         incident = tb.continues
@@ -259,7 +268,7 @@ class IncidentBook:
     def exception(self, exc: RawException, capturing: bool) -> Incident:
         tb = exc.tb
         kind, strength = kind_of(exc.etype, exc.message, tb.modules, capturing)
-        entry = (exc.line, exc.text[:MESSAGE_MAX])
+        entry = (exc.line, clip(exc.text))
         incident = tb.continues
         if isinstance(incident, Incident):  # a chained traceback: same root, maybe a sharper kind
             if strength == 2:
@@ -280,11 +289,11 @@ class IncidentBook:
             return True
         if not _FAILURE_HINT.search(text):
             return False
-        line = text.strip()[:MESSAGE_MAX]
+        line = clip(text.strip())
         if ": error: " in text:
             am = _ARGPARSE.match(text.strip())
             if am is not None:
-                message = f"{am.group('prog')}: error: {am.group('msg')}"[:MESSAGE_MAX]
+                message = clip(f"{am.group('prog')}: error: {am.group('msg')}")
                 self._add(Incident(n, "bad_argument", message, [(n, line)], t))
                 return True
         if text.startswith("usage: ") and _USAGE.match(text):
@@ -313,7 +322,7 @@ class IncidentBook:
         after_death = any(i.strength == 0 and i.line < tb.header for i in self.incidents)
         if tb.rank is None and after_death:
             strength = 0
-        entry = (tb.header, tb.text[:MESSAGE_MAX])
+        entry = (tb.header, clip(tb.text))
         context = [entry, *(f for f in tb.frames if f[0] != tb.header)]
         incident = Incident(tb.header, kind, entry[1], context, tb.t, strength)
         if strength == 2:
@@ -349,7 +358,7 @@ class IncidentBook:
             pick.kind,
             pick.line,
             pick.message,
-            tuple(pick.context[-CONTEXT_KEEP:]),
+            tuple(sorted([*pick.context[-CONTEXT_KEEP:], *pick.notes])),
             evidence=tuple(pick.evidence[:_MAX_EVIDENCE]),
             consequences=consequences,
             confidence=_confidence(pick, candidates),
@@ -360,7 +369,7 @@ class IncidentBook:
     def _native_line(self, n: int, text: str, t: str | None) -> bool:
         if _BENIGN.search(text) or not _NATIVE.search(text):
             return False
-        line = text.strip()[:MESSAGE_MAX]
+        line = clip(text.strip())
         kind = "bad_argument" if "invalid device ordinal" in text else "nccl_error"
         self._native.append((n, line, kind))
         lone = next((i for i in reversed(self.incidents) if i.native), None)

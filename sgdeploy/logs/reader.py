@@ -21,7 +21,7 @@ from sgdeploy.logs.phases import (
     _figures,
 )
 from sgdeploy.logs.report import Adjustment, Failure, LogEvent, LogReport, Phase
-from sgdeploy.logs.segment import CONTEXT_FRAMES, MESSAGE_MAX, Segmenter
+from sgdeploy.logs.segment import CONTEXT_FRAMES, Segmenter, clip
 from sgdeploy.logs.settings import (
     _ADJUST_HINT,
     _MISSING,
@@ -253,7 +253,7 @@ class LogReader:
             else:
                 value = rule.value
             if name not in self._adjust_lines:
-                adj = Adjustment(name, value, text.strip()[:MESSAGE_MAX], self._n)
+                adj = Adjustment(name, value, clip(text.strip()), self._n)
                 self._adjust_lines[name] = adj
                 self._announce(self._resolved(adj), events)
             return
@@ -309,6 +309,8 @@ class LogReader:
             book.frame(step.tb, step.module)
         elif role == "chain":
             book.chain(self._n, p.stream)
+        elif role == "message":
+            book.message(self._n, p.text, p.stream)
         elif role == "exception" and step.exc is not None:
             tb = step.exc.tb
             book.exception(step.exc, self._is_capturing(tb.stream, tb.rank))
@@ -330,6 +332,9 @@ class LogReader:
         failure = self._book.failure(self._ready_line or 0)  # errors before ready did not stop it
         if failure is not None:
             return failure
+        if self._finished and self._ready_line is None and not self._tail:
+            said = "the log is empty" if not self._n else f"the log's {self._n} line(s) are blank"
+            return Failure("incomplete", self._n, f"{said} (SGLang wrote nothing)")
         if self._finished and self._ready_line is None:
             chosen = self._chosen_phases().values()  # a log of non-zero ranks reaches phases too
             reached = [ph.name for ph in sorted(chosen, key=lambda ph: ph.line)]

@@ -56,6 +56,13 @@ class Failure:
     consequences: tuple[tuple[int, str], ...] = ()  # later errors it caused, demoted
     confidence: str = "low"  # high | medium | low
 
+    @property
+    def headline(self) -> str:
+        """`crash at line 12: message`; an empty log has no line to name."""
+        if not self.line:
+            return f"{self.kind}: {self.message}"
+        return f"{self.kind} at line {self.line}: {self.message}"
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
@@ -89,6 +96,17 @@ class LogReport:
     finished: bool = False
     started: str | None = None  # first timestamp in the log
     server_args: Mapping[str, Any] | None = None  # the parsed server_args dump
+
+    @property
+    def verdict(self) -> str:
+        """READY, FAILED, or NOT READY and why, in one line."""
+        if self.ready:
+            return "READY: the server reached ready"
+        if self.failure is None or self.failure.kind != "incomplete":
+            return "FAILED"
+        if not self.failure.context:  # not one line with text in it
+            return "NOT READY: the log is empty"
+        return "NOT READY: the log ends before ready without an error"
 
     def phase(self, name: str) -> Phase | None:
         return next((p for p in self.phases if p.name == name), None)

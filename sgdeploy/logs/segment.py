@@ -36,6 +36,16 @@ _TB_MAX_IDLE = 40  # non-frame lines after which a traceback without an exceptio
 CONTEXT_FRAMES: Final = 4  # traceback lines kept before the exception line, for display
 _MAX_MODULES = 48
 MESSAGE_MAX: Final = 400
+_WORD_BACK = 40  # how far back from the limit a cut may go to end on a whole word
+
+
+def clip(text: str, limit: int = MESSAGE_MAX) -> str:
+    """`text` cut to `limit` characters at a word's end, with an ellipsis when cut at all."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ", limit - 1 - _WORD_BACK)
+    return (cut[:space] if space > 0 else cut).rstrip(" ,;:") + "…"
 
 
 @dataclass

@@ -137,13 +137,7 @@ def _since(start: str | None, t: str | None) -> str:
 
 def logcheck_text(report: LogReport, source: str) -> str:
     """`sgdeploy logcheck`: verdict, phases with times, KV cache, the failure and its lines, changes."""
-    if report.ready:
-        verdict = "READY: the server reached ready"
-    elif report.failure is not None and report.failure.kind == "incomplete":
-        verdict = "NOT READY: the log ends before ready without an error"
-    else:
-        verdict = "FAILED"
-    lines = [f"{source}: {verdict}"]
+    lines = [f"{source}: {report.verdict}"]
     if report.phases:
         lines.append("phases:")
         for p in report.phases:
@@ -159,7 +153,7 @@ def logcheck_text(report: LogReport, source: str) -> str:
         lines.append(f"KV cache: {report.kv_cache_tokens} tokens")
     f = report.failure
     if f is not None:
-        lines.append(f"failure: {f.kind} at line {f.line}: {f.message}")
+        lines.append(f"failure: {f.headline}")
         if f.context:
             lines.append("the log lines that explain it:")
             lines.extend(f"  {number:>6} | {text}" for number, text in f.context)
