@@ -24,9 +24,11 @@ class FileProblem:
     line: int | None = None
 
 
-def path_problem(path: str | Path, what: str, example: str = "") -> FileProblem | None:
+def path_problem(path: str | Path, what: str, example: str = "",
+                 pipe: str = "save it to a file first") -> FileProblem | None:
     """Why `path` is no `what` file (`what`: "profile", "log file", ...); None when it is one.
-    `example`: a file name to suggest inside a directory given instead ("*.toml")."""
+    `example`: a file name to suggest inside a directory given instead ("*.toml"); `pipe`: what
+    to do with a pipe (`<(command)`) instead."""
     name = str(path)
     try:
         mode = os.stat(name).st_mode
@@ -36,10 +38,11 @@ def path_problem(path: str | Path, what: str, example: str = "") -> FileProblem 
         inside = os.path.join(name, example or "FILE")
         return FileProblem(f"{name} is a directory, not a {what}",
                            f"name a {what} in it, e.g. {inside}")
+    if stat.S_ISFIFO(mode):
+        return FileProblem(f"{name} is a pipe, not a {what} on disk", pipe)
     if not stat.S_ISREG(mode):
-        kind = "a pipe" if stat.S_ISFIFO(mode) else "a device or socket"
-        return FileProblem(f"{name} is {kind}, not a {what} on disk",
-                           f"save it to a file first, or give the {what} itself")
+        return FileProblem(f"{name} is a device or socket, not a {what}",
+                           f"give the {what} itself")
     if not os.access(name, os.R_OK):
         return FileProblem(f"cannot read {name}: permission denied",
                            "check its permissions (ls -l), or run as its owner")
