@@ -15,6 +15,7 @@ import pytest
 from sgdeploy import cli
 from sgdeploy.core.files import path_problem
 from sgdeploy.profile.model import load_profile
+from sgdeploy.profile.validate import InventoryContext, select_hosts
 
 PROFILE = """\
 [deploy]
@@ -221,3 +222,19 @@ def test_connection_refused_says_nothing_listens(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert code == 2 and not RAW.search(err), err
     assert "cannot connect to 127.0.0.1:1: connection refused: nothing listens on port 1" in err
+
+
+def test_commands_on_hosts_name_the_inventory_s_first_finding(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.toml"
+    path.write_text(INVENTORY + '\n[groups]\nall = ["gpu1", "gpu3"]\n')
+    with pytest.raises(LookupError) as refused:
+        select_hosts("gpu1", InventoryContext.load(path))
+    assert f"the inventory {path} is invalid (1 error(s)" in str(refused.value)
+    assert f"the first: {path}:8: SGD003 error: groups.all[1]: 'gpu3'" in str(refused.value)
+
+
+def test_a_dangling_inventory_link_is_named(tmp_path: Path) -> None:
+    (tmp_path / "inventory.toml").symlink_to("gone.toml")
+    note = InventoryContext.load(tmp_path / "inventory.toml").unusable()
+    assert note == (f"{tmp_path}/inventory.toml is a symbolic link to gone.toml, which does not "
+                    "exist")

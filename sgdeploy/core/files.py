@@ -34,6 +34,9 @@ def path_problem(path: str | Path, what: str, example: str = "",
         mode = os.stat(name).st_mode
     except OSError as exc:
         return _missing(name, what, exc)
+    except ValueError:  # a NUL in the name: no file can have it
+        return FileProblem(f"no such {what}: {name!r} (the name has a NUL character)",
+                           "check the path")
     if stat.S_ISDIR(mode):
         inside = os.path.join(name, example or "FILE")
         return FileProblem(f"{name} is a directory, not a {what}",

@@ -7,14 +7,16 @@ a host, reused by `apply` with live host facts instead of the inventory's.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sgdeploy.core.diagnostics import Diagnostic, Severity
+from sgdeploy.core.diagnostics import Diagnostic, Severity, finding_line
 from sgdeploy.core.explain import shown
+from sgdeploy.core.files import path_problem
 from sgdeploy.core.tomlfile import RULE_UNREADABLE, TomlDocument, did_you_mean
 from sgdeploy.profile.inventory import Inventory, host_target, load_inventory
 from sgdeploy.profile.model import LoadedProfile, load_profile
@@ -77,6 +79,17 @@ class InventoryContext:
         if not path.exists():
             return cls(str(path), None)
         return cls(str(path), load_inventory(path))
+
+    def unusable(self) -> str:
+        """Why no host can be looked up here, in one line; '' when one can."""
+        if self.document is None:
+            problem = path_problem(self.path, "inventory") if os.path.islink(self.path) else None
+            return problem.message if problem else f"no inventory at {self.path}"
+        errors = [d for d in self.document.diagnostics if d.is_error]
+        if self.inventory is not None or not errors:
+            return ""
+        return (f"the inventory {self.path} is invalid ({len(errors)} error(s); `sgdeploy "
+                f"validate` lists them), the first: {finding_line(errors[0])}")
 
 
 def validate_paths(
@@ -234,7 +247,7 @@ def select_hosts(target: str, inventory: InventoryContext, wanted: Sequence[str]
     every host of `target`. Raises LookupError with a message for the user."""
     model = inventory.inventory
     if model is None:
-        raise LookupError(f"no usable inventory at {inventory.path}")
+        raise LookupError(inventory.unusable() or f"no usable inventory at {inventory.path}")
     members = model.resolve(target) or []
     for name in wanted:
         if name not in model.hosts:
@@ -260,7 +273,7 @@ def _targets(loaded: LoadedProfile, inventory: InventoryContext) -> tuple[list[H
     assert profile is not None
     host_name = profile.deploy.host
     if inventory.document is None:
-        note = loaded.diagnostic("SGD034", f"no inventory at {inventory.path}: host facts (GPUs, SGLang "
+        note = loaded.diagnostic("SGD034", f"{inventory.unusable()}: host facts (GPUs, SGLang "
                                  "version) were not checked", dotted="deploy.host",
                                  hint="pass --inventory FILE or set SGDEPLOY_INVENTORY", severity=Severity.INFO)
         return [None], [note]
