@@ -317,7 +317,7 @@ gpus = st.one_of(
 
 @st.composite
 def server_values(draw: st.DrawFn) -> dict[str, Any]:
-    server: dict[str, Any] = {"model_path": draw(text)}
+    server: dict[str, Any] = {"model_path": draw(text.filter(str.strip))}  # SGD016: not blank
     names = draw(
         st.lists(
             st.sampled_from(STRING_FLAGS + list(LIST_FLAGS) + JSON_FLAGS + SWITCHES + ["port"]),
