@@ -178,7 +178,17 @@ def test_2000_nested_arrays_say_too_deep(capsys: pytest.CaptureFixture[str],
                                          tmp_path: Path) -> None:
     code, text = validate(capsys, tmp_path, PROFILE + "x = " + "[" * 2000 + "]" * 2000 + "\n")
     line = finding(text, "SGD001")
-    assert code == 1 and line.startswith(f"{tmp_path}/p.toml:7: ") and "nest too deep" in line
+    assert code == 1 and line.startswith(f"{tmp_path}/p.toml:7: ")
+    assert "tables or arrays nest more than 100 levels deep" in line
+
+
+def test_2000_nested_tables_say_too_deep(capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    header = ".".join(["server", "json_model_override_args", *["x"] * 2000])
+    code, text = validate(capsys, tmp_path, PROFILE + f"\n[{header}]\ny = 1\n")
+    line = finding(text, "SGD001")
+    assert code == 1 and line.startswith(f"{tmp_path}/p.toml:8: ")
+    assert "tables or arrays nest more than 100 levels deep" in line
 
 
 # --------------------------------------------------------------------------- no files

@@ -23,7 +23,7 @@ from pydantic.fields import FieldInfo
 from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.core.explain import explain, toml_key
 from sgdeploy.core.files import FileProblem, decode_problem, not_text, path_problem
-from sgdeploy.core.tomlpos import key_lines, nesting_line
+from sgdeploy.core.tomlpos import deep_key_line, key_lines, nesting_line
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -140,6 +140,9 @@ def parse_toml_text(
     except RecursionError:
         doc.diagnostics.append(_too_deep(doc))
         return doc
+    if _deeper_than(doc.data, NESTING_SHOWN):  # whatever walks it later would recurse as deep
+        doc.diagnostics.append(_too_deep(doc))
+        return doc
     if not doc.data and _required(model):
         doc.diagnostics.append(_empty(doc, model))
         return doc
@@ -166,12 +169,28 @@ def _syntax_error(doc: TomlDocument[Any], message: str, text: FileProblem | None
 
 
 def _too_deep(doc: TomlDocument[Any]) -> Diagnostic:
-    """tomllib recurses once per level of nested arrays and inline tables, and gives up."""
+    """Tables or arrays nested deeper than anything sgdeploy reads (tomllib itself recurses once
+    per level of arrays and inline tables, and gives up)."""
+    deep = NESTING_SHOWN // 2  # where it gets deep, since headers and brackets add up
+    line = nesting_line(doc.text, deep) or deep_key_line(doc.text, deep)
     return Diagnostic(
         RULE_TOML_SYNTAX, Severity.ERROR,
-        f"arrays or inline tables nest too deep to be read (more than {NESTING_SHOWN} levels "
-        "from this line on)", "flatten the value: nothing sgdeploy reads nests this deep",
-        line=nesting_line(doc.text, NESTING_SHOWN), path=doc.path)
+        f"tables or arrays nest more than {NESTING_SHOWN} levels deep (from this line on)",
+        "flatten the value: nothing sgdeploy reads nests this deep", line=line, path=doc.path)
+
+
+def _deeper_than(data: object, limit: int) -> bool:
+    """Whether tables and arrays nest more than `limit` levels, found without recursion."""
+    level: list[tuple[object, int]] = [(data, 0)]
+    while level:
+        value, depth = level.pop()
+        if not isinstance(value, dict | list):
+            continue
+        if depth > limit:
+            return True
+        items = value.values() if isinstance(value, dict) else value
+        level.extend((item, depth + 1) for item in items)
+    return False
 
 
 def _empty(doc: TomlDocument[Any], model: type[BaseModel]) -> Diagnostic:

@@ -246,6 +246,17 @@ def nesting_line(text: str, depth: int) -> int | None:
     return None
 
 
+def deep_key_line(text: str, depth: int) -> int | None:
+    """The first line whose table header or dotted key has more than `depth` parts (a dot in a
+    quoted part counts too: this only finds where to look)."""
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip()
+        key = line.strip("[]") if line.startswith("[") else line.partition("=")[0]
+        if key.count(".") >= depth:
+            return number
+    return None
+
+
 def _line_end(text: str, i: int) -> int:
     end = text.find("\n", i)
     return len(text) if end < 0 else end
