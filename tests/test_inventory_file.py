@@ -35,6 +35,7 @@ NO_ANSWER = {
     "no address": '[hosts.a]\nuser = "x"\n',
     "become as text": '[hosts.a]\naddress = "a"\nbecome = "yes"\n',
     "not TOML": "[hosts.a\n",
+    "nested too deep to read": "x = " + "[" * 2000 + "]" * 2000 + '\n[hosts.a]\naddress = "a"\n',
 }
 
 

@@ -36,8 +36,8 @@ def read_raw(path: str | Path) -> dict[str, Any] | None:
     """A TOML file's tables as written, or None when it cannot be read or parsed."""
     try:
         return tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+        return None  # validation reads it again and says what is wrong
 
 
 def unvalidated_ssh_entry(path: Path, name: str) -> SshEntry | None:
