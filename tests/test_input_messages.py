@@ -116,7 +116,7 @@ def test_bad_group_member_is_shown_at_its_inventory_line(capsys: pytest.CaptureF
     assert finding(text, "SGD033").startswith(f"{tmp_path}/p.toml:2: ")
     member = finding(text, "SGD003")
     assert member.startswith(f"{tmp_path}/inventory.toml:8: ")
-    assert "groups.all[1]: 'gpu2' is no host of this inventory; did you mean 'gpu1'?" in member
+    assert "groups.all[1]: \"gpu2\" is no host of this inventory; did you mean 'gpu1'?" in member
 
 
 def test_inventory_findings_carry_their_file_in_json(capsys: pytest.CaptureFixture[str],
@@ -240,7 +240,7 @@ def test_commands_on_hosts_name_the_inventory_s_first_finding(tmp_path: Path) ->
     with pytest.raises(LookupError) as refused:
         select_hosts("gpu1", InventoryContext.load(path))
     assert f"the inventory {path} is invalid (1 error(s)" in str(refused.value)
-    assert f"the first: {path}:8: SGD003 error: groups.all[1]: 'gpu3'" in str(refused.value)
+    assert f"the first: {path}:8: SGD003 error: groups.all[1]: \"gpu3\"" in str(refused.value)
 
 
 def test_a_dangling_inventory_link_is_named(tmp_path: Path) -> None:

@@ -67,7 +67,7 @@ def toml_key(loc: Sequence[str | int]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
             continue
-        name = part if _BARE_KEY.match(part) else json.dumps(part, ensure_ascii=False)
+        name = part if _BARE_KEY.match(part) else _quoted(part)
         out += f".{name}" if out else name
     return out
 
@@ -86,8 +86,12 @@ def shown(value: object) -> str:
         return json.dumps(value)
     if not isinstance(value, str):
         return toml_type(value)
-    cut = value if len(value) <= _SHOWN_MAX else value[:_SHOWN_MAX] + "…"
-    quoted = json.dumps(cut, ensure_ascii=False)
+    return _quoted(value if len(value) <= _SHOWN_MAX else value[:_SHOWN_MAX] + "…")
+
+
+def _quoted(text: str) -> str:
+    """A TOML basic string of `text`, on one line: whatever is not printable, escaped."""
+    quoted = json.dumps(text, ensure_ascii=False)
     return "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in quoted)
 
 

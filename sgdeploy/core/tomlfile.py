@@ -227,9 +227,10 @@ def pydantic_diagnostics(doc: TomlDocument[Any], model: type[BaseModel], exc: Va
 def _unknown_key(doc: TomlDocument[Any], model: type[BaseModel], loc: list[str]) -> Diagnostic:
     dotted = ".".join(loc)
     suggestion = did_you_mean(loc[-1], _known_keys(model, loc[:-1]))
+    near = f"; did you mean '{suggestion}'?" if suggestion else ""
     return doc.diagnostic(
         RULE_UNKNOWN_KEY,
-        f"unknown key '{dotted}'" + (f"; did you mean '{suggestion}'?" if suggestion else ""),
+        f"unknown key '{toml_key(loc)}'{near}",
         dotted=dotted,
         hint=f"rename it to '{suggestion}'" if suggestion else "remove it or check the spelling",
     )

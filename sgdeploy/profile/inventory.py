@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails
 
-from sgdeploy.core.explain import problem, shaped
+from sgdeploy.core.explain import problem, shaped, shown, toml_key
 from sgdeploy.core.tomlfile import TomlDocument, did_you_mean, read_toml
 from sgdeploy.host.sshconfig import OVERRIDE_FIELDS
 from sgdeploy.profile.inventory_file import placed
@@ -193,12 +193,13 @@ def _located(loc: Loc, value: object, message: str, hint: str) -> InitErrorDetai
 def _unknown_member(loc: Loc, member: str, known: list[str], what: str = "no host"
                     ) -> InitErrorDetails:
     """A group's or gateway's member that names nothing in the inventory."""
-    near = did_you_mean(member, known)
+    near, named = did_you_mean(member, known), shown(member)
     if near:
-        return _located(loc, member, f"'{member}' is {what} of this inventory; did you mean "
+        return _located(loc, member, f"{named} is {what} of this inventory; did you mean "
                         f"'{near}'?", f"write '{near}'")
-    return _located(loc, member, f"'{member}' is {what} of this inventory (known: "
-                    f"{', '.join(known) or 'none'})", f"add [hosts.{member}], or correct the name")
+    return _located(loc, member, f"{named} is {what} of this inventory (known: "
+                    f"{', '.join(known) or 'none'})",
+                    f"add [hosts.{toml_key([member])}], or correct the name")
 
 
 def worker_url(entry: HostEntry, port: int) -> str:
