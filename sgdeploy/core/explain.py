@@ -2,7 +2,8 @@
 
 A pattern says nothing to a reader, so the models name what theirs ask for with `shaped()`. A
 validator brings its own fix as the error's `hint` context (`problem()`). A string is quoted
-back only where its pattern was named (a path, a unit name: never a secret); numbers always.
+back only where its pattern was named or the key takes one of fixed choices (a path, a unit
+name, an endpoint: never a secret); numbers always.
 """
 
 from __future__ import annotations
