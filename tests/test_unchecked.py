@@ -134,3 +134,38 @@ def test_an_upgrade_check_says_what_the_host_runs(tmp_path: Path, capsys: pytest
     found = json.loads(capsys.readouterr().out)["profiles"][0]["diagnostics"]
     assert found and all("[validated for SGLang 0.5.23 (--sglang); box runs 0.5.11]" in d["message"]
                          for d in found)
+
+
+@pytest.mark.parametrize(("facts", "said"), [
+    ('gpu_count = true', "hosts.box.gpu_count takes an integer, not true/false"),
+    ('gpu_count = "4"', "hosts.box.gpu_count takes an integer, not a string"),
+    ('gpu = "NVIDIA H100"\ncompute_capability = "8.6"', "NVIDIA H100 is compute capability 9.0, not 8.6"),
+    ('gpu = "NVIDIA H100"\ngpu_memory_gib = 9999', "NVIDIA H100 has 80 GiB or 94 GiB of memory, not 9999 GiB"),
+])
+def test_inventory_facts_of_the_wrong_type_or_contradicting_the_gpu_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], facts: str, said: str
+) -> None:
+    (tmp_path / "inventory.toml").write_text(f'[hosts.box]\naddress = "192.0.2.10"\n{facts}\n', encoding="utf-8")
+    (tmp_path / "p.toml").write_text(PROFILE, encoding="utf-8")
+    code = cli.main(["validate", str(tmp_path / "p.toml"), "--inventory", str(tmp_path / "inventory.toml")])
+    assert code == 1 and said in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("facts", "lacking"), [
+    ('gpu = "NVIDIA H200"', "no gpu_count"),
+    ('gpu = "Quantum GPU 9000"\ngpu_count = 8', "sgdeploy's GPU table does not know 'Quantum GPU 9000'"),
+])
+def test_a_missing_host_fact_says_which_checks_did_not_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], facts: str, lacking: str
+) -> None:
+    (tmp_path / "inventory.toml").write_text(
+        f'[hosts.box]\naddress = "192.0.2.10"\nsglang_version = "0.5.11"\n{facts}\n', encoding="utf-8")
+    (tmp_path / "p.toml").write_text(PROFILE.replace("tp_size = 8\nenable_torch_compil = true\n", ""),
+                                     encoding="utf-8")
+    args = ["validate", str(tmp_path / "p.toml"), "--inventory", str(tmp_path / "inventory.toml")]
+    assert cli.main([*args, "--json"]) == 0
+    (note,) = [d for d in json.loads(capsys.readouterr().out)["profiles"][0]["diagnostics"]
+               if d["rule"] == "SGD036"]
+    assert lacking in note["message"] and "not checked" in note["message"]
+    cli.main(args)
+    assert "SGD036 info" in capsys.readouterr().out

@@ -13,7 +13,7 @@ from sgdeploy.core.tomlfile import TomlDocument, did_you_mean, read_toml
 from sgdeploy.host.sshconfig import OVERRIDE_FIELDS
 from sgdeploy.profile.inventory_file import placed
 from sgdeploy.profile.model import EnvName
-from sgdeploy.sglang.gpus import compute_capability_for
+from sgdeploy.sglang.gpus import compute_capability_for, gpu_model_for
 from sgdeploy.sglang.target import HostTarget
 
 ComputeCapability = Annotated[str, shaped(
@@ -60,8 +60,9 @@ class HostEntry(BaseModel):
     become: bool | None = None
     gpu: str | None = None
     compute_capability: ComputeCapability | None = None
-    gpu_count: int | None = Field(default=None, ge=1, le=1024)
-    gpu_memory_gib: float | None = Field(default=None, gt=0)
+    # strict: `gpu_count = true` or `= "4"` is a mistake to say, not a number to guess
+    gpu_count: int | None = Field(default=None, ge=1, le=1024, strict=True)
+    gpu_memory_gib: float | None = Field(default=None, gt=0, strict=True)
     sglang_version: str | None = None
     # The gateway (`[gateways.NAME]`) that routes to this host's server, and the URL it knows
     # the server by (default http://<address>:<the profile's port>).
@@ -127,6 +128,13 @@ class Inventory(BaseModel):
         return data
 
     @model_validator(mode="after")
+    def _facts_agree_with_the_gpu(self) -> Inventory:
+        errors = [error for name, entry in self.hosts.items() for error in _contradictions(name, entry)]
+        if errors:
+            raise ValidationError.from_exception_data("Inventory", errors)
+        return self
+
+    @model_validator(mode="after")
     def _groups_name_hosts(self) -> Inventory:
         errors = [_located(("groups", group), group, f"group '{group}' has the same name as a host",
                            "rename the group or the host: deploy.host must say which it means")
@@ -184,6 +192,33 @@ class Inventory(BaseModel):
 
 
 Loc = tuple[str | int, ...]
+
+
+# A declared memory above the GPU model's largest size by more than this is no such GPU (less is
+# allowed: a MIG slice, or memory the driver reserves).
+MEMORY_SLACK = 1.1
+
+
+def _contradictions(name: str, entry: HostEntry) -> list[InitErrorDetails]:
+    """Facts the GPU model named in `gpu` rules out: another compute capability, more memory."""
+    model = gpu_model_for(entry.gpu) if entry.gpu else None
+    if model is None:
+        return []
+    found = []
+    capability = entry.compute_capability
+    if capability is not None and capability != model.compute_capability:
+        found.append(_located(("hosts", name, "compute_capability"), capability,
+                              f"{entry.gpu} is compute capability {model.compute_capability}, not {capability}",
+                              f"write compute_capability = \"{model.compute_capability}\" or correct gpu "
+                              "(nvidia-smi --query-gpu=name,compute_cap --format=csv)"))
+    memory = entry.gpu_memory_gib
+    if memory is not None and memory > max(model.memory_gib) * MEMORY_SLACK:
+        sizes = " or ".join(f"{size} GiB" for size in model.memory_gib)
+        found.append(_located(("hosts", name, "gpu_memory_gib"), memory,
+                              f"{entry.gpu} has {sizes} of memory, not {memory:g} GiB",
+                              "write the memory of one GPU in GiB (nvidia-smi --query-gpu=memory.total "
+                              "--format=csv, MiB / 1024) or correct gpu"))
+    return found
 
 
 def _located(loc: Loc, value: object, message: str, hint: str) -> InitErrorDetails:

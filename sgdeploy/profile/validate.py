@@ -176,6 +176,7 @@ def verdicts_by_target(
     verdicts = []
     for target in targets:
         version, about_version = _version_for(loaded, target, sglang, inventory)
+        about_version += _missing_facts(loaded, target)
         launch = [] if version is None else check_launch(
             loaded, target, version, node_count=len(targets) if inventory.inventory is not None else None,
             model_config=config)
@@ -344,6 +345,26 @@ def _not_a_version(loaded: LoadedProfile, target: HostTarget | None, wanted: str
 
 
 UNKNOWN_FLAG = "SGD010"  # sglang/rules/flags.py
+
+
+def _missing_facts(loaded: LoadedProfile, target: HostTarget | None) -> list[Diagnostic]:
+    """SGD036: the inventory facts a host lacks, and the checks that therefore did not run."""
+    if target is None:
+        return []  # no inventory at all: SGD034 says so
+    lacking, skipped = [], []
+    if target.gpu_count is None:
+        lacking.append("gpu_count")
+        skipped.append("the GPU count a launch needs (SGD101)")
+    if target.compute_capability is None:
+        lacking.append(f"compute_capability (sgdeploy's GPU table does not know '{target.gpu}')"
+                       if target.gpu else "gpu and compute_capability")
+        skipped.append("the GPU generation rules (SGD4xx)")
+    if not lacking:
+        return []
+    return [loaded.diagnostic(
+        "SGD036", f"host {target.name} has no {', no '.join(lacking)} in the inventory: not checked: "
+        f"{'; '.join(skipped)}", dotted="deploy.host", severity=Severity.INFO,
+        hint=f"add them to [hosts.{target.name}] (`sgdeploy plan` shows what the host reports)")]
 
 
 def _nearest_older(loaded: LoadedProfile, wanted: str, missing: UnknownVersionError

@@ -130,6 +130,7 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
     "SGD033": (_FORMAT,),
     "SGD034": (_FORMAT,),
     "SGD035": (_FORMAT,),
+    "SGD036": (_FORMAT,),
     # ------------------------------------------------------------------ parallelism
     "SGD101": (Own("SGLang's argument checks count no GPUs: a worker without one fails when it starts"),),
     "SGD102": (Own("the unit reserves the GPUs of deploy.gpus: SGLang uses the ones it needs"),),

@@ -23,7 +23,7 @@ rule = RULES.rule
 # The findings that say a check did not run for want of a fact (no host version, no catalog, no
 # inventory, an attention pick that cannot be followed, no model config or checkpoint size):
 # `validate --strict` fails on them as on warnings.
-UNCHECKED = frozenset({"SGD031", "SGD032", "SGD034", "SGD409", "SGD580"})
+UNCHECKED = frozenset({"SGD031", "SGD032", "SGD034", "SGD036", "SGD409", "SGD580"})
 
 # Checks made outside the rule list (reading files, resolving the target host), documented with
 # the others: id -> (name, summary).
@@ -38,6 +38,8 @@ STRUCTURAL_RULES = {
     "SGD032": ("no-catalog-for-version", "No flag catalog is bundled for the host's SGLang version."),
     "SGD033": ("invalid-inventory", "The inventory file has errors."),
     "SGD034": ("no-inventory", "No inventory file: validated without host facts."),
+    "SGD036": ("host-facts-missing", "The inventory lacks a host fact (GPU count, a GPU sgdeploy knows): "
+               "the checks that need it did not run."),
     "SGD035": ("model-config-unreadable", "The model config named by --model-config or deploy.model_config "
                "cannot be read."),
     # Preflight checks against the live host (sgdeploy.deploy.preflight), before anything changes.
