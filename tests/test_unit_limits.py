@@ -39,3 +39,12 @@ def test_a_launch_over_a_unit_file_line_is_refused(tmp_path: Path) -> None:
     found = _findings(tmp_path, f'model_path = "/m"\nserved_model_name = [{names}]\n')
     assert found.get("SGD029", ("", None, ""))[0] == "error"
     assert "unit-file line" in found["SGD029"][2]
+
+
+def test_a_gpu_listed_twice_is_refused_at_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(HEAD.replace("[server]\n", "gpus = [0, 7, 7]\n\n[server]\n") + 'model_path = "/m"\n',
+                    encoding="utf-8")
+    result = validate_file(str(path), InventoryContext.load(INVENTORY))
+    found = [(d.rule, d.line, d.message) for d in result.diagnostics if d.is_error]
+    assert found == [("SGD003", 5, "deploy.gpus: GPU 7 is listed more than once")]

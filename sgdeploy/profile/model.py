@@ -129,6 +129,15 @@ class DeploySettings(BaseModel):
         "rules that read it offline (context length, heads, DSA, Mamba state, quantization).",
     )
 
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_once_each(cls, value: list[int | str] | None) -> list[int | str] | None:
+        repeated = sorted({str(g) for g in value if value.count(g) > 1}) if value else []
+        if repeated:  # CUDA would see the same GPU twice, and the launch would count it twice
+            raise problem(f"GPU {', '.join(repeated)} is listed more than once",
+                          "list each GPU once: [0, 1] for two GPUs")
+        return value
+
     @field_validator("unit")
     @classmethod
     def _unit_is_plain(cls, value: str) -> str:
