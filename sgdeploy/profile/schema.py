@@ -7,6 +7,7 @@ from typing import Any
 from sgdeploy.profile.model import Profile
 from sgdeploy.sglang.catalog import Flag, load_catalog, newest_version
 
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _JSON_TYPES = {"bool": "boolean", "int": "integer", "float": "number", "str": "string"}
 
 
@@ -31,7 +32,10 @@ def flag_schema(flag: Flag) -> dict[str, Any]:
 
 def profile_schema(sglang_version: str | None = None) -> dict[str, Any]:
     catalog = load_catalog(sglang_version or newest_version())
-    schema = Profile.model_json_schema()
+    # The dialect and an identity up front, so editors (taplo, Even Better TOML) take the file as
+    # a schema and tell one release's apart from another's.
+    schema = {"$schema": JSON_SCHEMA_DIALECT, "$id": f"urn:sgdeploy:profile:sglang-{catalog.version}",
+              **Profile.model_json_schema()}
     schema["title"] = "sgdeploy launch profile"
     schema["$comment"] = f"[server] flags of SGLang {catalog.version}"
     schema["properties"]["server"] = {
