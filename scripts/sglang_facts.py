@@ -191,6 +191,115 @@ def mamba_extra_buffer_archs(files: dict[str, str]) -> list[str] | None:
     return None
 
 
+
+# ------------------------------------------------------------------ registries built at import time
+QUANTIZATION_INIT = "sglang/srt/layers/quantization/__init__.py"
+_QUANTIZATION_TABLES = ("BASE_QUANTIZATION_METHODS", "QUANTIZATION_METHODS")
+
+
+def _dict_keys(node: ast.expr) -> list[str]:
+    keys = getattr(node, "keys", [])
+    return [k.value for k in keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+
+
+def _assigned_dict(tree: ast.Module, names: tuple[str, ...]) -> ast.Dict | None:
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id in names for t in targets) and isinstance(
+                getattr(node, "value", None), ast.Dict):
+            return node.value  # type: ignore[return-value]
+    return None
+
+
+def _holds_on_cuda(test: ast.expr) -> bool:
+    """`is_cuda()`, alone or as one term of an `or` (the other platforms' tests are false)."""
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name):
+        return test.func.id == "is_cuda"
+    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(
+        _holds_on_cuda(v) for v in test.values)
+
+
+def _updates(body: list[ast.stmt]) -> Iterable[ast.expr]:
+    for stmt in body:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        func = call.func if isinstance(call, ast.Call) else None
+        if (isinstance(func, ast.Attribute) and func.attr == "update" and call.args
+                and isinstance(func.value, ast.Name) and func.value.id in _QUANTIZATION_TABLES):
+            yield call.args[0]
+
+
+def quantization_methods(files: dict[str, str]) -> list[str] | None:
+    """The methods `_verify_quantization` takes on a CUDA host (`QUANTIZATION_METHODS`, built when
+    the module loads): the base table and the updates under an `if` that holds on CUDA."""
+    tree = _tree(files, QUANTIZATION_INIT)
+    table = _assigned_dict(tree, _QUANTIZATION_TABLES) if tree else None
+    if tree is None or table is None:
+        return None
+    keys = set(_dict_keys(table))
+    for node in tree.body:
+        if isinstance(node, ast.Expr):
+            keys.update(k for update in _updates([node]) for k in _dict_keys(update))
+        elif isinstance(node, ast.If) and _holds_on_cuda(node.test):
+            keys.update(k for update in _updates(node.body) for k in _dict_keys(update))
+    return sorted(keys)
+
+
+_DEEPEP_V2_CHECK = "validate_deepep_v2_model_architecture"
+
+
+def deepep_v2_archs(files: dict[str, str]) -> list[str] | None:
+    """The architectures SGLang itself validates for DeepEP v2: `_DEEPEP_V2_MODELS` (0.5.21+,
+    where model packages may register more), else the tuple inside
+    validate_deepep_v2_model_architecture."""
+    tree = _tree(files, "sglang/srt/configs/moe_model_registry.py")
+    table = _assigned_dict(tree, ("_DEEPEP_V2_MODELS",)) if tree else None
+    if table is not None:
+        return sorted(_dict_keys(table))
+    for _, module in _server_args_sources(files):
+        for func in ast.walk(module):
+            if isinstance(func, ast.FunctionDef) and func.name == _DEEPEP_V2_CHECK:
+                return _first_literal(func, module)
+    return None
+
+
+def _first_literal(func: ast.FunctionDef, module: ast.Module) -> list[str] | None:
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple | ast.List):
+            return sorted(_literal_strings(node.value, module))
+    return None
+
+
+def mamba_state_archs(files: dict[str, str]) -> list[str] | None:
+    """From 0.5.20: the architectures whose name alone gives them Mamba state: the
+    `_MAMBA_RADIX_CACHE_ARCHS` branch and every registered linear-attention spec's arch_names."""
+    found: set[str] = set()
+    listed = False
+    for _, tree in _server_args_sources(files):
+        for node in ast.walk(tree):
+            names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+            if isinstance(node, ast.Assign) and "_MAMBA_RADIX_CACHE_ARCHS" in names:
+                listed = True
+                found.update(c.value for c in ast.walk(node.value)
+                             if isinstance(c, ast.Constant) and isinstance(c.value, str))
+    if not listed:
+        return None
+    for path in sorted(p for p in files if p.startswith("sglang/srt/") and p.endswith(".py")):
+        if "LinearAttnModelSpec(" not in files[path]:
+            continue
+        found.update(_spec_arch_names(ast.parse(files[path])))
+    return sorted(found)
+
+
+def _spec_arch_names(tree: ast.Module) -> Iterable[str]:
+    """The arch_names of every `LinearAttnModelSpec(...)` call in a module."""
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "LinearAttnModelSpec":
+            for kw in call.keywords:
+                if kw.arg == "arch_names" and isinstance(kw.value, ast.List | ast.Tuple):
+                    yield from (e.value for e in kw.value.elts if isinstance(e, ast.Constant))
+
+
 # --------------------------------------------------------------------------- GPU generation gates
 # Compute-capability majors a simulated host can have (SM7x .. SM12x).
 MAJORS = (7, 8, 9, 10, 11, 12)
@@ -363,6 +472,9 @@ EXTRACTORS: dict[str, Callable[[dict[str, str]], Any]] = {
     "mamba_radix_cache_archs": mamba_radix_cache,
     "paged_topk_backends": paged_topk_backends,
     "mamba_extra_buffer_archs": mamba_extra_buffer_archs,
+    "mamba_state_archs": mamba_state_archs,
+    "quantization_methods": quantization_methods,
+    "deepep_v2_archs": deepep_v2_archs,
 }
 
 
