@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
@@ -51,11 +51,13 @@ class Flag:
     replaced_by: str | None = None  # SGLang's `new_flag`, e.g. "--cuda-graph-backend-prefill=breakable"
     refusal: str | None = None  # the parser error SGLang stops with when the option is given
     ignored: bool = False  # accepted with a warning and stored nowhere (a bare DeprecatedAction)
+    # a field of earlier releases that this one takes as an option of `field`
+    renamed_from: str | None = None
 
     @property
     def key(self) -> str:
         """The profile key this option answers to: the field, or for an alias its own name."""
-        return _row_key(self.field, self.options, self.deprecated)
+        return self.renamed_from or _row_key(self.field, self.options, self.deprecated)
 
     @property
     def is_alias(self) -> bool:
@@ -182,8 +184,17 @@ class Catalog:
         return {option: flag for flag in rows for option in flag.options}
 
     def lookup(self, key: str) -> Flag | None:
-        """The option a profile key stands for in this release: a field's flag or an alias."""
-        return self.flags.get(key) or self.aliases.get(key)
+        """The option a profile key stands for in this release: a field's flag, an alias, or a
+        field of an earlier release that SGLang still takes as an option of its new field."""
+        return self.flags.get(key) or self.aliases.get(key) or self._former_field(key)
+
+    def _former_field(self, key: str) -> Flag | None:
+        """`grpc_http_sidecar_port` in a release that renamed the field smg_http_sidecar_port and
+        kept `--grpc-http-sidecar-port` among its options: an alias of the new field."""
+        flag = self.by_option.get("--" + key.replace("_", "-"))
+        if flag is None or flag.deprecated or flag.is_alias or key not in _former_fields():
+            return None
+        return replace(flag, renamed_from=key)
 
     def accepts(self, key: str) -> bool:
         """SGLang's parser takes this key's option without an error (refused aliases excluded)."""
@@ -301,6 +312,17 @@ def _flag_index() -> dict[str, tuple[str, str]]:
             first = index[name][1] if name in index else version
             index[name] = (version, first)
     return index
+
+
+@cache
+def _former_fields() -> frozenset[str]:
+    """Every field name a bundled catalog registers (raw rows: no Flag objects on this path)."""
+    names: set[str] = set()
+    for version in available_versions():
+        path = _catalog_path(version)
+        rows = _read_catalog(path)["flags"] if path else []
+        names.update(r["field"] for r in rows if not r.get("deprecated"))
+    return frozenset(names)
 
 
 def next_version(version: str) -> str | None:

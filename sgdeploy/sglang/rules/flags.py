@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from sgdeploy.core.tomlfile import did_you_mean
-from sgdeploy.sglang.catalog import NOT_GIVEN, flag_history, load_catalog, next_version
+from sgdeploy.sglang.catalog import NOT_GIVEN, Flag, flag_history, load_catalog, next_version
 from sgdeploy.sglang.flags import (
     choice_problem,
     option_to_field,
@@ -106,6 +106,16 @@ def invalid_choice(ctx: LaunchContext) -> Iterator[Finding]:
             yield Finding(server_field(key), problem)
 
 
+def _renamed(ctx: LaunchContext, flag: Flag) -> Finding:
+    """A field of earlier releases that this one renamed, keeping the old spelling as an option."""
+    target = ctx.catalog.flags[flag.field]
+    old = "--" + flag.key.replace("_", "-")
+    return Finding(server_field(flag.key), f"{flag.key} is the name of earlier SGLang releases: "
+                   f"{ctx.catalog.version} names the field {flag.field} and still takes {old} as "
+                   f"one of its options; the unit passes {target.option}",
+                   f"rename it to '{flag.field}'")
+
+
 # 0.5.3-0.5.4's DeprecatedAction raises ValueError(help) instead of warning; later ones warn.
 DEPRECATED_ACTION_RAISES = VersionRange(since="0.5.3", until="0.5.4.post1")
 
@@ -115,6 +125,8 @@ DEPRECATED_ACTION_RAISES = VersionRange(since="0.5.3", until="0.5.4.post1")
 def deprecated_flag(ctx: LaunchContext) -> Iterator[Finding]:
     for key, value in ctx.raw_server.items():
         flag = ctx.catalog.lookup(key)
+        if flag is not None and flag.renamed_from and not value_problem(flag, value):
+            yield _renamed(ctx, flag)
         if not flag or not flag.deprecated or flag.refusal is not None or value_problem(flag, value):
             continue
         replacement = replacement_for(key, ctx.catalog)
