@@ -368,6 +368,7 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
     "SGD585": (Fact("source:quantization_differs", cited=False),),
     "SGD586": (Fact("source:quantization_differs", cited=False),),
     "SGD588": (Fact("source:json_model_override_args", cited=False),),
+    "SGD593": (Fact("quantization_methods"),),
     "SGD589": (Flag("dllm_algorithm", _since("0.5.6")),
                Site("handle_dllm_inference: Setting page size to {} for diffusion LLM inference",
                     _range("0.5.10", "0.5.15"))),

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 
 from sgdeploy.sglang import models
+from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import LaunchContext
 from sgdeploy.sglang.rules.attention import resolve
 from sgdeploy.sglang.rules.common import algorithm, radix_cache_off
@@ -570,6 +571,56 @@ def _hybrid(ctx: LaunchContext) -> bool:
     return models.is_mamba_hybrid(ctx.architecture)
 
 
+_EXTRA = ("extra_buffer", "extra_buffer_lazy")
+
+
+def _resolved_strategy(ctx: LaunchContext) -> object:
+    """mamba_radix_cache_strategy as the later checks read it (0.5.14+): a given value, else `auto`
+    resolved as _mamba_radix_cache_resolution does on a hybrid model with the radix cache on:
+    extra_buffer when overlap or paging wants it and the architecture takes it with the triton
+    linear-attention backend (facts: mamba_extra_buffer_archs), else no_buffer."""
+    strategy = ctx.get("mamba_radix_cache_strategy")
+    if strategy != "auto" or not _hybrid(ctx) or radix_cache_off(ctx):
+        return strategy
+    wants = not ctx.on("disable_overlap_schedule") or ctx.int("page_size", 1) > 1
+    arch = ctx.model_config.architecture if ctx.model_config else ctx.architecture
+    takes = arch in (fact("mamba_extra_buffer_archs", ctx.version) or ())
+    triton = ctx.get("linear_attn_backend", "triton") in (None, "triton")
+    return "extra_buffer" if wants and takes and triton else "no_buffer"
+
+
+def _extra_buffer(ctx: LaunchContext) -> bool:
+    return _resolved_strategy(ctx) in _EXTRA
+
+
+def _replay_strategy_words(ctx: LaunchContext) -> str:
+    auto = "" if ctx.given("mamba_radix_cache_strategy") else " (what auto resolves to here)"
+    return ("--enable-linear-replayssm requires --mamba-radix-cache-strategy no_buffer (the "
+            "default); the extra_buffer ping-pong donation path is not yet supported (follow-up). "
+            f"Got --mamba-radix-cache-strategy={_resolved_strategy(ctx)!r}{auto}.")
+
+
+def _no_buffer_given(ctx: LaunchContext) -> bool:
+    """An explicit no_buffer on a model SGLang gives the Mamba radix cache (validate_mamba_no_buffer
+    runs right after; `auto` resolves to no_buffer together with disable_overlap_schedule)."""
+    if ctx.get("mamba_radix_cache_strategy") != "no_buffer" or radix_cache_off(ctx):
+        return False
+    if ctx.model_config is not None:
+        return _hybrid(ctx)
+    arch = ctx.architecture
+    return arch in (fact("mamba_state_archs", ctx.version) or ()) or models.is_mamba_hybrid(arch)
+
+
+_NO_BUFFER = VersionRange(since="0.5.21")
+NO_BUFFER_PAIRS = (
+    _s("validate_mamba_no_buffer: no_buffer do not support overlap schedule. Try to set "
+       "disable_overlap_schedule=True.", "disable_overlap_schedule",
+       lambda ctx: _no_buffer_given(ctx) and not ctx.on("disable_overlap_schedule"), _NO_BUFFER),
+    _s("validate_mamba_no_buffer: no_buffer only supports page_size=1.", "page_size",
+       lambda ctx: _no_buffer_given(ctx) and ctx.int("page_size", 1) > 1, _NO_BUFFER),
+)
+
+
 def _ssm_dtype(ctx: LaunchContext) -> object:
     """mamba_ssm_dtype as resolution has it: the flag, else the model's config.json (when known)."""
     if ctx.given("mamba_ssm_dtype"):
@@ -730,11 +781,10 @@ MAMBA_STATE = (
     Refusal("handle_linear_attn_backend: --enable-linear-replayssm requires --mamba-radix-cache-strategy no_buffer "
             "(the default); the extra_buffer ping-pong donation path is not yet supported (follow-up). Got "
             "--mamba-radix-cache-strategy={}.",
-            "mamba_radix_cache_strategy",
-            _with("enable_linear_replayssm",
-                  lambda ctx: ctx.get("mamba_radix_cache_strategy") in ("extra_buffer", "extra_buffer_lazy")),
-            "--enable-linear-replayssm requires --mamba-radix-cache-strategy no_buffer (the default); the "
-            "extra_buffer ping-pong donation path is not yet supported.", VersionRange(since="0.5.16")),
+            "mamba_radix_cache_strategy", _with("enable_linear_replayssm", _extra_buffer),
+            _replay_strategy_words, VersionRange(since="0.5.16"),
+            hint="set mamba_radix_cache_strategy = \"no_buffer\" (auto resolves to extra_buffer "
+            "here), or remove enable_linear_replayssm"),
     _s("handle_mamba_backend: Stochastic rounding for the Mamba SSM cache is only supported on NVIDIA CUDA "
        "platforms. Disable --enable-mamba-cache-stochastic-rounding on this platform.", "device",
        _with("enable_mamba_cache_stochastic_rounding", _ssm_dtype_is_fp16,
@@ -768,8 +818,8 @@ MAMBA_STATE = (
     _s("handle_linear_attn_backend: --enable-gdn-replayssm-spec is not yet compatible with mamba extra_buffer (radix "
        "prefix caching); use --disable-radix-cache or --mamba-radix-cache-strategy no_buffer.",
        "mamba_radix_cache_strategy",
-       _with("enable_gdn_replayssm_spec", lambda ctx: not radix_cache_off(ctx)
-             and ctx.get("mamba_radix_cache_strategy") in ("extra_buffer", "extra_buffer_lazy")),
+       _with("enable_gdn_replayssm_spec",
+             lambda ctx: not radix_cache_off(ctx) and _extra_buffer(ctx)),
        VersionRange(since="0.5.16", until="0.5.17")),
     Refusal("handle_linear_attn_backend: --enable-gdn-replayssm-spec requires --mamba-ssm-dtype float32, got {}. The "
             "closed-loop exact fold keeps the committed state bit-identical to the recurrent baseline, which is only "
@@ -808,7 +858,7 @@ MAMBA_STATE = (
 
 refusal_rule("SGD555", "mamba-state-options", "Mamba and linear-attention state options SGLang checks together: "
              "stochastic rounding, the int8 checkpoint, replayed SSM state.", "fix the Mamba options as the message "
-             "says", (*MAMBA_STATE, *REPLAYED_STATE))
+             "says", (*MAMBA_STATE, *REPLAYED_STATE, *NO_BUFFER_PAIRS))
 
 
 # --------------------------------------------------------------------------- SGD556 HiCache and cache policies

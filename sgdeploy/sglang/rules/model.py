@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Iterator
 
 from sgdeploy.sglang import models
+from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.model_config import ModelConfig
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import attention_dp, radix_cache_off
@@ -50,11 +51,16 @@ def _skipped(ctx: LaunchContext) -> list[str]:
         wanted.append("quantization against the checkpoint's")
     if ctx.given("kv_cache_dtype") and ctx.version in DSA_KV_CHECK:
         wanted.append("the KV cache dtype of DSA models")
-    if _strategy(ctx) in _EXTRA_BUFFER and ctx.version in MAMBA_STATE_CHECK:
+    extra_buffer = _strategy(ctx) in _EXTRA_BUFFER and ctx.version in MAMBA_STATE_CHECK
+    if extra_buffer and _mamba_state(ctx) is None:
         wanted.append("the Mamba state an extra_buffer strategy needs")
-    if (ctx.on("enable_hisparse") and ctx.version in _HISPARSE_MODEL_CHECK) or ctx.on("enable_dsa_cache_layer_split"):
+    sparse = ctx.on("enable_dsa_cache_layer_split") or (
+        ctx.on("enable_hisparse") and ctx.version in _HISPARSE_MODEL_CHECK)
+    if sparse and _sparse_unknown(ctx):
         wanted.append("the sparse-attention model HiSparse needs")
-    if any(ctx.on(name) for name in ("enable_encoder_swa_bounded_replay", "enable_cp_decode_attn_tp")):
+    if ctx.on("enable_encoder_swa_bounded_replay") and _v41(ctx) is None:
+        wanted.append("the DeepSeek-V4.1 model_type the encoder SWA replay needs")
+    if ctx.on("enable_cp_decode_attn_tp") and _declared(ctx) is None:
         wanted.append("the model an option of DeepSeek V4 / GLM-5 needs")
     if _attention_tp(ctx) > 1:  # every model's heads must split over the attention ranks
         wanted.append("attention heads against tp_size")
@@ -131,22 +137,47 @@ def dsa_kv_cache_dtype(ctx: LaunchContext) -> Iterator[Finding]:
                       f"only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype' (got {dtype}; SGLang 0.5.8 and later)")
 
 
+def _declared(ctx: LaunchContext) -> str | None:
+    """The model's architecture: config.json's, else deploy.model_architecture."""
+    return (ctx.model_config.architecture if ctx.model_config else None) or ctx.architecture
+
+
 def _has_mamba_state(config: ModelConfig, architecture: str | None) -> bool:
     return models.is_mamba_hybrid(config.architecture) or models.is_mamba_hybrid(architecture) \
         or config.has_hybrid_layers
+
+
+# Hybrids whose Mamba layers SGLang finds in config.json (Granite's layer_types), not by name.
+_STATE_FROM_CONFIG = frozenset({"GraniteMoeHybridForCausalLM"})
+
+
+def _mamba_state(ctx: LaunchContext) -> bool | None:
+    """Whether the model has Mamba state: from config.json, else from the declared architecture
+    against the release's lists (facts: mamba_state_archs, mamba_extra_buffer_archs); None when
+    only config.json can tell."""
+    if ctx.model_config is not None:
+        return _has_mamba_state(ctx.model_config, ctx.architecture)
+    arch = ctx.architecture
+    if arch is None or arch in _STATE_FROM_CONFIG:
+        return None
+    named = {*(fact("mamba_state_archs", ctx.version) or ()),
+             *(fact("mamba_extra_buffer_archs", ctx.version) or ())}
+    return arch in named or models.is_mamba_hybrid(arch)
 
 
 @rule("SGD584", "mamba-strategy-without-mamba-state", ERROR,
       "An extra_buffer Mamba radix-cache strategy on a model without Mamba state is refused.",
       "remove mamba_radix_cache_strategy (auto is right for models without Mamba layers)", MAMBA_STATE_CHECK)
 def mamba_strategy_without_state(ctx: LaunchContext) -> Iterator[Finding]:
-    config, strategy = ctx.model_config, _strategy(ctx)
-    if config is None or strategy not in _EXTRA_BUFFER or radix_cache_off(ctx):
+    strategy = _strategy(ctx)
+    if strategy not in _EXTRA_BUFFER or radix_cache_off(ctx) or _mamba_state(ctx) is not False:
         return
-    if not _has_mamba_state(config, ctx.architecture):
-        yield Finding("server.mamba_radix_cache_strategy", f"--mamba-radix-cache-strategy {strategy} needs mamba "
-                      f"state, got {config.architecture} ({config.source} declares no Mamba or linear-attention "
-                      "layers; SGLang 0.5.21 and later)")
+    config = ctx.model_config
+    why = (f"{config.source} declares no Mamba or linear-attention layers" if config else
+           f"deploy.model_architecture; SGLang {ctx.catalog.version} lists it with no Mamba state")
+    yield Finding("server.mamba_radix_cache_strategy",
+                  f"--mamba-radix-cache-strategy {strategy} needs mamba state, got "
+                  f"{_declared(ctx)} ({why}; SGLang 0.5.21 and later)")
 
 
 _GPTQ_AWQ = ("gptq", "awq", "marlin", "gptq_marlin", "awq_marlin")
@@ -207,6 +238,40 @@ def quantization_may_differ(ctx: LaunchContext) -> Iterator[Finding]:
                       f"{_mismatch_words(*mismatch)}")
 
 
+# ModelConfig._verify_quantization: the method must be a key of QUANTIZATION_METHODS, a registry
+# built when SGLang loads (facts: quantization_methods, as on CUDA), narrower than the choices.
+def _detectable(given: str) -> bool:
+    """A checkpoint detection may turn the method into one of the registry (GPTQ/AWQ to Marlin)."""
+    return "marlin" in given or given in ("gptq", "awq")
+
+
+def _unknown_method(ctx: LaunchContext) -> str | None:
+    given, methods = ctx.get("quantization"), fact("quantization_methods", ctx.version)
+    unset = not isinstance(given, str) or given in ("", "unquant")
+    if unset or methods is None or given in methods:
+        return None
+    return given if ctx.get("device") in (None, "cuda", "auto") else None
+
+
+@rule("SGD593", "quantization-method-unknown", ERROR,
+      "quantization names a method the release's quantization registry lacks on CUDA, though "
+      "argparse takes it.",
+      "use a method of the list in the message, or remove quantization and let SGLang read the "
+      "checkpoint's")
+def quantization_method_unknown(ctx: LaunchContext) -> Iterator[Finding]:
+    given, config = _unknown_method(ctx), ctx.model_config
+    if given is None or (config is None and _detectable(given)):
+        return
+    declared = config.quant_method if config is not None else None
+    if declared and _override_possible(given, declared, config):
+        return
+    methods = fact("quantization_methods", ctx.version) or []
+    yield Finding("server.quantization",
+                  f"SGLang {ctx.catalog.version} refuses when it builds the model config: "
+                  f"'Unknown quantization method: {given}. Must be one of {methods}.' "
+                  "(its registry on CUDA; the --quantization choices list more)")
+
+
 # --------------------------------------------------------------------------- sparse-attention models
 # is_deepseek_dsa's architectures (with index_topk), in every release up to 0.5.23; is_deepseek_v4
 # (0.5.12 and later) and is_minimax_sparse (0.5.21 and later) need no index_topk.
@@ -227,11 +292,22 @@ def _dsa(config: ModelConfig) -> bool:
 
 
 def _not_sparse(*also: frozenset[str]) -> Callable[[LaunchContext], bool]:
-    """A known config.json that is none of the sparse-attention models the check accepts."""
+    """None of the sparse-attention models the check accepts: by config.json, else by the declared
+    architecture when no DSA model has it (a DSA architecture needs index_topk from config.json)."""
     def check(ctx: LaunchContext) -> bool:
-        config = ctx.model_config
-        return config is not None and not _dsa(config) and not any(config.architecture in names for names in also)
+        config, arch = ctx.model_config, ctx.architecture
+        if config is not None:
+            return not _dsa(config) and not any(config.architecture in names for names in also)
+        if arch is None or arch in _DSA_ARCHITECTURES:
+            return False
+        return not any(arch in names for names in also)
     return check
+
+
+def _sparse_unknown(ctx: LaunchContext) -> bool:
+    """Only config.json can tell whether the model is a sparse-attention one."""
+    arch = ctx.architecture
+    return ctx.model_config is None and (arch is None or arch in _DSA_ARCHITECTURES)
 
 
 def _hisparse(condition: Callable[[LaunchContext], bool]) -> Callable[[LaunchContext], bool]:
@@ -404,7 +480,7 @@ LANGUAGE_MODEL_ONLY = (
     Refusal("handle_language_model_only: --language-model-only is incompatible with --disaggregation-mode "
             "prefill/decode", "disaggregation_mode",
             _lmo(lambda ctx: ctx.get("disaggregation_mode", "null") not in (None, "null")
-                 and ctx.model_config is not None and ctx.model_config.raw.get("model_type") != "deepseek_v41"),
+                 and _v41(ctx) is False),
             "--language-model-only is incompatible with --disaggregation-mode prefill/decode",
             _LANGUAGE_MODEL_ONLY_CHECK),
     Refusal("handle_language_model_only: --language-model-only does not support {}. Supported: {}.",
@@ -433,26 +509,81 @@ def _not_v41(config: ModelConfig) -> bool:
     return config.raw.get("model_type") != "deepseek_v41"
 
 
-MODEL_FAMILY_OPTIONS = (
+def _v41(ctx: LaunchContext) -> bool | None:
+    """A DeepSeek-V4.1 model (model_type deepseek_v41): from config.json, else False for a declared
+    architecture that is not DeepSeek V4's (V4.1 configs name a DeepseekV4 architecture); None
+    when only config.json can tell."""
+    if ctx.model_config is not None:
+        return not _not_v41(ctx.model_config)
+    arch = ctx.architecture
+    return None if arch is None or "DeepseekV4" in arch else False
+
+
+Names = tuple[str, ...] | frozenset[str] | list[str]
+
+
+def _architecture_not_in(names: Names) -> Callable[[LaunchContext], bool]:
+    return lambda ctx: (arch := _declared(ctx)) is not None and arch not in names
+
+
+MODEL_FAMILY_OPTIONS: tuple[Refusal, ...] = (
     Refusal("handle_model_specific_adjustments: --enable-cp-decode-attn-tp is only supported for models whose "
             "attention linears are replicated across CP ranks (attn_tp_size=1). Got {}; supported: {}.",
             "enable_cp_decode_attn_tp",
             lambda ctx: ctx.on("enable_cp_decode_attn_tp")
-            and _config(lambda c: c.architecture not in _CP_DECODE_ATTN_TP_ARCHS)(ctx),
+            and _architecture_not_in(_CP_DECODE_ATTN_TP_ARCHS)(ctx),
             lambda ctx: "--enable-cp-decode-attn-tp is only supported for models whose attention linears are "
-            "replicated across CP ranks (attn_tp_size=1). Got "
-            f"{ctx.model_config.architecture if ctx.model_config else None}; supported: "
+            f"replicated across CP ranks (attn_tp_size=1). Got {_declared(ctx)}; supported: "
             f"{sorted(_CP_DECODE_ATTN_TP_ARCHS)}.", VersionRange(since="0.5.20")),
     Refusal("validate_deepseek_v41_features: " + _ENCODER_REPLAY, "enable_encoder_swa_bounded_replay",
             lambda ctx: ctx.on("enable_encoder_swa_bounded_replay")
             and _config(lambda c: c.architecture == "DeepseekV4ForCausalLM" and _not_v41(c))(ctx),
             _ENCODER_REPLAY, VersionRange(since="0.5.21")),
     Refusal("handle_model_capability_adjustments: " + _ENCODER_REPLAY, "enable_encoder_swa_bounded_replay",
-            lambda ctx: ctx.on("enable_encoder_swa_bounded_replay")
-            and _config(lambda c: c.architecture != "DeepseekV4ForCausalLM" and _not_v41(c))(ctx),
+            lambda ctx: ctx.on("enable_encoder_swa_bounded_replay") and _v41(ctx) is False
+            and _declared(ctx) != "DeepseekV4ForCausalLM",
             _ENCODER_REPLAY, VersionRange(since="0.5.23")),
 )
 
-refusal_rule("SGD592", "model-family-options", "Options of one model family (DeepSeek V4.1's encoder SWA replay, "
-             "the CP-decode attention TP of DeepSeek V4 and GLM-5) on another model: read from config.json.",
+# validate_deepep_v2_model_architecture: only the architectures SGLang validated (from 0.5.21 a
+# model package may register more with register_deepep_v2_model before the server starts).
+_DEEPEP_V2_OLD = VersionRange(since="0.5.19", until="0.5.21")
+_DEEPEP_V2_REGISTERED = VersionRange(since="0.5.21")
+
+
+def _deepep_v2_unvalidated(ctx: LaunchContext) -> bool:
+    archs = fact("deepep_v2_archs", ctx.version)
+    chosen = ctx.get("moe_a2a_backend") == "deepep_v2"
+    return chosen and archs is not None and _architecture_not_in(archs)(ctx)
+
+
+_DEEPEP_OLD_SITE = ("validate_deepep_v2_model_architecture: DeepEP v2 MoE is not validated for {}; "
+                    "supported architectures are {}. Other model workflows may require an "
+                    "all-reduce after A2A combine. Use --moe-a2a-backend deepep.")
+_DEEPEP_SITE = ("validate_deepep_v2_model_architecture: DeepEP v2 MoE is not validated for {}. The "
+                "model package must register its architecture with register_deepep_v2_model, "
+                "because its combine and post-expert reduction semantics must be validated first.")
+
+
+def _deepep_words(site: str) -> Callable[[LaunchContext], str]:
+    """SGLang's message with the declared architecture and the release's list filled in."""
+    def words(ctx: LaunchContext) -> str:
+        archs = tuple(fact("deepep_v2_archs", ctx.version) or ())
+        return site.split(": ", 1)[1].format(repr(_declared(ctx)), archs)
+    return words
+
+
+MODEL_FAMILY_OPTIONS += (
+    Refusal(_DEEPEP_OLD_SITE, "moe_a2a_backend", _deepep_v2_unvalidated,
+            _deepep_words(_DEEPEP_OLD_SITE), _DEEPEP_V2_OLD),
+    Refusal(_DEEPEP_SITE, "moe_a2a_backend", _deepep_v2_unvalidated, _deepep_words(_DEEPEP_SITE),
+            _DEEPEP_V2_REGISTERED,
+            hint="use moe_a2a_backend = \"deepep\", or install the model package that registers "
+            "the architecture for DeepEP v2 (register_deepep_v2_model) and check it on the host"),
+)
+
+refusal_rule("SGD592", "model-family-options",
+             "Options of one model family (DeepSeek V4.1's encoder SWA replay, the CP-decode "
+             "attention TP of DeepSeek V4 and GLM-5, DeepEP v2's validated MoE models) on another "
+             "model: read from config.json, else from deploy.model_architecture.",
              "remove the option, or serve a model it supports", MODEL_FAMILY_OPTIONS)
