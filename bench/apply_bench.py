@@ -65,13 +65,14 @@ POLL_S = 0.05
 # clock. Nothing else is changed.
 CLI_WRAPPER = """
 import sys, time
-import sgdeploy.cli as cli
-_init = cli.Progress.__init__
+from sgdeploy.cli import main
+from sgdeploy.cli.progress import Progress
+_init = Progress.__init__
 def _init_and_tell(self, *a, **k):
     _init(self, *a, **k)
     sys.stderr.write("@@bench progress_started=%.6f\\n" % (time.time() - (time.monotonic() - self.started)))
-cli.Progress.__init__ = _init_and_tell
-sys.exit(cli.main())  # argv from sys.argv, as the console script runs it
+Progress.__init__ = _init_and_tell
+sys.exit(main())  # argv from sys.argv, as the console script runs it
 """
 
 # On the host: GET /health every POLL_S seconds, one line per answer: epoch seconds, status (0: none).
@@ -282,8 +283,8 @@ def run_apply(hs: HostSet, profile: Path, settle: float, measure: bool = True) -
 def round_trip(hs: HostSet, count: int = 20) -> dict[str, float]:
     """Connect once and run `true` `count` times through sgdeploy's RemoteHost, in its shell on
     the host and on a channel of its own each time: the unit cost of one command here."""
-    from sgdeploy.profile.inventory import load_inventory
     from sgdeploy.host.remote import RemoteHost
+    from sgdeploy.profile.inventory import load_inventory
 
     inventory = load_inventory(hs.inventory_path).model
     assert inventory is not None

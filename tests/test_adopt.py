@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sgdeploy import cli
+from sgdeploy.cli.commands import apply as apply_command
 from sgdeploy.deploy.adopt import (
     LaunchError,
     Observed,
@@ -465,7 +466,7 @@ def test_apply_asks_on_a_terminal_before_adopting(answer: str, adopted: bool, mo
         args._port_in_use = not args.adopt
         return 0 if args.adopt else 2
 
-    monkeypatch.setattr(cli, "_run_apply", fake_apply)
+    monkeypatch.setattr(apply_command, "run_apply", fake_apply)
     monkeypatch.setattr(sys, "stdin", _Terminal(answer))
     code = cli.main(["apply", "p.toml"])
     assert runs == ([False, True] if adopted else [False]) and code == (0 if adopted else 2)

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 # What a value completes to, by the argparse dest that holds it.
-_OPTION_KINDS = {"inventory": "file", "command_file": "file", "output": "file", "profile": "profile",
-                 "host": "host", "sglang": "version"}
-_POSITIONAL_KINDS = {"profile": "profile", "profiles": "profile", "logfile": "file", "revisions": "rev",
-                     "host": "target"}
+_OPTION_KINDS = {"inventory": "file", "command_file": "file", "output": "file",
+                 "profile": "profile", "host": "host", "sglang": "version"}
+_POSITIONAL_KINDS = {"profile": "profile", "profiles": "profile", "logfile": "file",
+                     "revisions": "rev", "host": "target"}
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,8 @@ def commands(parser: argparse.ArgumentParser) -> list[Command]:
     """The visible commands of `parser`, with what each option and argument completes to."""
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {a.dest: a.help or "" for a in sub._choices_actions}
-    return [_command(name, helps[name], child) for name, child in sub.choices.items() if name in helps]
+    return [_command(name, helps[name], child) for name, child in sub.choices.items()
+            if name in helps]
 
 
 def _command(name: str, help_text: str, parser: argparse.ArgumentParser) -> Command:
@@ -73,11 +74,12 @@ def _one_line(text: str) -> str:
     return " ".join(text.split()).replace("%%", "%")
 
 
-# --------------------------------------------------------------------------- names at completion time
+# ------------------------------------------------------------------- names at completion time
 def names(kind: str, inventory: str | None, profile: str | None) -> list[str]:
     """Inventory names for `--host` (kind "hosts": the hosts of the profile's target when a
     profile is given, else every host) or for a deploy target ("targets": hosts and groups)."""
-    # the inventory as inventory_path() finds it, without importing pydantic with sgdeploy.profile.inventory
+    # the inventory as inventory_path() finds it, without importing pydantic with
+    # sgdeploy.profile.inventory
     document = _read(Path(inventory or os.environ.get("SGDEPLOY_INVENTORY") or "inventory.toml"))
     hosts = [str(h) for h in _table(document.get("hosts"))]
     groups = _table(document.get("groups"))
@@ -106,13 +108,17 @@ def _table(value: object) -> dict[str, Any]:
 def bash_script(parser: argparse.ArgumentParser, versions: list[str]) -> str:
     cmds = commands(parser)
     top = " ".join([c.name for c in cmds] + ["--version", "-h", "--help"])
-    option_lists = "\n".join(f'        {c.name}) opts="{" ".join(n for o in c.options for n in o.names)}" ;;'
+    option_lists = "\n".join(f'        {c.name}) opts="{" ".join(_option_names(c))}" ;;'
                              for c in cmds)
     value_cases = "\n".join(_bash_value_case(c, versions) for c in cmds)
     positional_cases = "\n".join(f'        {c.name}) kind="{_bash_kind(c.positional, c.choices)}" '
                                  f"repeats={int(c.repeats)} ;;" for c in cmds)
-    return (_BASH.replace("@TOP@", top).replace("@OPTIONS@", option_lists).replace("@VALUES@", value_cases)
-            .replace("@POSITIONALS@", positional_cases))
+    return (_BASH.replace("@TOP@", top).replace("@OPTIONS@", option_lists)
+            .replace("@VALUES@", value_cases).replace("@POSITIONALS@", positional_cases))
+
+
+def _option_names(command: Command) -> list[str]:
+    return [name for option in command.options for name in option.names]
 
 
 def _bash_value_case(command: Command, versions: list[str]) -> str:
@@ -120,7 +126,8 @@ def _bash_value_case(command: Command, versions: list[str]) -> str:
     for option in command.options:
         if option.kind is None:
             continue
-        kind = _bash_kind(option.kind, option.choices if option.kind == "choices" else tuple(versions))
+        words = option.choices if option.kind == "choices" else tuple(versions)
+        kind = _bash_kind(option.kind, words)
         patterns = "|".join(f'"{command.name} {n}"' for n in option.names)
         lines.append(f'        {patterns}) echo "{kind}" ;;')
     return "\n".join(lines)
@@ -247,12 +254,14 @@ def _zsh_case(command: Command, versions: list[str]) -> str:
         if option.kind is None:
             spec = f"{exclusive}{names}{described}"
         else:
-            words = option.choices if option.kind == "choices" else versions if option.kind == "version" else ()
+            words = (option.choices if option.kind == "choices"
+                     else versions if option.kind == "version" else ())
             action = f"({' '.join(words)})" if words else _ZSH_ACTIONS.get(option.kind, " ")
             spec = f"{exclusive}{names}{described}:{option.kind}:{action}"
         specs.append(_zsh_quote(spec) if len(option.names) == 1 else _zsh_brace(spec))
     if command.positional:
-        action = f"({' '.join(command.choices)})" if command.choices else _ZSH_ACTIONS[command.positional]
+        action = (f"({' '.join(command.choices)})" if command.choices
+                  else _ZSH_ACTIONS[command.positional])
         specs.append(_zsh_quote(f"{'*' if command.repeats else '1'}:{command.positional}:{action}"))
     body = " \\\n                ".join(specs)
     return f"            {command.name})\n                _arguments -s {body} ;;"
@@ -263,7 +272,8 @@ def _zsh_quote(text: str) -> str:
 
 
 def _zsh_brace(spec: str) -> str:
-    """`(-v --verbose){-v,--verbose}[help]`: the brace list must stay outside the quotes to expand."""
+    """`(-v --verbose){-v,--verbose}[help]`: the brace list must stay outside the quotes to
+    expand."""
     exclusive, rest = spec.split("{", 1)
     braces, tail = rest.split("}", 1)
     return _zsh_quote(exclusive) + "{" + braces + "}" + _zsh_quote(tail)

@@ -1,0 +1,86 @@
+"""`sgdeploy validate [PROFILE...]`: profiles checked offline against the inventory's facts."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+from pathlib import Path
+
+from sgdeploy.cli.arguments import (
+    INVENTORY_HELP,
+    Subparsers,
+    add_command,
+    add_format_arguments,
+    check_sglang_version,
+)
+from sgdeploy.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, out
+
+
+def register(sub: Subparsers) -> None:
+    validate = add_command(sub, "validate", "validate profiles offline against inventory facts",
+                           "Validate launch profiles offline against the inventory's facts "
+                           "(default: profiles/*.toml).",
+                           {0: "all valid (warnings allowed)", 1: "a profile has an error",
+                            2: "usage or unreadable input"})
+    validate.add_argument("profiles", nargs="*", metavar="PROFILE",
+                          help="the profiles (default: profiles/*.toml)")
+    validate.add_argument("--inventory", metavar="FILE",
+                          help=INVENTORY_HELP + "; a missing file named here is exit 2")
+    add_format_arguments(validate, ["text", "json", "github"],
+                         "findings as file:line: lines and a count (text), one JSON document "
+                         "(json), or GitHub Actions workflow commands (github); default text")
+    validate.add_argument("--sglang", metavar="VERSION",
+                          help="validate against this SGLang version")
+    validate.add_argument("--model-config", metavar="DIR",
+                          help="the model's folder (or config.json) for the checks that read it; "
+                          "wins over deploy.model_config")
+    validate.add_argument("--changed", action="store_true",
+                          help="the files given are those a change touched: validate the profiles "
+                          "among them, and every profile when the inventory is one (deleted files "
+                          "are skipped)")
+    validate.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # imported when the command runs: `sgdeploy --help` stays fast
+    from sgdeploy.core.tomlfile import RULE_UNREADABLE
+    from sgdeploy.profile.inventory_file import INVENTORY_ENV, inventory_path
+    from sgdeploy.profile.validate import InventoryContext, validate_paths
+    from sgdeploy.review import report
+
+    inv_path = inventory_path(args.inventory)
+    paths = _profiles(args, inv_path)
+    if (args.inventory or os.environ.get(INVENTORY_ENV)) and not inv_path.is_file():
+        raise UsageError(f"no such inventory: {inv_path}")
+    if args.sglang:
+        check_sglang_version(args.sglang)
+    if args.model_config and not Path(args.model_config).exists():
+        raise UsageError(f"no such model config: {args.model_config}")
+    results = validate_paths(paths, InventoryContext.load(inv_path), args.sglang,
+                             args.model_config)
+    formatter = {"text": report.validation_text, "json": report.validation_json,
+                 "github": report.validation_github}[args.format]
+    out(formatter(results))
+    if any(d.rule == RULE_UNREADABLE for r in results for d in r.diagnostics):
+        return EXIT_USAGE
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
+def _profiles(args: argparse.Namespace, inventory: Path) -> list[str]:
+    """The profiles to validate: those given (with --changed, those a change touched), or
+    profiles/*.toml; each must exist."""
+    every = sorted(glob.glob("profiles/*.toml"))
+    if args.changed:
+        # imported only with --changed: the rest of validate never needs it
+        from sgdeploy.review.changes import profiles_to_check
+
+        paths = profiles_to_check(args.profiles, inventory, every)
+    else:
+        paths = args.profiles or every
+        if not paths:
+            raise UsageError("no profiles given and none found in profiles/*.toml")
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise UsageError(f"no such profile: {', '.join(missing)}")
+    return paths
