@@ -169,3 +169,58 @@ def test_a_missing_host_fact_says_which_checks_did_not_run(
     assert lacking in note["message"] and "not checked" in note["message"]
     cli.main(args)
     assert "SGD036 info" in capsys.readouterr().out
+
+
+RULES_DIR = Path(__file__).resolve().parent / "rules"
+
+
+def _inventory_arguments(path: Path) -> list[str]:
+    """The fixture's `# inventory:` choice as validate's options (none: no inventory at all)."""
+    choice = next((line.split(":", 1)[1].strip() for line in path.read_text().splitlines()
+                   if line.startswith("# inventory:")), None)
+    if choice == "none":
+        return []
+    return ["--inventory", str(RULES_DIR / choice if choice else RULES_DIR.parent / "inventory.rules.toml")]
+
+
+def test_every_check_that_can_be_skipped_says_so_and_strict_fails_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sgdeploy.sglang.rules.registry import UNCHECKED
+
+    monkeypatch.chdir(tmp_path)  # no ./inventory.toml here
+    monkeypatch.delenv("SGDEPLOY_INVENTORY", raising=False)
+    for rule_id in sorted(UNCHECKED):
+        (path,) = [p for p in RULES_DIR.glob(f"{rule_id}-*.toml") if not p.name.endswith(".ok.toml")]
+        args = ["validate", str(path), *_inventory_arguments(path)]
+        assert cli.main(args) in (0, 1)
+        assert f" {rule_id} " in capsys.readouterr().out, f"{rule_id} is not said in text"
+        cli.main([*args, "--json"])
+        rules = {d["rule"] for d in json.loads(capsys.readouterr().out)["profiles"][0]["diagnostics"]}
+        assert rule_id in rules, f"{rule_id} is not said in JSON"
+        assert cli.main([*args, "--strict"]) == 1, f"--strict passes {rule_id}"
+        capsys.readouterr()
+
+
+def test_strict_passes_a_profile_with_every_fact_known(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fixed = RULES_DIR / "SGD580-model-config-checks-skipped.ok.toml"
+    copy = tmp_path / fixed.name
+    copy.write_text(fixed.read_text().replace('"models/', f'"{RULES_DIR}/models/'), encoding="utf-8")
+    code = cli.main(["validate", str(copy), "--inventory", str(RULES_DIR.parent / "inventory.rules.toml"),
+                     "--strict"])
+    assert code == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("make", "said"), [
+    (lambda d: d.mkdir(), "is a directory, not a profile"),
+    (lambda d: d.symlink_to(d.parent / "gone.toml"), "p.toml"),
+])
+def test_a_profile_path_that_is_no_file_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: object, said: str
+) -> None:
+    target = tmp_path / "p.toml"
+    make(target)  # type: ignore[operator]
+    for command in (["validate"], ["render"]):
+        assert cli.main([*command, str(target)]) == 2
+        message = capsys.readouterr().err
+        assert said in message and "no such profile" not in message.replace("dangling", "")

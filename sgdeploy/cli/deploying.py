@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sgdeploy.cli.output import (
@@ -15,6 +14,7 @@ from sgdeploy.cli.output import (
     RefusedError,
     UsageError,
     connection_report,
+    require_file,
 )
 from sgdeploy.cli.progress import Progress, emit
 from sgdeploy.cli.targets import inventory_context
@@ -99,8 +99,7 @@ def load_for_hosts(args: argparse.Namespace,
     from sgdeploy.profile.validate import select_hosts, validate_loaded
     from sgdeploy.review import report
 
-    if not Path(args.profile).is_file():
-        raise UsageError(f"no such profile: {args.profile}")
+    require_file(args.profile, "profile", "*.toml")
     inventory = inventory_context(args.inventory)
     loaded = load_profile(args.profile)
     result = validate_loaded(loaded, inventory, getattr(args, "sglang", None))

@@ -18,6 +18,7 @@ from sgdeploy.cli.commands import (
     diff,
     history,
     import_,
+    init,
     logcheck,
     plan,
     probe,
@@ -46,8 +47,8 @@ class Command(Protocol):
 
 
 # In the order `sgdeploy --help` lists them.
-COMMANDS: tuple[Command, ...] = (validate, diff, render, plan, apply, rollback, history, status,
-                                 probe, logcheck, import_, schema, completion)
+COMMANDS: tuple[Command, ...] = (init, validate, diff, render, plan, apply, rollback, history,
+                                 status, probe, logcheck, import_, schema, completion)
 
 
 class _Parser(argparse.ArgumentParser):

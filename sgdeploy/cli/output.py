@@ -22,6 +22,17 @@ class RefusedError(Exception):
     """Refused before touching anything: exit code 2."""
 
 
+def require_file(path: str, what: str, example: str = "", pipe: str | None = None) -> None:
+    """UsageError unless `path` is a readable `what` file: a directory, a dangling or looping link,
+    a pipe or a permission each said as such, with the fix."""
+    # imported here: only commands that read a file need it, and it is small
+    from sgdeploy.core.files import path_problem
+
+    problem = path_problem(path, what, example, pipe) if pipe else path_problem(path, what, example)
+    if problem is not None:
+        raise UsageError(f"{problem.message} ({problem.hint})")
+
+
 def out(text: str) -> None:
     sys.stdout.write(text)
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
-from sgdeploy.cli.output import EXIT_USAGE, UsageError, connection_report, out
+from sgdeploy.cli.output import EXIT_USAGE, UsageError, connection_report, out, require_file
 
 if TYPE_CHECKING:
     from sgdeploy.profile.inventory import HostEntry
@@ -52,8 +51,7 @@ def load_valid_profile(path: str) -> LoadedProfile:
     # imported when a command runs: pydantic loads only with a profile
     from sgdeploy.profile.model import load_profile
 
-    if not Path(path).is_file():
-        raise UsageError(f"no such profile: {path}")
+    require_file(path, "profile", "*.toml")
     loaded = load_profile(path)
     if loaded.model is None:
         raise UsageError(f"{path} is not a valid profile (see `sgdeploy validate {path}`)")
@@ -77,7 +75,8 @@ def unit_targets(args: argparse.Namespace) -> list[UnitTarget]:
 
     inventory = inventory_context(args.inventory)
     if inventory.inventory is None:
-        raise UsageError(f"{inventory.path}: an inventory is needed to reach the host")
+        raise UsageError(f"{inventory.unusable() or inventory.path}; an inventory is needed to "
+                         "reach the host")
     loaded = None
     if args.profile:
         loaded = load_valid_profile(args.profile)

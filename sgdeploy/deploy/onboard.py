@@ -19,13 +19,14 @@ from sgdeploy.host.running import read_servers
 from sgdeploy.profile.inventory import HostEntry
 
 MIB_PER_GIB = 1024
-# Prints the first candidate interpreter that imports SGLang, as an absolute path.
+# Prints the first candidate interpreter that imports SGLang, as an absolute path (not resolved:
+# a venv's bin/python3 is a link to the system's, which lacks the venv's packages).
 _FIND_PYTHON = """\
 for p in "$@"; do
   [ -n "$p" ] || continue
   path=$(command -v "$p" 2>/dev/null) || continue
   "$path" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("sglang") is None)' \\
-    >/dev/null 2>&1 && { readlink -f "$path" 2>/dev/null || echo "$path"; exit 0; }
+    >/dev/null 2>&1 && { echo "$path"; exit 0; }
 done
 exit 1
 """

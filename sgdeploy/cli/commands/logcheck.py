@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from sgdeploy.cli.arguments import INVENTORY_HELP, Subparsers, add_command, add_json_argument
-from sgdeploy.cli.output import EXIT_FAILED, EXIT_OK, UsageError, out
+from sgdeploy.cli.output import EXIT_FAILED, EXIT_OK, out, require_file
 from sgdeploy.cli.targets import inventory_context, load_valid_profile
 
 
@@ -36,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     if args.logfile == "-":
         log = read_log(sys.stdin, server, version)
     else:
-        if not Path(args.logfile).is_file():
-            raise UsageError(f"no such log file: {args.logfile}")
+        require_file(args.logfile, "log file", "server.log",
+                     pipe="read it from standard input: COMMAND | sgdeploy logcheck -")
         with open(args.logfile, encoding="utf-8", errors="replace") as handle:
             log = read_log(handle, server, version)
     if args.json:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from sgdeploy.cli.arguments import INVENTORY_HELP, Subparsers, add_command
-from sgdeploy.cli.output import EXIT_FAILED, EXIT_OK, UsageError, err, out
+from sgdeploy.cli.output import EXIT_FAILED, EXIT_OK, UsageError, err, out, require_file
 from sgdeploy.cli.targets import inventory_context
 
 
@@ -32,8 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from sgdeploy.review import report
     from sgdeploy.sglang.catalog import load_catalog, nearest_version
 
-    if not Path(args.profile).is_file():
-        raise UsageError(f"no such profile: {args.profile}")
+    require_file(args.profile, "profile", "*.toml")
     inventory = inventory_context(args.inventory)
     loaded = load_profile(args.profile)
     result = validate_loaded(loaded, inventory, args.sglang)

@@ -14,14 +14,16 @@ from sgdeploy.cli.arguments import (
     add_format_arguments,
     check_sglang_version,
 )
-from sgdeploy.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, out
+from sgdeploy.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, out, require_file
 
 
 def register(sub: Subparsers) -> None:
     validate = add_command(sub, "validate", "validate profiles offline against inventory facts",
                            "Validate launch profiles offline against the inventory's facts "
                            "(default: profiles/*.toml).",
-                           {0: "all valid (warnings allowed)", 1: "a profile has an error",
+                           {0: "all valid (warnings allowed, unless --strict)",
+                            1: "a profile has an error (with --strict: also a warning or a check "
+                            "that did not run)",
                             2: "usage or unreadable input"})
     validate.add_argument("profiles", nargs="*", metavar="PROFILE",
                           help="the profiles (default: profiles/*.toml)")
@@ -39,6 +41,10 @@ def register(sub: Subparsers) -> None:
                           help="the files given are those a change touched: validate the profiles "
                           "among them, and every profile when the inventory is one (deleted files "
                           "are skipped)")
+    validate.add_argument("--strict", action="store_true",
+                          help="also fail (exit 1) on warnings and on every check that did not "
+                          "run for want of a fact (no host version, catalog, GPU facts or model "
+                          "config)")
     validate.set_defaults(func=run)
 
 
@@ -64,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     out(formatter(results))
     if any(d.rule == RULE_UNREADABLE for r in results for d in r.diagnostics):
         return EXIT_USAGE
+    if args.strict and any(r.strict_failures for r in results):
+        return EXIT_FAILED
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
 
 
@@ -80,7 +88,6 @@ def _profiles(args: argparse.Namespace, inventory: Path) -> list[str]:
         paths = args.profiles or every
         if not paths:
             raise UsageError("no profiles given and none found in profiles/*.toml")
-    missing = [p for p in paths if not Path(p).is_file()]
-    if missing:
-        raise UsageError(f"no such profile: {', '.join(missing)}")
+    for path in paths:
+        require_file(path, "profile", "*.toml")
     return paths
