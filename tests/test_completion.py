@@ -9,6 +9,7 @@ matches to a file. Inventory names come from `sgdeploy __complete`, as in a user
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -105,7 +106,7 @@ def test_bash_commands_and_options(workdir: Path) -> None:
     assert {"--inventory", "--format", "--sglang", "--changed", "--help"} <= set(found["sgdeploy validate --"])
     assert found["sgdeploy validate --format "] == ["text", "json", "github"]
     assert found["sgdeploy diff --format="] == ["text", "json", "markdown"]
-    assert found["sgdeploy completion "] == ["bash", "zsh"]
+    assert found["sgdeploy completion "] == ["bash", "zsh", "fish"]
     assert "0.5.23" in found["sgdeploy validate --sglang 0.5.2"]
 
 
@@ -209,3 +210,30 @@ def test_completion_imports_nothing_heavy() -> None:
                           env=environment())
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_bash_offers_no_inventory_or_hidden_folder_as_a_profile(workdir: Path) -> None:
+    (workdir / ".git").mkdir(exist_ok=True)
+    _, found = bash_complete(workdir, "sgdeploy validate ", "sgdeploy validate inv", "sgdeploy validate .")
+    assert "inventory.toml" not in found["sgdeploy validate "] and "profiles" in found["sgdeploy validate "]
+    assert found["sgdeploy validate inv"] == []
+    assert ".git" not in found["sgdeploy validate ."]
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (apt-get install fish)")
+def test_fish_completes_commands_options_values_and_profiles(workdir: Path) -> None:
+    script = subprocess.run([sys.executable, "-m", "sgdeploy", "completion", "fish"], capture_output=True,
+                            text=True, check=True, env=environment()).stdout
+    (workdir / "sgdeploy.fish").write_text(script)
+
+    def complete(line: str) -> list[str]:
+        done = subprocess.run(["fish", "--no-config", "-c", f"source sgdeploy.fish; complete -C {shlex.quote(line)}"],
+                              cwd=workdir, capture_output=True, text=True, timeout=60, env=environment())
+        assert done.returncode == 0, done.stderr
+        return [line.split("\t")[0] for line in done.stdout.splitlines()]
+
+    assert {"validate", "apply", "init", "completion"} <= set(complete("sgdeploy "))
+    assert {"--inventory", "--strict", "--format"} <= set(complete("sgdeploy validate --"))
+    assert complete("sgdeploy validate --format ") == ["github", "json", "text"]
+    assert "profiles/qwen36-mtp3.toml" in complete("sgdeploy apply profiles/q")
+    assert "0.5.23" in complete("sgdeploy validate --sglang 0.5.2")

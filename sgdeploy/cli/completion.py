@@ -215,8 +215,9 @@ _sgdeploy() {
         none) mapfile -t COMPREPLY < <(compgen -W "$opts" -- "$cur") ;;
         words\ *) mapfile -t COMPREPLY < <(compgen -W "${kind#words }" -- "$cur") ;;
         file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur") ;;
-        profile) compopt -o filenames 2>/dev/null
-                 mapfile -t COMPREPLY < <(compgen -d -- "$cur"; compgen -f -X '!*.toml' -- "$cur") ;;
+        profile) compopt -o filenames 2>/dev/null  # not .git and the like, not the inventory
+                 mapfile -t COMPREPLY < <(compgen -d -X '.*' -- "$cur"
+                     compgen -f -X '!*.toml' -- "$cur" | grep -v -e '^inventory\.toml$' -e '/inventory\.toml$') ;;
         host) mapfile -t COMPREPLY < <(compgen -W "$("$prog" __complete hosts "${inv[@]}" \
                   ${profile:+--profile "$profile"} 2>/dev/null)" -- "$cur") ;;
         target) mapfile -t COMPREPLY < <(compgen -W "$("$prog" __complete targets "${inv[@]}" 2>/dev/null)" \
@@ -310,7 +311,7 @@ _sgdeploy_names() {
 
 _sgdeploy_hosts() { _sgdeploy_names hosts }
 _sgdeploy_targets() { _sgdeploy_names targets }
-_sgdeploy_profiles() { _files -g '*.toml(-.)' }
+_sgdeploy_profiles() { _files -g '*.toml(-.)' -F '(inventory.toml */inventory.toml .git)' }
 _sgdeploy_revs() {
     local -a refs
     refs=(HEAD ${(f)"$(git for-each-ref --format='%(refname:short)' 2>/dev/null)"})
@@ -341,3 +342,54 @@ else
     compdef _sgdeploy sgdeploy
 fi
 """
+
+
+# --------------------------------------------------------------------------- fish
+_FISH_HEAD = """\
+# fish completion for sgdeploy: sgdeploy completion fish > ~/.config/fish/completions/sgdeploy.fish
+complete -c sgdeploy -f
+complete -c sgdeploy -n __fish_use_subcommand -l version -d 'print the version'
+"""
+# What a value or argument completes to, as fish's `complete` takes it.
+_FISH_VALUES = {
+    "file": "-F",
+    "profile": "-a '(__fish_complete_suffix .toml)'",
+    "host": "-a '(sgdeploy __complete hosts 2>/dev/null)'",
+    "target": "-a '(sgdeploy __complete targets 2>/dev/null)'",
+    "rev": "-a '(git for-each-ref --format=\"%(refname:short)\" 2>/dev/null) HEAD'",
+}
+
+
+def fish_script(parser: argparse.ArgumentParser, versions: list[str]) -> str:
+    lines = [_FISH_HEAD.rstrip("\n")]
+    for command in commands(parser):
+        lines.append(f"complete -c sgdeploy -n __fish_use_subcommand -a {command.name} "
+                     f"-d {_fish_quote(command.help)}")
+        when = _fish_quote(f"__fish_seen_subcommand_from {command.name}")
+        for option in command.options:
+            names = " ".join(f"-l {n[2:]}" if n.startswith("--") else f"-s {n[1:]}"
+                             for n in option.names)
+            value = "" if option.kind is None else (
+                # -x: the value alone, no file names beside it; -F: file names
+                " -r -F" if option.kind == "file"
+                else " -x " + _fish_value(option.kind, option.choices, versions))
+            lines.append(f"complete -c sgdeploy -n {when} {names}{value} "
+                         f"-d {_fish_quote(option.help)}".replace("  ", " "))
+        if command.positional:  # not where the word before is an option that takes a value
+            valued = " ".join(n for o in command.options if o.kind is not None for n in o.names)
+            free = _fish_quote(f"__fish_seen_subcommand_from {command.name}"
+                               + (f"; and not __fish_prev_arg_in {valued}" if valued else ""))
+            lines.append(f"complete -c sgdeploy -n {free} "
+                         + _fish_value(command.positional, command.choices, versions))
+    return "\n".join(lines) + "\n"
+
+
+def _fish_value(kind: str, choices: tuple[str, ...], versions: list[str]) -> str:
+    if kind in ("choices", "version"):
+        return "-a " + _fish_quote(" ".join(choices if kind == "choices" else versions))
+    return _FISH_VALUES.get(kind, "")
+
+
+def _fish_quote(text: str) -> str:
+    """A fish single-quoted string: only backslash and the quote itself are escaped."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -1,4 +1,4 @@
-"""`sgdeploy completion bash|zsh`, and the hidden `sgdeploy __complete` that its scripts call
+"""`sgdeploy completion bash|zsh|fish`, and the hidden `sgdeploy __complete` that its scripts call
 for inventory names. The scripts themselves are made in cli/completion.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def register(sub: Subparsers) -> None:
                              "versions, profile files, and inventory host and group names (read "
                              "from the inventory when you press Tab).",
                              {0: "printed"})
-    completion.add_argument("shell", choices=["bash", "zsh"], help="the shell")
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell")
     completion.set_defaults(func=run)
     complete = sub.add_parser("__complete")  # no help: hidden; the completion scripts call it
     complete.add_argument("kind", choices=["hosts", "targets"],
@@ -27,10 +27,10 @@ def register(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # imported when the command runs: the script generator is not needed to start
-    from sgdeploy.cli.completion import bash_script, zsh_script
+    from sgdeploy.cli.completion import bash_script, fish_script, zsh_script
     from sgdeploy.sglang.catalog import available_versions
 
-    script = bash_script if args.shell == "bash" else zsh_script
+    script = {"bash": bash_script, "zsh": zsh_script, "fish": fish_script}[args.shell]
     out(script(args.parser, available_versions()))
     return EXIT_OK
 
