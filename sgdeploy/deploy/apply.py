@@ -39,7 +39,7 @@ from sgdeploy.deploy.prestop import (
 )
 from sgdeploy.deploy.probe import compare, probe_remote
 from sgdeploy.deploy.records import deployment_from_files, recorded_probe, recorded_server, running_port
-from sgdeploy.deploy.render import render_unit
+from sgdeploy.deploy.render import SecretInUnit, render_unit
 from sgdeploy.deploy.rollback import previous_deployment, restore
 from sgdeploy.deploy.secret_args import api_key_for, check_argv, host_secret_diagnostics
 from sgdeploy.deploy.session import BackgroundCheck, HostSession, facts_key, quiet
@@ -205,6 +205,9 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
         return ApplyResult(Exit.REFUSED, "refused", name, unit, f"cannot render the unit for SGLang {version} on "
                            f"{name}: {exc.args[0] if exc.args else exc}, and no catalog of {version} is bundled; "
                            "nothing was changed", diagnostics=diagnostics, stats=session.remote.stats.as_dict())
+    except SecretInUnit as exc:
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{exc}; nothing was changed",
+                           diagnostics=diagnostics, stats=session.remote.stats.as_dict())
     recorded = (session.read_record(deployment.state_dir, facts.last_good)
                 if facts.last_good and current_unit == deployment.unit_text else None)
     # Up to date only if the installed unit is the one the last good deployment recorded: an

@@ -21,6 +21,7 @@ from sgdeploy.deploy.secret_args import EnvReference, unit_parts
 from sgdeploy.profile.model import LoadedProfile, Profile
 from sgdeploy.sglang.catalog import Catalog, Flag
 from sgdeploy.sglang.flags import as_sglang_sees_it, removed_switch_off
+from sgdeploy.sglang.secrets import launch_secrets
 
 
 def _template_dir() -> Path:
@@ -34,6 +35,10 @@ TEMPLATE_DIR = _template_dir()
 TEMPLATE_NAME = "sglang.service.j2"
 LAUNCH_MODULE = "sglang.launch_server"
 STOP_TIMEOUT_S = 120
+
+
+class SecretInUnit(ValueError):
+    """A launch that would write a secret into its unit: refused whatever validation said."""
 
 
 @dataclass(frozen=True)
@@ -198,10 +203,21 @@ def _template_env() -> jinja2.Environment:
     return env
 
 
+def refuse_secrets(profile: Profile) -> None:
+    """SecretInUnit when a `[server]` or `[env]` value is a secret (sgdeploy.sglang.secrets): a
+    unit file is world-readable, so no secret is ever written into one (named, never shown)."""
+    spots = launch_secrets(profile.server, profile.env_strings())
+    if spots:
+        where = "; ".join(f"{spot.dotted} {spot.what}" for spot in spots)
+        raise SecretInUnit(f"{where}: a unit file is readable by every user of the host, so "
+                           "sgdeploy writes no secret into it (SGD021 says where the value goes)")
+
+
 def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> RenderedUnit:
     profile = loaded.model
     if profile is None:
         raise ValueError(f"{loaded.path} is not a valid profile")
+    refuse_secrets(profile)
     secrets = unit_parts(profile, catalog, launch_words(profile, catalog))
     groups = secrets.groups
     argv = [word for group in groups for word in group]

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,13 +11,13 @@ from sgdeploy.sglang.hostfiles import host_files
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
-from sgdeploy.sglang.secrets import ENV_LOOKALIKE, YAML_SUFFIXES, file_key, mechanism
-
-_SECRET_FLAGS = {"api_key", "admin_api_key", "hf_token", "ssl_keyfile_password"}
-_SECRET_ENV = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)($|_)", re.I)
-# Values that are credentials whatever they are called: Hugging Face, OpenAI-style, GitHub, AWS.
-_SECRET_VALUE = re.compile(
-    r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16})\b")
+from sgdeploy.sglang.secrets import (
+    ENV_LOOKALIKE,
+    YAML_SUFFIXES,
+    file_key,
+    launch_secrets,
+    mechanism,
+)
 
 
 @rule("SGD020", "unsafe-characters", ERROR,
@@ -49,20 +48,51 @@ def _has_control(value: Any) -> bool:
     return False
 
 
-@rule("SGD021", "secret-in-profile", ERROR, "An API key or token written into the profile would land in the unit.",
-      "keep the value on the host: deploy.env_file for an environment variable, [secrets] for an SGLang argument")
+_READABLE = "it would be written into the unit, which every user of the host can read"
+
+
+@rule("SGD021", "secret-in-profile", ERROR,
+      "A secret written into the profile (an API key, a token, a password or key in a URL) "
+      "would land in the unit, which every user of the host can read.",
+      "keep the value on the host: [secrets] for an SGLang argument, deploy.env_file for an "
+      "environment variable")
 def secret_in_profile(ctx: LaunchContext) -> Iterator[Finding]:
-    for key in ctx.raw_server:
-        if key in _SECRET_FLAGS:
-            yield Finding(server_field(key), f"'{key}' is a secret; profiles and units are not secret",
-                          _secret_hint(ctx, key))
-    for key, value in ctx.env.items():
-        if value and (_SECRET_ENV.search(key) or _SECRET_VALUE.search(value)):  # an empty value writes nothing
-            yield Finding(f"env.{key}", f"{key} looks like a secret; it would be written into the unit")
-    for key, value in ctx.raw_server.items():
-        if key not in _SECRET_FLAGS and isinstance(value, str) and _SECRET_VALUE.search(value):
-            yield Finding(server_field(key), f"the value of '{key}' looks like a credential; it would be written "
-                          "into the unit")
+    for spot in launch_secrets(ctx.raw_server, ctx.env):
+        if spot.table == "env":
+            yield Finding(spot.dotted, f"{spot.key} {spot.what}: {_READABLE}", _env_hint(spot.key))
+        elif spot.by_name:
+            yield Finding(spot.dotted, f"'{spot.key}' is a secret; profiles and units are not "
+                          "secret", _secret_hint(ctx, spot.key))
+        else:
+            yield Finding(spot.dotted, f"the value of '{spot.key}' {spot.what}: {_READABLE}",
+                          _value_hint(ctx, spot.key))
+
+
+def _env_hint(name: str) -> str:
+    return (f"remove {name} from [env]; write `{name}=VALUE` into a file on the host that only "
+            "root reads (mode 0600) and name it in deploy.env_file: the unit reads it as "
+            "EnvironmentFile= and never holds the value")
+
+
+_TO_ENVIRONMENT = ("take the credential out of the value and give it to the server in its "
+                   "environment from deploy.env_file (NAME=value lines in a root-only file on the "
+                   "host, e.g. HF_TOKEN for the Hugging Face hub)")
+
+
+def _value_hint(ctx: LaunchContext, key: str) -> str:
+    """Where a value that holds a credential goes: the credential alone to the environment, or
+    the whole value to [secrets] (not model_path: SGD016 and the host's checks read it in
+    [server])."""
+    flag = ctx.catalog.get(key)
+    if key in ("model_path", "config") or flag is None or flag.is_switch or flag.is_list:
+        return _TO_ENVIRONMENT
+    if mechanism(ctx.catalog) == "config":
+        where = (f"`{file_key(flag)}: VALUE` in that root-only YAML file on the host (SGLang "
+                 "reads it through --config)")
+    else:
+        where = (f"`{key}=VALUE` in that root-only file on the host (systemd expands it into the "
+                 "command line, where the process list shows it)")
+    return f'{_TO_ENVIRONMENT}; or remove it, list "{key}" in [secrets] keys and write {where}'
 
 
 def _secret_hint(ctx: LaunchContext, key: str) -> str:
