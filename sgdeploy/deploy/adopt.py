@@ -30,7 +30,14 @@ from sgdeploy.profile.validate import validate_loaded
 from sgdeploy.sglang.argv import ArgvFinding, ParsedArgv, parse_server_argv
 from sgdeploy.sglang.catalog import Catalog, UnknownVersionError, load_catalog, newest_version
 from sgdeploy.sglang.gpus import gpu_model_for
-from sgdeploy.sglang.secrets import ENV_LOOKALIKE, SECRET_FIELDS, redact
+from sgdeploy.sglang.secrets import (
+    ENV_LOOKALIKE,
+    REDACTED,
+    SECRET_FIELDS,
+    launch_secrets,
+    redact,
+    shown,
+)
 
 LAUNCH_MODULE = "sglang.launch_server"
 # Environment variables SGLang and the libraries under it read; nothing else is imported.
@@ -61,8 +68,8 @@ def split_launch(argv: Sequence[str]) -> Launch:
     words = list(argv)
     for i, word in enumerate(words):
         if any(0xD800 <= ord(ch) <= 0xDFFF for ch in word) or "\x00" in word:
-            raise LaunchError(f"argument {i} ({word[:40]!r}) holds a NUL byte or bytes that are not UTF-8: a profile "
-                              "cannot hold it")
+            raise LaunchError(f"argument {i} ({redact(word[:40])!r}) holds a NUL byte or bytes "
+                              "that are not UTF-8: a profile cannot hold it")
     for i, word in enumerate(words):
         if word == "-m" and i + 1 < len(words) and words[i + 1] == LAUNCH_MODULE:
             return _launch(words, i, i + 2, "launch_server")
@@ -125,6 +132,8 @@ class Imported:
     notes: list[str] = field(default_factory=list)
     withheld_env: list[str] = field(default_factory=list)
     secret_flags: list[str] = field(default_factory=list)  # ServerArgs fields moved to [secrets]
+    # [server] values written with <redacted> in place of the secret they held: field -> what it was
+    placeholders: dict[str, str] = field(default_factory=dict)
 
     @property
     def findings(self) -> list[ArgvFinding]:
@@ -155,28 +164,71 @@ class Target:
 
 
 def import_launch(observed: Observed, catalog: Catalog, target: Target) -> Imported:
-    """The profile for `observed`, its flags read with `catalog`; raises LaunchError."""
+    """The profile for `observed`, its flags read with `catalog`; raises LaunchError. No secret
+    value is written: a secret argument goes to `[secrets]`, a secret variable to deploy.env_file,
+    and a value that holds one (a URL's password) is written with `<redacted>` in its place."""
     launch = split_launch(observed.argv)
     parsed = parse_server_argv(list(launch.flags), catalog)
-    notes = _launch_notes(launch, observed)
+    notes = [redact(note) for note in _launch_notes(launch, observed)]
     if isinstance(parsed.server.get("config"), str):
-        notes.append(f"--config {parsed.server['config']}: SGLang reads more flags from that file on the host; "
-                     "they are not imported (the profile keeps --config, so the unit reads them too)")
+        notes.append(f"--config {parsed.server['config']}: SGLang reads more flags from that file "
+                     "on the host; they are not imported (the profile keeps --config, so the unit "
+                     "reads them too; a secret in it stays on the host)")
     env = sglang_env(observed.environ)
     gpus = gpus_from(env.pop("CUDA_VISIBLE_DEVICES")) if "CUDA_VISIBLE_DEVICES" in env else None
     if gpus is None and "CUDA_VISIBLE_DEVICES" in sglang_env(observed.environ):
         env["CUDA_VISIBLE_DEVICES"] = sglang_env(observed.environ)["CUDA_VISIBLE_DEVICES"]
-    withheld = sorted(k for k in env if f"env.{k}" in target.secrets)
-    server = {k: v for k, v in parsed.server.items() if f"server.{k}" not in target.secrets}
-    secret_flags = [k for k in parsed.server if k not in server]
-    notes += _secret_notes(observed, catalog, target, secret_flags)
-    env = {k: v for k, v in env.items() if k not in withheld}
-    text = _render(observed, launch, parsed, catalog, target, env, gpus, server, withheld, secret_flags)
-    return Imported(text, server, parsed, launch, notes, withheld, secret_flags)
+    kept = _kept_out(parsed.server, env, catalog, target)
+    server = {k: kept.placeholders.get(k, v) for k, v in parsed.server.items()
+              if k not in kept.flags}
+    notes += _secret_notes(observed, catalog, target, kept)
+    env = {k: v for k, v in env.items() if k not in kept.env}
+    text = _render(observed, launch, parsed, catalog, target, env, gpus, server, kept)
+    return Imported(redact(text), server, parsed, launch, notes, kept.env, kept.flags,
+                    {k: kept.what[k] for k in kept.placeholders})
 
 
-def _secret_notes(observed: Observed, catalog: Catalog, target: Target, secret_flags: list[str]) -> list[str]:
-    """What to do about the secrets the launch carried: the file to create, and variables SGLang ignores."""
+@dataclass(frozen=True)
+class _KeptOut:
+    """What import keeps out of the profile, and where it puts each instead."""
+
+    flags: list[str]  # ServerArgs fields whose values go to the [secrets] file
+    env: list[str]  # variables whose values go to deploy.env_file
+    placeholders: dict[str, Any]  # [server] values written with <redacted> in place of their secret
+    what: dict[str, str]  # field -> the secret it held, in words
+
+
+def _kept_out(server: dict[str, Any], env: dict[str, str], catalog: Catalog,
+              target: Target) -> _KeptOut:
+    """Every secret of the launch, recognised by what it is (sgdeploy.sglang.secrets)."""
+    flags, placeholders, what = [], {}, {}
+    spots = {spot.dotted: spot for spot in launch_secrets(server, env)}
+    for key, value in server.items():
+        spot = spots.get(f"server.{key}")
+        if spot is None and f"server.{key}" not in target.secrets:
+            continue
+        if _from_file(catalog, key):
+            flags.append(key)
+        else:
+            placeholders[key] = shown(key, value)
+            what[key] = spot.what if spot else "is a secret"
+    withheld = sorted({k for k in env if f"env.{k}" in spots or f"env.{k}" in target.secrets})
+    return _KeptOut(flags, withheld, placeholders, what)
+
+
+def _from_file(catalog: Catalog, key: str) -> bool:
+    """Whether SGLang can take `key` from the [secrets] file (SGD022); model_path stays in
+    [server], where SGD016 and the host's checks read it."""
+    flag = catalog.get(key)
+    return (flag is not None and not flag.is_switch and not flag.is_list
+            and key not in ("config", "model_path"))
+
+
+def _secret_notes(observed: Observed, catalog: Catalog, target: Target,
+                  kept: _KeptOut) -> list[str]:
+    """What to do about the secrets the launch carried: the files to create, the values written
+    as placeholders, and variables SGLang ignores."""
+    secret_flags = kept.flags
     notes = [f"{name} is set in the server's environment, but SGLang reads no {name}: the server runs without "
              f"{match.group(1).lower()} (list it in [secrets] to set one)"
              for name in sorted(observed.environ)
@@ -187,7 +239,21 @@ def _secret_notes(observed: Observed, catalog: Catalog, target: Target, secret_f
         notes.append(f"{flags} {'holds a secret' if len(secret_flags) == 1 else 'hold secrets'}: not written into "
                      f"the profile; its [secrets] names {path}. Before `sgdeploy apply --adopt`, "
                      + creation_steps(secret_flags, catalog, path, observed.user or "root", target.host))
+    notes += [f"server.{key} {kept.what[key]}: written with {REDACTED} in its place, so the "
+              f"profile does not run the same launch until you fix it: {_CREDENTIAL_TO_ENV}"
+              for key in kept.placeholders]
+    if kept.env:
+        path = target.env_file or f"/etc/sgdeploy/{_unit_name(target)}.env"
+        notes.append(f"{', '.join(kept.env)}: secrets, not written into the profile; its "
+                     f"deploy.env_file names {path}. Before `sgdeploy apply --adopt`, create it on "
+                     f"{target.host} as root with mode 0600 (`install -D -m 600 /dev/null "
+                     f"{path}`), with one `NAME=<the value>` line for each")
     return notes
+
+
+_CREDENTIAL_TO_ENV = ("take the secret out of the value and give it to the server in its "
+                      "environment from deploy.env_file (a root-only file of NAME=value lines on "
+                      "the host, e.g. HF_TOKEN for the Hugging Face hub)")
 
 
 # Secret options by their full spelling, also where this release does not know them (a refused
@@ -261,9 +327,10 @@ def _comment(text: str) -> str:
     return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
 
 
-def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Catalog, target: Target,
-            env: dict[str, str], gpus: list[int | str] | None, server: dict[str, Any],
-            withheld: list[str], secret_flags: list[str]) -> str:
+def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Catalog,
+            target: Target, env: dict[str, str], gpus: list[int | str] | None,
+            server: dict[str, Any], kept: _KeptOut) -> str:
+    withheld, secret_flags = kept.env, kept.flags
     source = f"pid {observed.pid}" if observed.pid else "a command line"
     if observed.unit:
         source = f"{source} of {observed.unit}" if observed.pid else f"the unit file of {observed.unit}"
@@ -304,6 +371,8 @@ def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Cat
             notes.append(f"written as {use.written[0].split('=', 1)[0]}")
         if flag is not None and flag.default is not None and _same(value, flag.default):
             notes.append("= SGLang's default")
+        if key in kept.placeholders:
+            notes.append(f"{REDACTED} stands for a secret that was not copied (see the notes)")
         tail = f" # {_comment('; '.join(notes))}" if notes else ""
         lines.append(f"{key} = {toml_value(value)}{tail}")
     refused = sorted({f.index for f in parsed.findings if f.severity == "error" and f.index is not None})
@@ -311,7 +380,7 @@ def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Cat
         shown = shown_flags(launch.flags, parsed)
         words = " ".join(shlex.quote(shown[i]) for i in refused if i < len(shown))
         lines.append(f"# not imported, SGLang {catalog.version} refuses them (see the import's report): "
-                     + _comment(words))
+                     + _comment(redact(words)))
     if secret_flags:
         lines += ["", "[secrets]",
                   f"file = {toml_value(default_file(unit, catalog))} # create it on the host (the import's notes "
@@ -352,21 +421,23 @@ class ImportResult:
 
 def finish_import(observed: Observed, catalog: Catalog, target: Target, inventory: Any,
                   path: str = "imported.toml") -> ImportResult:
-    """Import, validate against `catalog`'s version, keep secrets out, and check the round trip.
-
-    A first pass finds what validation calls a secret (SGD021); the profile is then written
-    without those values, so a secret never reaches the text that is returned.
-    """
+    """Import, validate against `catalog`'s version, and check the round trip. Secrets are kept
+    out while the profile is written (`import_launch`), whether or not validation can run."""
     imported = import_launch(observed, catalog, target)
-    validation = validate_loaded(_loaded(imported.text, path), inventory, catalog.version)
-    secrets = frozenset(d.field for d in validation.diagnostics if d.rule == "SGD021" and d.field)
-    if secrets:
-        target = Target(target.host, target.unit, secrets, target.env_file)
-        imported = import_launch(observed, catalog, target)
-        validation = validate_loaded(_loaded(imported.text, path), inventory, catalog.version)
     loaded = _loaded(imported.text, path)
+    validation = validate_loaded(loaded, inventory, catalog.version)
+    validation.diagnostics += [_placeholder_finding(loaded, key, what)
+                               for key, what in imported.placeholders.items()]
     return ImportResult(imported, validation, roundtrip_differences(loaded, imported, observed, catalog),
                         catalog.version)
+
+
+def _placeholder_finding(loaded: Any, key: str, what: str) -> Diagnostic:
+    dotted = f"server.{key}"
+    return Diagnostic("SGD021", Severity.ERROR,
+                      f"{dotted} {what}: the import wrote {REDACTED} in its place",
+                      f"{_CREDENTIAL_TO_ENV}, then write the value without it", dotted,
+                      loaded.line_of(dotted), loaded.path)
 
 
 def _loaded(text: str, path: str) -> Any:
@@ -385,15 +456,17 @@ def roundtrip_differences(loaded: Any, imported: Imported, observed: Observed, c
     except KeyError as exc:
         return [str(exc)]
     again = parse_server_argv(rendered[3:], catalog)
-    differences = [f"server.{key}: ran with {_text(imported.parsed.server.get(key))}, renders "
-                   f"{_text(again.server.get(key))}"
+    ran, renders = imported.parsed.server, again.server
+    differences = [f"server.{key}: ran with {_text(shown(key, ran.get(key)))}, renders "
+                   f"{_text(shown(key, renders.get(key)))}"
                    for key in dict.fromkeys([*imported.parsed.server, *again.server])
                    if not _equal(imported.parsed.server.get(key), again.server.get(key))
-                   and key in imported.server]
+                   and key in imported.server and key not in imported.placeholders]
     unit_env = dict(unit_environment(profile))
     for key, value in sglang_env(observed.environ).items():
         if key not in imported.withheld_env and unit_env.get(key) != value:
-            differences.append(f"env.{key}: ran with {value!r}, the unit sets {unit_env.get(key)!r}")
+            differences.append(f"env.{key}: ran with {shown(key, value)!r}, the unit sets "
+                               f"{shown(key, unit_env.get(key))!r}")
     return differences
 
 
@@ -508,12 +581,11 @@ def import_text(result: ImportResult, profile_path: str) -> str:
     for finding in imported.findings:
         where = f"argument {finding.index + 1} of SGLang's flags" if finding.index is not None else "command line"
         word = (f" ({shown[finding.index]!r})" if finding.index is not None and finding.index < len(shown) else "")
-        lines.append(f"{where}{word}: {finding.severity}: {_without(finding.message, hidden)}"
-                     + (f" (hint: {_without(finding.hint, hidden)})" if finding.hint else ""))
+        hint = f" (hint: {_without(finding.hint, hidden)})" if finding.hint else ""
+        message = _without(finding.message, hidden)
+        lines.append(redact(f"{where}{word}: {finding.severity}: {message}{hint}"))
     lines += [f"note: {note}" for note in imported.notes]
-    if imported.withheld_env:
-        lines.append(f"note: secrets kept out of the profile: {', '.join(imported.withheld_env)}")
-    lines += [finding_line(d) for d in result.validation.diagnostics]
+    lines += [redact(finding_line(d)) for d in result.validation.diagnostics]
     errors = sum(1 for d in result.validation.diagnostics if d.is_error)
     lines.append(f"validate: {errors} error(s), "
                  f"{sum(1 for d in result.validation.diagnostics if not d.is_error)} other finding(s)")
@@ -584,7 +656,7 @@ def _import_unit_file(text: str, name: str, unit: str, new_unit: str | None, ver
     target = Target(name, new_unit or unit.removesuffix(".service"), env_file=env_file)
     result = finish_import(observed, catalog, target, inventory)
     notes = [f"{unit} does not run: read from its unit file, so SGLang's version is not the interpreter's"
-             + (f" ({version_note})" if version_note else ""), *service.notes]
+             + (f" ({version_note})" if version_note else ""), *map(redact, service.notes)]
     if service.environment_files:
         notes.append(f"EnvironmentFile= {', '.join(service.environment_files)}: its variables stay in that file "
                      "(not read)" + ("" if env_file else "; the profile can name only one: set deploy.env_file"))
