@@ -4,11 +4,14 @@ For every profile that changed, or whose hosts changed in the inventory, and for
 targets on either side: the effective launch before and after (flags, environment, `[deploy]`
 settings, SGLang version and GPU facts), the findings that appear or clear, and the unit diff.
 Removed flags come first everywhere: a restart that silently loses `--speculative-num-steps 3`
-halves throughput, and nothing else a diff shows costs as much. Pure: texts in, data out.
+halves throughput, and nothing else a diff shows costs as much. A secret never reaches the result:
+values, findings and unit lines are compared as written and kept as `sgdeploy.sglang.secrets`
+shows them. Pure: texts in, data out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -21,6 +24,7 @@ from sgdeploy.profile.model import LoadedProfile, Profile
 from sgdeploy.profile.validate import InventoryContext, TargetVerdict, verdicts_by_target
 from sgdeploy.review.revisions import Snapshot
 from sgdeploy.sglang.catalog import Catalog, load_catalog
+from sgdeploy.sglang.secrets import redact, shown
 
 FACTS = ("sglang_version", "gpu", "compute_capability", "gpu_count", "gpu_memory_gib")
 ChangeKind = Literal["removed", "changed", "added"]
@@ -184,10 +188,11 @@ def _by_host(loaded: LoadedProfile | None, inventory: InventoryContext) -> tuple
 
 # --------------------------------------------------------------------------- comparing
 def _mapping_changes(before: dict[str, Any], after: dict[str, Any]) -> list[Change]:
-    changes = [Change("removed", k, before=before[k]) for k in before if k not in after]
-    changes += [Change("changed", k, before=before[k], after=after[k])
+    """What differs, compared as written and kept as it may be shown (a secret as <redacted>)."""
+    changes = [Change("removed", k, before=shown(k, before[k])) for k in before if k not in after]
+    changes += [Change("changed", k, before=shown(k, before[k]), after=shown(k, after[k]))
                 for k in before if k in after and before[k] != after[k]]
-    changes += [Change("added", k, after=after[k]) for k in after if k not in before]
+    changes += [Change("added", k, after=shown(k, after[k])) for k in after if k not in before]
     return changes
 
 
@@ -212,11 +217,15 @@ def _finding_key(d: Diagnostic) -> tuple[str, str, str | None, str]:
     return (d.rule, d.severity.value, d.field, d.message)
 
 
+def _shown_finding(d: Diagnostic) -> Diagnostic:
+    return dataclasses.replace(d, message=redact(d.message), hint=redact(d.hint))
+
+
 def _finding_changes(before: list[Diagnostic], after: list[Diagnostic]) -> tuple[list[Diagnostic], list[Diagnostic]]:
     old = {_finding_key(d) for d in before}
     new = {_finding_key(d) for d in after}
-    appeared = [d for d in after if _finding_key(d) not in old]
-    cleared = [d for d in before if _finding_key(d) not in new]
+    appeared = [_shown_finding(d) for d in after if _finding_key(d) not in old]
+    cleared = [_shown_finding(d) for d in before if _finding_key(d) not in new]
     severity = {"error": 0, "warning": 1, "info": 2}
     return (sorted(appeared, key=lambda d: severity[d.severity.value]),
             sorted(cleared, key=lambda d: severity[d.severity.value]))
@@ -237,7 +246,7 @@ def _unit_diff(before: Launch | None, after: Launch | None, labels: tuple[str, s
         return ""
     lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                  fromfile=labels[0], tofile=labels[1], n=1)
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return "".join(redact(line if line.endswith("\n") else line + "\n") for line in lines)
 
 
 def _target_diff(host: str, before: Launch | None, after: Launch | None, labels: tuple[str, str]) -> TargetDiff:

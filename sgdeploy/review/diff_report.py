@@ -11,6 +11,7 @@ from typing import Any
 from sgdeploy.core.diagnostics import Diagnostic, finding_line
 from sgdeploy.deploy.render import value_word
 from sgdeploy.review.diff import Change, DiffResult, Launch, ProfileDiff, TargetDiff
+from sgdeploy.sglang.secrets import redact, redact_data
 
 _value = value_word
 
@@ -93,7 +94,7 @@ def diff_text(result: DiffResult) -> str:
         for t in p.targets:
             lines += _target_text(t)
     lines += ["", summary_counts(result) if result.profiles else "no profile or host changed"]
-    return "\n".join(lines) + "\n"
+    return redact("\n".join(lines) + "\n")
 
 
 # --------------------------------------------------------------------------- JSON
@@ -132,7 +133,7 @@ def diff_json(result: DiffResult) -> str:
             "targets": [_target_json(t) for t in p.targets],
         } for p in result.profiles],
     }
-    return json.dumps(document, indent=2, default=str) + "\n"
+    return json.dumps(redact_data(document), indent=2, default=str) + "\n"
 
 
 # --------------------------------------------------------------------------- Markdown
@@ -196,7 +197,7 @@ def diff_markdown(result: DiffResult) -> str:
             lines += ["", "Cleared findings:", "", *map(_md_finding, p.cleared_findings)]
         for t in p.targets:
             lines += _target_md(t)
-    return "\n".join(lines) + "\n"
+    return redact("\n".join(lines) + "\n")
 
 
 FORMATTERS = {"text": diff_text, "json": diff_json, "markdown": diff_markdown}
