@@ -44,6 +44,7 @@ from sgdeploy.host.facts import (
 )
 from sgdeploy.host.remote import CommandTimeout, ConnectError, RemoteError, RemoteHost
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
+from sgdeploy.sglang.secrets import redact_document
 from sgdeploy.sglang.versions import parse_version
 
 if TYPE_CHECKING:
@@ -155,7 +156,8 @@ class Record:
         return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        """The record as `history` and `status` show it: a secret in it is `<redacted>`."""
+        return redact_document({
             "id": self.id,
             "time": self._get("time"),
             "profile": self._get("profile"),
@@ -171,7 +173,7 @@ class Record:
             "disagreements": self._get("disagreements") or [],
             "last_good": self.last_good,
             "problem": self.problem,
-        }
+        })
 
 
 @dataclass(frozen=True)
@@ -515,6 +517,10 @@ class Status:
         return 0 if self.healthy else 1
 
     def as_dict(self) -> dict[str, Any]:
+        """The status as JSON: the unit's diffs and notes with every secret `<redacted>`."""
+        return redact_document(self._document())
+
+    def _document(self) -> dict[str, Any]:
         u = self.unit_state
         gpu_index = {g.uuid: g.index for g in self.gpus}
         return {

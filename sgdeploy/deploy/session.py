@@ -49,7 +49,7 @@ from sgdeploy.host.remote import (
 )
 from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.sglang.check.verdict import CheckRequest, HostVerdict
-from sgdeploy.sglang.secrets import redact
+from sgdeploy.sglang.secrets import redact, redact_data
 
 LOCKED_MARKER = "@@sgdeploy:locked@@"
 LOCK_BUSY_RC = 75
@@ -294,11 +294,13 @@ class HostSession:
     def stage_command(self, deployment: Deployment) -> str:
         meta = deployment_meta(deployment, "starting")
         record = deployment.record_dir
+        # the record holds no secret (a comment's token, a log line's): the unit is kept as it
+        # runs, and the renderer writes none into it (render.refuse_secrets)
         files = {  # the unit first: if it cannot be written, nothing else is
             deployment.staged_unit_path: deployment.unit_text.encode(),
-            f"{record}/profile.toml": deployment.profile_text.encode(),
+            f"{record}/profile.toml": redact(deployment.profile_text).encode(),
             f"{record}/unit.service": deployment.unit_text.encode(),
-            f"{record}/meta.json": (json.dumps(meta, indent=2) + "\n").encode(),
+            f"{record}/meta.json": (json.dumps(redact_data(meta), indent=2) + "\n").encode(),
         }
         self.remote.stats.uploads += len(files)
         return write_files_command(files)
@@ -457,7 +459,8 @@ class HostSession:
         # imported here: early.py's connection thread imports this module while the CLI validates
         from sgdeploy.deploy.operate import prune_command
 
-        files = {f"{deployment.record_dir}/meta.json": (json.dumps(meta, indent=2) + "\n").encode()}
+        shown = json.dumps(redact_data(meta), indent=2) + "\n"
+        files = {f"{deployment.record_dir}/meta.json": shown.encode()}
         if last_good:
             files[f"{deployment.state_dir}/last_good"] = (deployment.id + "\n").encode()
         prune = prune_command(deployment.state_dir, keep, deployment.id if last_good else None)

@@ -29,6 +29,7 @@ from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost, Re
 from sgdeploy.logs import LogReport, settings_changed
 from sgdeploy.profile.inventory import HostEntry
 from sgdeploy.profile.model import ProbeSettings
+from sgdeploy.sglang.secrets import redact_document
 
 
 class Exit(enum.IntEnum):
@@ -122,7 +123,8 @@ class ApplyResult:
     unreachable: bool = False  # could not connect: `plan` exits 2 for it, not 1 (would refuse); not in the JSON
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        """The result as JSON, with every secret in it (a log line, a finding) `<redacted>`."""
+        return redact_document({
             "exit_code": self.exit_code,
             "status": self.status,
             "host": self.host,
@@ -142,7 +144,7 @@ class ApplyResult:
             "ssh": self.stats,
             "sglang_check": self.sglang_check,
             "disagreements": self.disagreements,
-        }
+        })
 
 
 # --------------------------------------------------------------------------- the transaction

@@ -1,4 +1,7 @@
-"""Formatting findings and results: text, JSON and GitHub workflow commands. Pure: returns strings."""
+"""Formatting findings and results: text, JSON and GitHub workflow commands. Pure: returns strings.
+
+Every text and document leaves through `sgdeploy.sglang.secrets` (`redact`, `redact_data`): a
+secret that reached a finding, a log line or a unit diff is shown as `<redacted>`."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sgdeploy.core.diagnostics import Diagnostic, finding_line
 from sgdeploy.profile.validate import ValidationResult
+from sgdeploy.sglang.secrets import redact, redact_data
 
 if TYPE_CHECKING:  # for the annotations only: validate's output path loads none of these
     from sgdeploy.deploy.drained import RolloutPlan
@@ -30,11 +34,11 @@ def validation_text(results: Sequence[ValidationResult]) -> str:
         f"{len(results)} profile(s) checked: {len(results) - len(failed)} valid, {len(failed)} with errors, "
         f"{warnings} warning(s)"
     )
-    return "\n".join(lines) + "\n"
+    return redact("\n".join(lines) + "\n")
 
 
 def validation_json(results: Sequence[ValidationResult]) -> str:
-    return json.dumps({"profiles": [r.as_dict() for r in results]}, indent=2) + "\n"
+    return json.dumps(redact_data({"profiles": [r.as_dict() for r in results]}), indent=2) + "\n"
 
 
 def _escape_data(text: str) -> str:
@@ -52,7 +56,7 @@ def github_command(d: Diagnostic) -> str:
     if d.line is not None:
         props.append(f"line={d.line}")
     props.append(f"title={_escape_property(d.rule)}")
-    message = d.described + (f" (hint: {d.hint})" if d.hint else "")
+    message = redact(d.described + (f" (hint: {d.hint})" if d.hint else ""))
     return f"::{level} {','.join(props)}::{_escape_data(message)}"
 
 
@@ -95,7 +99,7 @@ def apply_text(result: ApplyResult) -> str:
     if result.rollback:
         rb = result.rollback
         lines.append(f"rollback to {rb.restored}: {'ready' if rb.ready else 'FAILED: ' + str(rb.reason)}")
-    return "\n".join(lines) + "\n"
+    return redact("\n".join(lines) + "\n")
 
 
 def plan_text(plan: Plan) -> str:
@@ -109,7 +113,7 @@ def plan_text(plan: Plan) -> str:
             lines.append(f"REFUSED by SGLang {check.sglang_version or ''} on {plan.host} itself; nothing would change")
         else:
             lines.append("REFUSED: the profile cannot run on this host; nothing would change")
-        return "\n".join(lines) + "\n"
+        return redact("\n".join(lines) + "\n")
     if plan.up_to_date:
         lines.append("up to date: the unit on the host is this one and it is active; nothing to do")
     lines.extend(_step_lines(plan.steps))
@@ -121,7 +125,7 @@ def plan_text(plan: Plan) -> str:
         from sgdeploy.sglang.check.verdict import summary
 
         lines.append("SGLang's own check: " + summary(check, plan.host, plan.deployment.server))
-    return "\n".join(lines) + "\n"
+    return redact("\n".join(lines) + "\n")
 
 
 # --------------------------------------------------------------------------- logcheck / history / status
@@ -161,7 +165,7 @@ def logcheck_text(report: LogReport, source: str) -> str:
         lines.append("settings SGLang changed on its own:")
         lines.extend(f"  {a.field} = {json.dumps(a.value, default=str)}  ({a.reason})"
                      for a in report.auto_adjusted)
-    return "\n".join(lines) + "\n"
+    return redact("\n".join(lines) + "\n")
 
 
 def _cell(value: Any) -> str:
@@ -191,7 +195,7 @@ def history_text(history: History) -> str:
     for r in history.records:
         if r.problem:
             lines.append(f"{r.id}: corrupt record: {r.problem}")
-    return "\n".join(lines) + "\n"
+    return redact("\n".join(lines) + "\n")
 
 
 def status_text(status: Status) -> str:
@@ -245,7 +249,7 @@ def status_text(status: Status) -> str:
         lines.append(f"gateway '{g['gateway']}': {g['url']} {g['state']}{load}"
                      + (f" ({g['problem']})" if g["problem"] else ""))
     lines.extend(f"note: {n}" for n in status.notes)
-    return "\n".join(lines) + "\n"
+    return redact("\n".join(lines) + "\n")
 
 
 def rollout_text(fleet: FleetResult) -> str:
@@ -265,7 +269,7 @@ def rollout_text(fleet: FleetResult) -> str:
         lines.append(f"all {len(rows)} hosts done")
     if fleet.gateway:
         lines.extend(rotation_lines(fleet.gateway))
-    return "\n".join(lines) + "\n"
+    return redact("\n".join(lines) + "\n")
 
 
 def rotation_lines(gateway: dict[str, dict[str, Any]]) -> list[str]:
@@ -306,7 +310,7 @@ def drained_plan_text(plan: RolloutPlan, results: Sequence[ApplyResult]) -> str:
             lines.extend("  " + line for line in plan_text(result.plan).rstrip("\n").splitlines())
         elif result is not None:
             lines.append(f"  {result.status.upper()}: {result.message}")
-    return "\n".join(lines) + "\n"
+    return redact("\n".join(lines) + "\n")
 
 
 def connection_text(name: str, chain: Sequence[SshTarget]) -> str:
