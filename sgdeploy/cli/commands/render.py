@@ -51,5 +51,8 @@ def run(args: argparse.Namespace) -> int:
         err(f"sgdeploy render: {exc.args[0] if exc.args else exc} "
             f"(no catalog of SGLang {version} is bundled)\n")
         return EXIT_FAILED
+    except ValueError as exc:  # the renderer refuses to write a secret into the unit
+        err(f"sgdeploy render: {exc}\n")
+        return EXIT_FAILED
     out(unit.text)
     return EXIT_OK
