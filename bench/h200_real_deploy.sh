@@ -100,8 +100,21 @@ $(printf '%s\n' "$@")
 EOF
 }
 
+gpu_facts() {  # the lent GPU may be an H200 or an H100: the inventory says which, as nvidia-smi does
+    IFS=, read -r GPU_NAME GPU_MIB < <(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits | head -1)
+    GPU_MIB=${GPU_MIB// /}
+    GPU_GIB=$(( (GPU_MIB + 512) / 1024 ))
+    # The smallest mem_fraction_static that SGD511 lets through for llama-8b (its weights and
+    # 0.6 GiB), which is less than the weights plus the CUDA context the server has before it
+    # loads them (~1.3 GiB on the H200): the KV cache gets nothing, and SGLang stops after start
+    KV_OOM_FRACTION=$(python3 -c "import glob, math, os, sys
+w = sum(os.path.getsize(f) for f in glob.glob('$MODELS/llama-8b/*.safetensors')) / 2**30
+print(math.ceil((w + 0.6) / $GPU_GIB * 1000) / 1000)")
+}
+
 run_dir() {
     mkdir -p "$RUN/profiles"
+    gpu_facts
     cat > "$RUN/inventory.toml" <<EOF
 [hosts.h200]
 address = "127.0.0.1"
@@ -109,17 +122,19 @@ port = 2222
 user = "root"
 identity_file = "$RUN/key"
 known_hosts = "$RUN/known_hosts"
-gpu = "NVIDIA H200"
+gpu = "$GPU_NAME"
 compute_capability = "9.0"
 gpu_count = 1
-gpu_memory_gib = 141
+gpu_memory_gib = $GPU_GIB
 sglang_version = "0.5.11"
 EOF
     profile big-a llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 64'
     profile big-b llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 128'
-    # passes validation and SGLang's own check; on the GPU the KV cache cannot fit beside the
-    # 15 GB of weights in 5 % of the memory
-    profile big-oom llama-8b 'mem_fraction_static = 0.05' 'max_running_requests = 128'
+    # passes validation and SGLang's own check; on the GPU the KV cache gets no room beside the
+    # weights and the CUDA context
+    profile big-oom llama-8b "mem_fraction_static = $KV_OOM_FRACTION" 'max_running_requests = 128'
+    # refused by sgdeploy before anything stops (SGD511): 5 % of the memory cannot hold the weights
+    profile big-tiny llama-8b 'mem_fraction_static = 0.05' 'max_running_requests = 128'
 }
 
 facts() {

@@ -193,6 +193,8 @@ def phase_two(run: Run, sgd: list[str], out: str, current: str = "big-b") -> Non
     run.step("logcheck-failure-text", sgd + ["logcheck", stem + ".log"], journal=False)
     run.step("status-after-rollback", sgd + ["status", f"profiles/{current}.toml", "--json"],
              journal=False)
+    # weights that 5 % of the GPU cannot hold: refused before the running server is touched
+    run.step("apply-refused-weights", sgd + ["apply", "profiles/big-tiny.toml", "--json"])
     run.ssh(f"setsid nohup {SGL} -c 'import torch, time; x = torch.empty(10 << 30, "
             f"dtype=torch.uint8, device=\"cuda\"); x.fill_(1); time.sleep(900)' "
             "> /root/holder.log 2>&1 < /dev/null &")
