@@ -10,7 +10,7 @@
 #                        bench/h200_check_real_install.sh's setup); sgdeploy's venv /opt/sgd; the
 #                        models (bench/h200_real/models.py); boots the systemd host
 #                        (bench/h200_real/host.sh); writes the inventory and profiles to /opt/h200run
-#   STAGE=scenario PHASE=1|2|3|short ...   runs sgdeploy as a user would (bench/h200_real/scenario.py)
+#   STAGE=scenario PHASE=1|2|3|4|short ...   runs sgdeploy as a user would (bench/h200_real/scenario.py)
 # Every stage starts over where a marker says it has not finished, so a machine given back is
 # rebuilt by running the stages again. What each stage saw goes to $OUT as one tar.gz.
 set -uo pipefail
@@ -61,7 +61,12 @@ sgdeploy_venv() {  # the wheel built from the tree of this call, as a user insta
 
 models() {
     [[ -f $MODELS/.done ]] && return 0
-    "$SGL/bin/python3" bench/h200_real/models.py "$MODELS" small-llama llama-8b && touch "$MODELS/.done"
+    "$SGL/bin/python3" bench/h200_real/models.py "$MODELS" small-llama llama-8b || return 1
+    # a partial download: every file of llama-8b, the last shard cut at 1 GiB
+    mkdir -p "$MODELS/llama-8b-partial" && ln -sf "$MODELS"/llama-8b/* "$MODELS/llama-8b-partial/" \
+        && last=$(ls "$MODELS"/llama-8b/*.safetensors | tail -1) \
+        && rm "$MODELS/llama-8b-partial/${last##*/}" \
+        && head -c 1G "$last" > "$MODELS/llama-8b-partial/${last##*/}" && touch "$MODELS/.done"
     du -sh "$MODELS"/*
 }
 
@@ -134,6 +139,8 @@ EOF
     # weights and the CUDA context
     profile big-oom llama-8b "mem_fraction_static = $KV_OOM_FRACTION" 'max_running_requests = 128'
     # refused by sgdeploy before anything stops (SGD511): 5 % of the memory cannot hold the weights
+    # passes validation and SGLang's own check (neither reads the weights); the last shard is cut
+    profile big-partial llama-8b-partial 'mem_fraction_static = 0.8' 'max_running_requests = 64'
     profile big-tiny llama-8b 'mem_fraction_static = 0.05' 'max_running_requests = 128'
 }
 

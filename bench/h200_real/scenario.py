@@ -138,13 +138,13 @@ print(json.dumps({"used_before_mib": before, "systemctl_stop_s": stop_s, "sample
 def main() -> None:
     run_dir, out, phase = sys.argv[1], sys.argv[2], sys.argv[3]
     run = Run(run_dir, out)
-    run.n = {"1": 0, "2": 20, "3": 40, "short": 0}[phase]
+    run.n = {"1": 0, "2": 20, "3": 40, "4": 60, "short": 0}[phase]
     sgd = ["sgdeploy"]
     poller = subprocess.Popen([sys.executable, __file__, "--poll", f"http://127.0.0.1:{PORT}",
                                os.path.join(out, "client.jsonl")])
     try:
-        if phase == "1" or not os.path.exists(os.path.join(out, "NO-SERVER")):
-            {"1": phase_one, "2": phase_two, "3": phase_three, "short": phase_short}[phase](run, sgd, out)
+        if phase in ("1", "4") or not os.path.exists(os.path.join(out, "NO-SERVER")):
+            {"1": phase_one, "2": phase_two, "3": phase_three, "4": phase_four, "short": phase_short}[phase](run, sgd, out)
     finally:
         poller.kill()
         run.capture(f"journal.all.{phase}.txt", "journalctl -u sglang.service -o short-precise --no-pager")
@@ -224,27 +224,60 @@ def phase_short(run: Run, sgd: list[str], out: str) -> None:
     run.keep()
 
 
+def phase_four(run: Run, sgd: list[str], out: str) -> None:
+    """From a bare host: a server started by hand (venv activated), import, adopt; then a launch
+    whose weights are a partial download fails after start and the adopted server comes back."""
+    hand_launch(run, out, activated=True)
+    adopt(run, sgd)
+    failed = run.step("apply-fails-rollback", sgd + ["apply", "profiles/big-partial.toml", "--json"],
+                      timeout=APPLY_TIMEOUT_S)
+    stem = os.path.join(out, f"{failed['n']:02d}-apply-fails-rollback")
+    run.step("logcheck-failure", sgd + ["logcheck", stem + ".log", "--json"], journal=False)
+    run.step("logcheck-failure-text", sgd + ["logcheck", stem + ".log"], journal=False)
+    run.step("status-after-rollback", sgd + ["status", "profiles/imported.toml", "--json"],
+             journal=False)
+    run.step("history", sgd + ["history", "profiles/imported.toml", "--json"], journal=False)
+    run.step("probe", sgd + ["probe", "profiles/imported.toml", "--json"], journal=False)
+
+
 def phase_three(run: Run, sgd: list[str], out: str) -> None:
     """rollback, the GPU's release after a stop, and a server started by hand: import, adopt."""
     run.step("rollback", sgd + ["rollback", "profiles/big-b.toml", "--json"],
              timeout=APPLY_TIMEOUT_S)
     run.step("history-after-rollback", sgd + ["history", "profiles/big-a.toml"], journal=False)
     gpu_release(run)
+    hand_launch(run, out)
+    adopt(run, sgd)
+
+
+def hand_launch(run: Run, out: str, activated: bool = False) -> None:
+    """A server started by hand over SSH, as people do; `activated` puts the venv's bin/ first
+    on PATH, as `source /opt/sgl/bin/activate` does (SGLang's JIT kernels run ninja from PATH)."""
     hand = (f"{SGL} -m sglang.launch_server --model-path /opt/models/small-llama "
             f"--host 127.0.0.1 --port {PORT} --attention-backend triton "
             "--sampling-backend pytorch --mem-fraction-static 0.6 --cuda-graph-max-bs 16")
-    open(os.path.join(out, "hand-launch.txt"), "w").write(hand + "\n")
-    run.ssh(f"cd /root && NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 "
+    path = "PATH=/opt/sgl/bin:$PATH " if activated else ""
+    open(os.path.join(out, "hand-launch.txt"), "w").write(path + hand + "\n")
+    run.ssh(f"cd /root && {path}NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 "
             f"setsid nohup {hand} > /root/hand.log 2>&1 < /dev/null &")
     t0 = time.time()
-    while time.time() - t0 < 300:
+    while time.time() - t0 < 240:
         if run.ssh(f"curl -sf -m 2 http://127.0.0.1:{PORT}/health").returncode == 0:
+            break
+        if run.ssh("pgrep -f sglang.launch_server").returncode != 0:
             break
         time.sleep(1)
     run.capture("hand.log", "cat /root/hand.log")
+    open(os.path.join(out, "hand-ready-s.txt"), "w").write(f"{time.time() - t0:.1f}\n")
+
+
+def adopt(run: Run, sgd: list[str]) -> None:
+    """import the server started by hand, then take it over with apply --adopt."""
     run.step("import", sgd + ["import", "h200", "-o", "profiles/imported.toml", "--force"],
              journal=False)
-    run.capture("imported.toml", f"cat {run.run_dir}/profiles/imported.toml")
+    imported = os.path.join(run.run_dir, "profiles", "imported.toml")
+    if os.path.exists(imported):
+        open(os.path.join(run.out, "imported.toml"), "w").write(open(imported).read())
     run.step("plan-adopt", sgd + ["plan", "profiles/imported.toml", "--adopt"], journal=False)
     run.step("apply-adopt", sgd + ["apply", "profiles/imported.toml", "--adopt", "--json"],
              timeout=APPLY_TIMEOUT_S)
