@@ -17,6 +17,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 STAGE=${STAGE:?STAGE=carry|prepare|scenario}
 CARRY=/opt/carry RUN=/opt/h200run MODELS=/opt/models SGL=/opt/sgl SGD=/opt/sgd
+PARTIAL_OF=${PARTIAL_OF:-llama-8b}  # the model whose partial download PHASE=4 applies
 LOG=$RUN/out; mkdir -p "$CARRY/parts" "$LOG"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # Kept off on every lent machine, and in every unit rendered here ([env] of the profiles)
@@ -61,12 +62,13 @@ sgdeploy_venv() {  # the wheel built from the tree of this call, as a user insta
 
 models() {
     [[ -f $MODELS/.done ]] && return 0
-    "$SGL/bin/python3" bench/h200_real/models.py "$MODELS" small-llama llama-8b || return 1
-    # a partial download: every file of llama-8b, the last shard cut at 1 GiB
-    mkdir -p "$MODELS/llama-8b-partial" && ln -sf "$MODELS"/llama-8b/* "$MODELS/llama-8b-partial/" \
-        && last=$(ls "$MODELS"/llama-8b/*.safetensors | tail -1) \
-        && rm "$MODELS/llama-8b-partial/${last##*/}" \
-        && head -c 1G "$last" > "$MODELS/llama-8b-partial/${last##*/}" && touch "$MODELS/.done"
+    # MODEL_SET=small-llama when only PHASE=4 runs (it needs no 8B model)
+    "$SGL/bin/python3" bench/h200_real/models.py "$MODELS" ${MODEL_SET:-small-llama llama-8b} || return 1
+    # a partial download: every file of $PARTIAL_OF, its last shard cut to a third
+    local from=$MODELS/$PARTIAL_OF to=$MODELS/$PARTIAL_OF-partial last
+    mkdir -p "$to" && ln -sf "$from"/* "$to/" && last=$(ls "$from"/*.safetensors | tail -1) \
+        && rm "$to/${last##*/}" && head -c $(( $(stat -c %s "$last") / 3 )) "$last" > "$to/${last##*/}" \
+        && touch "$MODELS/.done"
     du -sh "$MODELS"/*
 }
 
@@ -140,7 +142,7 @@ EOF
     profile big-oom llama-8b "mem_fraction_static = $KV_OOM_FRACTION" 'max_running_requests = 128'
     # refused by sgdeploy before anything stops (SGD511): 5 % of the memory cannot hold the weights
     # passes validation and SGLang's own check (neither reads the weights); the last shard is cut
-    profile big-partial llama-8b-partial 'mem_fraction_static = 0.8' 'max_running_requests = 64'
+    profile partial "$PARTIAL_OF-partial" 'mem_fraction_static = 0.8' 'max_running_requests = 64'
     profile big-tiny llama-8b 'mem_fraction_static = 0.05' 'max_running_requests = 128'
 }
 
