@@ -348,6 +348,38 @@ def test_running_script_reads_real_processes(tmp_path: Path) -> None:
         child.wait()
 
 
+def test_running_script_finds_a_server_a_shell_started(tmp_path: Path) -> None:
+    """As on the H100 (tests/fixtures/h200-real/hand-bash-c.ps.txt): `ssh host 'cd /root && PATH=...
+    setsid nohup python3 -m sglang.launch_server ... &'` leaves `bash -c '<the whole line>'` as the
+    server's parent. The shell's one `-c` word mentions the launch but starts none: the server is
+    its python child, with its own interpreter and SGLang version."""
+    package = tmp_path / "site" / "sglang"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text("import time\ntime.sleep(60)\n")
+    line = (f"cd {tmp_path} && PYTHONPATH={tmp_path / 'site'} {sys.executable} -m sglang.launch_server "
+            f"--model-path {tmp_path}/m --port 30000 & wait")
+    shell = subprocess.Popen(["bash", "-c", line])
+    try:
+        for _ in range(50):
+            out = subprocess.run(["sh", "-s", "--", "", ""], input=script(), capture_output=True, text=True,
+                                 timeout=120).stdout
+            found = parse_servers(out)
+            mine = [s for s in found.servers if str(tmp_path) in " ".join(s.process.argv)]
+            if mine:
+                break
+            time.sleep(0.1)
+        assert len(mine) == 1, out[-2000:]
+        server = mine[0]
+        assert server.process.argv[1:] == ("-m", "sglang.launch_server", "--model-path", f"{tmp_path}/m",
+                                           "--port", "30000")
+        assert server.process.python == sys.executable and server.wrapper is None
+    finally:
+        subprocess.run(["pkill", "-f", f"--model-path {tmp_path}/m"], check=False)
+        shell.kill()
+        shell.wait()
+
+
 def test_parse_servers_picks_main_processes_and_survives_cut_output() -> None:
     import base64
 

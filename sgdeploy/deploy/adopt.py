@@ -27,7 +27,7 @@ from sgdeploy.host.running import read_servers
 from sgdeploy.host.unitfile import UnitFileError, parse_service
 from sgdeploy.profile.model import ENV_NAME, UNIT_NAME, LoadedProfile, Profile
 from sgdeploy.profile.validate import validate_loaded
-from sgdeploy.sglang.argv import ArgvFinding, ParsedArgv, parse_server_argv
+from sgdeploy.sglang.argv import LAUNCH_MODULE, ArgvFinding, ParsedArgv, launch_entry, parse_server_argv
 from sgdeploy.sglang.catalog import Catalog, UnknownVersionError, load_catalog, newest_version
 from sgdeploy.sglang.gpus import gpu_model_for
 from sgdeploy.sglang.secrets import (
@@ -39,7 +39,6 @@ from sgdeploy.sglang.secrets import (
     shown,
 )
 
-LAUNCH_MODULE = "sglang.launch_server"
 # Environment variables SGLang and the libraries under it read; nothing else is imported.
 ENV_PREFIXES = ("SGLANG_", "SGL_", "CUDA_", "NCCL_", "HF_", "HUGGING_FACE_", "TORCH_", "PYTORCH_")
 _PYTHON = re.compile(r"^python[0-9.]*$")
@@ -70,15 +69,9 @@ def split_launch(argv: Sequence[str]) -> Launch:
         if any(0xD800 <= ord(ch) <= 0xDFFF for ch in word) or "\x00" in word:
             raise LaunchError(f"argument {i} ({redact(word[:40])!r}) holds a NUL byte or bytes "
                               "that are not UTF-8: a profile cannot hold it")
-    for i, word in enumerate(words):
-        if word == "-m" and i + 1 < len(words) and words[i + 1] == LAUNCH_MODULE:
-            return _launch(words, i, i + 2, "launch_server")
-        if word == f"-m{LAUNCH_MODULE}":
-            return _launch(words, i, i + 1, "launch_server")
-        if posixpath.basename(word) == "launch_server.py" and posixpath.basename(posixpath.dirname(word)) == "sglang":
-            return _launch(words, i, i + 1, "launch_server")
-        if posixpath.basename(word) == "sglang" and i + 1 < len(words) and words[i + 1] == "serve":
-            return _launch(words, i, i + 2, "serve")
+    found = launch_entry(words)
+    if found is not None:
+        return _launch(words, found.entry_at, found.flags_at, found.entry)
     raise LaunchError("no SGLang server in this command line (expected `-m sglang.launch_server` "
                       "or `sglang serve`)")
 

@@ -19,6 +19,7 @@ import jinja2
 from sgdeploy import __version__
 from sgdeploy.deploy.secret_args import EnvReference, unit_parts
 from sgdeploy.profile.model import LoadedProfile, Profile
+from sgdeploy.sglang.argv import LAUNCH_MODULE
 from sgdeploy.sglang.catalog import Catalog, Flag
 from sgdeploy.sglang.flags import as_sglang_sees_it, removed_switch_off
 from sgdeploy.sglang.secrets import launch_secrets
@@ -33,7 +34,6 @@ def _template_dir() -> Path:
 
 TEMPLATE_DIR = _template_dir()
 TEMPLATE_NAME = "sglang.service.j2"
-LAUNCH_MODULE = "sglang.launch_server"
 STOP_TIMEOUT_S = 120
 
 

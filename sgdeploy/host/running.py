@@ -27,6 +27,7 @@ from sgdeploy.host.facts import (
     parse_compute_apps,
     parse_query_gpu,
 )
+from sgdeploy.sglang.argv import launch_entry
 
 if TYPE_CHECKING:
     from sgdeploy.host.remote import RemoteHost
@@ -78,8 +79,11 @@ for sgd_d in /proc/[0-9]*; do
   done
   read -r sgd_l < "$sgd_d/stat" 2>/dev/null || continue
   sgd_pp=${sgd_l##*) }; sgd_pp=${sgd_pp#* }; sgd_pp=${sgd_pp%% *}
-  ! sgd_match "/proc/$sgd_pp" || continue
   sgd_a0=$(tr '\0' '\n' < "$sgd_d/cmdline" 2>/dev/null | sed -n 1p)
+  # a child of the same interpreter shares its SGLang; a shell (`bash -c '... launch_server ...'`)
+  # or `timeout` above it does not
+  [ "$(tr '\0' '\n' < "/proc/$sgd_pp/cmdline" 2>/dev/null | sed -n 1p)" != "$sgd_a0" ] \
+    || ! sgd_match "/proc/$sgd_pp" || continue
   case $sgd_a0 in
     /*) sgd_py=$sgd_a0 ;;
     */*) sgd_py=$(readlink "$sgd_d/cwd")/$sgd_a0 ;;
@@ -261,7 +265,11 @@ def parse_servers(output: str) -> HostServers:
     except FactParseError as exc:
         found.problems.append(f"nvidia-smi: {exc}")
     processes = {pid: _process(pid, values, tree) for pid, values in procs.items() if values.get("cmdline")}
-    mains = [p for p in processes.values() if p.ppid not in processes]
+    # A launch's main process runs SGLang's entry point itself; its parent does not. A shell whose
+    # `-c` string mentions the launch (`ssh host 'nohup python -m sglang.launch_server ... &'`)
+    # only matched the script's search: it is the parent, not the server.
+    launching = {pid for pid, p in processes.items() if launch_entry(p.argv) is not None}
+    mains = [p for pid, p in processes.items() if pid in launching and p.ppid not in launching]
     by_uuid = {g.uuid: g.index for g in found.gpus}
     for main in sorted(mains, key=lambda p: p.pid):
         family = _descendants(main.pid, tree)

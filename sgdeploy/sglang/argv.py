@@ -11,13 +11,44 @@ place is a finding at its position, never dropped. Pure: no I/O.
 from __future__ import annotations
 
 import json
+import posixpath
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sgdeploy.sglang.catalog import Catalog, Flag, flag_history
 from sgdeploy.sglang.flags import replacement_for
 from sgdeploy.sglang.versions import parse_version
+
+LAUNCH_MODULE = "sglang.launch_server"
+
+
+@dataclass(frozen=True)
+class LaunchEntry:
+    """Where SGLang's entry point sits in a command line: the word that names it (`entry_at`),
+    the first of SGLang's flags (`flags_at`), and which entry it is (launch_server or serve)."""
+
+    entry_at: int
+    flags_at: int
+    entry: str
+
+
+def launch_entry(argv: Sequence[str]) -> LaunchEntry | None:
+    """The SGLang entry point among the words of `argv`, or None when the command itself starts no
+    server: a shell's `-c` string that mentions one is a single word and matches nothing."""
+    words = list(argv)
+    for i, word in enumerate(words):
+        if word == "-m" and i + 1 < len(words) and words[i + 1] == LAUNCH_MODULE:
+            return LaunchEntry(i, i + 2, "launch_server")
+        if word == f"-m{LAUNCH_MODULE}":
+            return LaunchEntry(i, i + 1, "launch_server")
+        if posixpath.basename(word) == "launch_server.py" and posixpath.basename(posixpath.dirname(word)) == "sglang":
+            return LaunchEntry(i, i + 1, "launch_server")
+        if posixpath.basename(word) == "sglang" and i + 1 < len(words) and words[i + 1] == "serve":
+            return LaunchEntry(i, i + 2, "serve")
+    return None
+
 
 # argparse adds -h/--help to every parser: they take part in prefix matching.
 _HELP_OPTIONS = ("-h", "--help")
