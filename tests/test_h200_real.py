@@ -9,9 +9,14 @@ PATH; the unit had systemd's PATH, without the venv's bin directory, so the serv
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any, cast
+
+import pytest
 
 from sgdeploy.logs import read_log
+from sgdeploy.logs.reader import LogReader
 
 REAL = Path(__file__).parent / "fixtures" / "h200-real"
 
@@ -40,3 +45,71 @@ def test_the_journal_of_the_real_failure_is_read_as_the_plain_log() -> None:
     assert journal.failure.kind == plain.failure.kind == "graph_capture_failed"
     assert journal.failure.message == plain.failure.message
     assert "Too many levels of symbolic links: 'ninja'" in plain.failure.message
+
+
+def real_apply(name: str) -> dict[str, Any]:
+    return cast(dict[str, Any], json.loads((REAL / name).read_text(encoding="utf-8")))
+
+
+def started_lines(name: str) -> list[str]:
+    """The lines of the unit's last start in a `-o cat` window (what the follower reads by invocation)."""
+    lines = real_lines(name)
+    last = max(i for i, line in enumerate(lines) if line.startswith("Started sglang.service"))
+    return lines[last + 1:]
+
+
+@pytest.mark.parametrize("name", ["restart.log", "restart.journal"])
+def test_the_real_restart_is_read_phase_by_phase_as_apply_read_it(name: str) -> None:
+    """A changed flag on the H200 (big-a -> big-b, 8B, 801,003 KV tokens): the window holds the old
+    server's last requests, its stop and the new start. Read whole, it gives the phases apply
+    followed live, in the same order, and the same startup times; apply missed only the 11 KB
+    server_args= line, which `journalctl -o json` wrote as null until the follower asked for --all."""
+    applied = real_apply("restart.apply.json")
+    live = [e["name"] for e in applied["events"] if e["event"] in ("phase", "progress")]
+    report = read_log(real_lines(name), None, "0.5.11")
+    assert report.ready and report.failure is None
+    assert report.kv_cache_tokens == applied["kv_cache_tokens"] == 801003
+    read = [p.name for p in report.phases]
+    assert read == ["args_parsed", *[n for n in live if not n.endswith("_begin")]]
+    assert report.server_args is not None and report.server_args["mem_fraction_static"] == 0.8
+    # timed from the new server's first line, not from the old server's lines before the stop
+    assert report.started == "2026-12-05T07:53:47"
+    assert report.phase_times() == applied["phase_times"]
+
+
+def test_the_follower_reads_the_real_invocation_with_its_server_args() -> None:
+    """The new invocation's lines, as the follower gets them, fed one by one: the dump is read."""
+    reader = LogReader(None, "0.5.11")
+    names = [e.name for line in started_lines("restart.log") for e in reader.feed(line) if e.kind == "phase"]
+    assert names[0] == "args_parsed" and names[-1] == "ready"
+
+
+def test_a_real_stop_is_no_failure() -> None:
+    """How SGLang 0.5.11 stopped under systemd on the H200: "SIGTERM received ... Draining", a
+    scheduler "crashed with exit code -15", "SIGQUIT received", and the main process SIGKILLed by
+    SGLang itself ("status=9/KILL", "Failed with result 'signal'"). The server it ends was ready."""
+    lines = real_lines("stop-sigquit.journal")
+    assert any("crashed with exit code -15. Triggering SIGQUIT for cleanup" in line for line in lines)
+    assert any("Failed with result 'signal'" in line for line in lines)
+    report = read_log(lines, None, "0.5.11")
+    assert report.ready and report.failure is None
+
+
+def test_a_server_started_by_hand_without_the_venv_on_path_names_ninja() -> None:
+    """`python3 -m sglang.launch_server` over SSH with the venv's python but not its bin/ on PATH
+    (as a person often starts it) dies as the unit did before it set PATH: logcheck names it."""
+    lines = real_lines("hand-no-ninja.log")
+    report = read_log(lines, None, "0.5.11")
+    assert report.failure is not None and report.failure.kind == "graph_capture_failed"
+    assert lines[report.failure.line - 1] == "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'"
+
+
+def test_a_kv_cache_of_3951_tokens_is_still_a_ready_server() -> None:
+    """mem_fraction_static 0.101 of 140 GiB beside 13.5 GiB of weights: SGD511 lets it through, and
+    SGLang 0.5.11 starts with 0.48 GB of KV cache, as SGD511's arithmetic says it would."""
+    applied = real_apply("small-kv.apply.json")
+    assert applied["status"] == "ready" and applied["kv_cache_tokens"] == 3951
+    report = read_log(real_lines("small-kv.log"), None, "0.5.11")
+    assert report.ready and report.kv_cache_tokens == 3951
+    refused = real_apply("refused-weights.apply.json")
+    assert refused["status"] == "refused" and [d["rule"] for d in refused["diagnostics"]] == ["SGD511"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -42,6 +43,10 @@ _STEPS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# systemd's line for a (re)start of the unit, as `journalctl -u` shows it in every output format
+_UNIT_START = re.compile(r"^Start(?:ing|ed) \S+\.service\b")
+
+
 class LogReader:
     """Incremental SGLang log reader. Feed lines in order; ask for report() at any time."""
 
@@ -52,7 +57,8 @@ class LogReader:
         self.sglang_version = sglang_version
         self._n = 0
         self._finished = False
-        self._first_t: str | None = None
+        self._starts: list[str] = []  # the first timestamp of each start of the server
+        self._new_start = True
         self._primary: dict[str, Phase] = {}
         self._any: dict[str, Phase] = {}
         self._per_rank: dict[str, dict[str, int]] = {}
@@ -84,7 +90,7 @@ class LogReader:
             quiet = quiet_record(line)
             if quiet is not None:  # a long run of request lines: nothing to read in them
                 self._last_t = quiet[0]
-                self._first_t = self._first_t or quiet[0]
+                self._stamp(quiet[0])
                 self._tail.append((self._n, quiet[1]))
                 return events
         p = strip_line(line)
@@ -93,8 +99,9 @@ class LogReader:
             self._tail.append((self._n, text))
         if p.t is not None:
             self._last_t = p.t
-            if self._first_t is None:
-                self._first_t = p.t
+            self._stamp(p.t)
+        elif _UNIT_START.match(text):  # a window of the journal that began with the last server's lines
+            self._new_start = True
         if self._segmenter.idle and text.startswith(QUIET_STARTS):  # a long run of request lines
             if "100%" in text and SHARDS_DONE.match(text):
                 self._begun.setdefault("shards_read", self._n)
@@ -130,9 +137,24 @@ class LogReader:
             auto_adjusted=tuple(self._auto_adjusted()),
             lines=self._n,
             finished=self._finished,
-            started=self._first_t,
+            started=self._started(),
             server_args=dict(self._dump) if self._dump is not None else None,
         )
+
+    def _stamp(self, t: str) -> None:
+        if self._new_start:
+            self._starts.append(t)
+            self._new_start = False
+
+    def _started(self) -> str | None:
+        """When the server that reached ready began logging (the last start before its ready line);
+        the log's first timestamp when it never got ready."""
+        ready = self._primary.get("ready") or self._any.get("ready")
+        if ready is not None and ready.t is not None:
+            before = [t for t in self._starts if t <= ready.t]
+            if before:
+                return before[-1]
+        return self._starts[0] if self._starts else None
 
     # -- phases and progress ----------------------------------------------------------------
 
