@@ -93,6 +93,8 @@ def test_apply_reaches_ready_and_records(host: HostSet, profiles: dict[str, Path
     assert result["kv_cache_tokens"] and result["phase_times"]["graph_capture"] is not None
     adjusted = {a["field"]: a["value"] for a in result["auto_adjusted"]}
     assert adjusted.get("speculative_algorithm") == "EAGLE"
+    # the server_args= line (over 4096 bytes, as SGLang's own) reached the follower whole
+    assert "args_parsed" in [e.get("name") for e in result["events"] if e["event"] == "phase"]
     assert health(host) == 200
     assert "--speculative-num-steps 3" in running_cmdline(host)
     unit_file = host.ssh("ct129", "cat /etc/systemd/system/sglang.service").stdout

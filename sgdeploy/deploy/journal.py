@@ -50,7 +50,9 @@ def follower_command(unit: str, invocation: str) -> str:
     unit_q = shlex.quote(f"{unit}.service")
     # journalctl --follow is woken by journald at most every 250 ms; reading by cursor every
     # 50 ms sees a line sooner. The cursor file makes every line come exactly once.
-    read = (f'journalctl --no-pager -q -o json --output-fields=MESSAGE --cursor-file="$c" '
+    # --all: without it journalctl writes a field over 4096 bytes as null in JSON, and SGLang's
+    # server_args= line is ~11 KB (0.5.11 on an H200): its settings would never be read.
+    read = (f'journalctl --no-pager -q -o json --all --output-fields=MESSAGE --cursor-file="$c" '
             f"_SYSTEMD_INVOCATION_ID={shlex.quote(invocation)}")
     # The loop ends by itself when the unit stops, when a `stop` file appears in its folder
     # (how sgdeploy ends it: the channel then closes from the host's side, never mid-stream),
