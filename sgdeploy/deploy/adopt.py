@@ -24,6 +24,7 @@ from sgdeploy.deploy.render import launch_argv, unit_environment
 from sgdeploy.deploy.secret_args import creation_steps, default_file
 from sgdeploy.host.remote import RemoteHost
 from sgdeploy.host.running import read_servers
+from sgdeploy.host.systemd import stop_sh
 from sgdeploy.host.unitfile import UnitFileError, parse_service
 from sgdeploy.profile.model import ENV_NAME, UNIT_NAME, LoadedProfile, Profile
 from sgdeploy.profile.validate import validate_loaded
@@ -785,7 +786,7 @@ def takeover_command(takeover: Sequence[Takeover]) -> str:
     parts = []
     for other in takeover:
         if other.unit:
-            parts.append(f"systemctl disable --now {shlex.quote(other.unit + '.service')}")
+            parts.append(stop_sh(other.unit, disable=True))
             continue
         pids = " ".join(str(p) for p in (other.pid, *other.family))
         parts.append(

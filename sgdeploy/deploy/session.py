@@ -47,6 +47,7 @@ from sgdeploy.host.remote import (
     RemoteHost,
     write_files_command,
 )
+from sgdeploy.host.systemd import stop_sh
 from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.sglang.check.verdict import CheckRequest, HostVerdict
 from sgdeploy.sglang.secrets import redact, redact_data
@@ -200,7 +201,7 @@ class HostSession:
     def stop(self, unit: str) -> CommandResult:
         self.report("step", step="stop", unit=unit)
         q = shlex.quote(f"{unit}.service")
-        return self.remote.run(f"systemctl stop {q}; systemctl show -p ActiveState --value {q}", timeout=600)
+        return self.remote.run(f"{stop_sh(unit)}; systemctl show -p ActiveState --value {q}", timeout=600)
 
     def take_over(self, takeover: tuple[Takeover, ...]) -> CommandResult:
         """Stop servers outside the unit (`apply --adopt`): another unit, or a process run by hand."""
@@ -360,7 +361,7 @@ class HostSession:
         verdict = gpus_idle(*_gpu_sections(state), deployment.gpus)
         _, started, invocation = head.partition("@@invocation@@\n")
         if started and not verdict.idle:  # the host's rule and gpus_idle disagree: never run on busy GPUs
-            self.remote.run(f"systemctl stop {unit_q}")
+            self.remote.run(stop_sh(deployment.unit))
             started, invocation = "", ""
         return Swapped(result, True, verdict, bool(started), invocation.strip() or None)
 

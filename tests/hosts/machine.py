@@ -84,7 +84,7 @@ class SimSettings:
     broken_import: str = ""  # sglang.srt.server_args: importing it raises ImportError(this)
     ready_endpoint: bool = True  # False: /ready answers 404 even on 0.5.2x (a build without it)
     log_wrapper: str = ""  # "pylog": every line inside a launcher's Python logging record
-    sigterm_drain: bool = False  # SIGTERM as SGLang's own: /health 503, in-flight requests finish (5 s polls)
+    sigterm_drain: bool = False  # SIGTERM drains: /health 503, in-flight requests finish (5 s polls), as when the main process alone gets it
 
     def to_toml(self) -> str:
         return _toml_table("sglang_sim", dataclasses.asdict(self))

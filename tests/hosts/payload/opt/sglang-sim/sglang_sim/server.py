@@ -1938,25 +1938,49 @@ def main(argv: list[str], entry: str) -> None:
         kill_children()
         os._exit(0)
 
+    def remaining_line(remaining: int) -> str:
+        return (f"Gracefully exiting... Remaining number of requests {remaining}. "
+                f"Remaining requests remaining_rids={[f'{random.getrandbits(64):016x}' for _ in range(remaining)]}.")
+
+    def kill_own_tree() -> None:
+        # SGLang ends every stop with kill_process_tree(include_parent=True): the main process dies
+        # by SIGKILL, and systemd records "code=killed, status=9/KILL", "Failed with result 'signal'"
+        # (0.5.11 on an H200: tests/fixtures/h200-real/restart.journal)
+        kill_children()
+        os.kill(os.getpid(), signal.SIGKILL)
+
     def drain_then_exit() -> None:
         # TokenizerManager.sigterm_watchdog: it looks every 5 s, and exits once no request remains
         time.sleep(random.uniform(0.0, 5.0))
         while True:
             remaining = State.in_flight
-            log(f"Gracefully exiting... Remaining number of requests {remaining}. "
-                f"Remaining requests remaining_rids={[f'{random.getrandbits(64):016x}' for _ in range(remaining)]}.")
+            log(remaining_line(remaining))
             if not remaining:
                 break
             time.sleep(5.0)
-        exit_now()
+        kill_own_tree()
+
+    def stop_at_once() -> None:
+        """SIGTERM to the whole control group at once (systemd's KillMode=control-group), as the real
+        0.5.11 showed it: with no request running the watchdog's first look ends it; with one, a
+        scheduler's own SIGTERM is seen first and SIGQUIT ends it, cutting the request."""
+        if State.in_flight:
+            log(f"Subprocess scheduler_0 (pid={SCHEDULERS[0] if SCHEDULERS else os.getpid() + 1}) crashed with "
+                "exit code -15. Triggering SIGQUIT for cleanup...")
+            log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        else:
+            log(remaining_line(0))
+        kill_own_tree()
 
     def on_term(signum: int, frame: object) -> None:
-        if signum != signal.SIGTERM or not settings.get("sigterm_drain") or not (State.ready or draining):
+        if signum != signal.SIGTERM or not (State.ready or draining):
             exit_now()
         if not draining:  # the first SIGTERM: /health answers 503 from now on, requests still run
             draining.append(True)
             State.ready = False
-            log(f"SIGTERM received. signum={signum} frame={frame!r}. Draining requests and shutting down...")
+            log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+            if not settings.get("sigterm_drain"):
+                stop_at_once()
             threading.Thread(target=drain_then_exit, daemon=True).start()
 
     draining: list[bool] = []
