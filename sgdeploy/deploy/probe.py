@@ -401,12 +401,12 @@ def compare(new: ProbeResult, baseline: dict[str, Any] | None, min_ratio: float 
                             f"{new.error_messages[0] if new.error_messages else 'unknown error'}")
     old = _figure(baseline, "single_stream_tps")
     if baseline is None or old is None:
-        return ProbeVerdict(True, None, f"{now}; no previous figure to compare with")
+        return ProbeVerdict(True, None, "no previous figure to compare with")  # shown beside the summary
     old_workload = baseline.get("workload")
     if isinstance(old_workload, dict) and old_workload and old_workload != new.workload:
         changed = sorted(k for k in set(old_workload) | set(new.workload)
                          if old_workload.get(k) != new.workload.get(k))
-        return ProbeVerdict(True, None, f"{now}; the previous figure came from a different workload "
+        return ProbeVerdict(True, None, "the previous figure came from a different workload "
                             f"({', '.join(changed)} changed), not compared")
     checks = [("single-stream", new.single_stream_tps, old)]
     old_concurrent = _figure(baseline, "concurrent_tps")
