@@ -15,8 +15,12 @@ from typing import Any, cast
 
 import pytest
 
+from sgdeploy.core.diagnostics import Severity
+from sgdeploy.deploy.apply import kv_cache_findings
 from sgdeploy.logs import read_log
 from sgdeploy.logs.reader import LogReader
+from sgdeploy.profile.model import load_profile
+from sgdeploy.review.report import logcheck_text
 
 REAL = Path(__file__).parent / "fixtures" / "h200-real"
 
@@ -104,12 +108,23 @@ def test_a_server_started_by_hand_without_the_venv_on_path_names_ninja() -> None
     assert lines[report.failure.line - 1] == "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'"
 
 
-def test_a_kv_cache_of_3951_tokens_is_still_a_ready_server() -> None:
+def test_a_kv_cache_of_3951_tokens_is_a_ready_server_with_a_warning(tmp_path: Path) -> None:
     """mem_fraction_static 0.101 of 140 GiB beside 13.5 GiB of weights: SGD511 lets it through, and
-    SGLang 0.5.11 starts with 0.48 GB of KV cache, as SGD511's arithmetic says it would."""
+    SGLang 0.5.11 starts with 0.48 GB of KV cache, as SGD511's arithmetic says it would: fewer
+    tokens than one request of the context length, which apply and logcheck now say (SGD714)."""
     applied = real_apply("small-kv.apply.json")
     assert applied["status"] == "ready" and applied["kv_cache_tokens"] == 3951
     report = read_log(real_lines("small-kv.log"), None, "0.5.11")
-    assert report.ready and report.kv_cache_tokens == 3951
+    assert report.ready and report.kv_cache_tokens == 3951 and report.context_len == 8192
+    assert "KV cache: 3951 tokens, fewer than one request of the context length 8192 (SGD714)" in logcheck_text(
+        report, "small-kv.log")
+    profile = tmp_path / "big-oom.toml"
+    profile.write_text('[deploy]\nhost = "h200"\n\n[server]\nmodel_path = "/opt/models/llama-8b"\n'
+                       "mem_fraction_static = 0.101\n")
+    found = kv_cache_findings(load_profile(profile), report)
+    assert [(d.rule, d.severity, d.field, d.line) for d in found] == [
+        ("SGD714", Severity.WARNING, "server.mem_fraction_static", 6)]
+    big = read_log(real_lines("restart.log"), None, "0.5.11")
+    assert kv_cache_findings(load_profile(profile), big) == []
     refused = real_apply("refused-weights.apply.json")
     assert refused["status"] == "refused" and [d["rule"] for d in refused["diagnostics"]] == ["SGD511"]

@@ -98,6 +98,7 @@ _GRAPH_BEGIN = re.compile(rf"^Capture (?P<which>(?:[a-z]+ )*){_GRAPH} begin\b")
 _GRAPH_END = re.compile(rf"^Capture (?:[a-z]+ )*{_GRAPH} end\b")
 _DIST_BEGIN = re.compile(r"^Init (?:torch distributed|parallel) begin\b")
 _SCHED_SUMMARY = re.compile(r"\bmax_total_num_tokens=(\d+)")
+_CONTEXT_LEN = re.compile(r"\bcontext_len=(\d+)")
 
 # Figures read off phase lines (name in the phase's JSON entry, regex with one group).
 FIGURES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (

@@ -10,6 +10,7 @@ from typing import Any
 from sgdeploy.logs.incidents import IncidentBook
 from sgdeploy.logs.normalise import ParsedLine, quiet_record, strip_line
 from sgdeploy.logs.phases import (
+    _CONTEXT_LEN,
     _DIST_BEGIN,
     _GRAPH_BEGIN,
     _GRAPH_END,
@@ -64,6 +65,7 @@ class LogReader:
         self._per_rank: dict[str, dict[str, int]] = {}
         self._kv_tokens: int | None = None
         self._sched_tokens: int | None = None
+        self._context_len: int | None = None
         self._dump: dict[str, Any] | None = None
         self._dump_line: int | None = None
         self._adjust_lines: dict[str, Adjustment] = {}
@@ -139,6 +141,7 @@ class LogReader:
             finished=self._finished,
             started=self._started(),
             server_args=dict(self._dump) if self._dump is not None else None,
+            context_len=self._context_len,
         )
 
     def _stamp(self, t: str) -> None:
@@ -183,6 +186,8 @@ class LogReader:
             if self._sched_tokens is None:
                 sm = _SCHED_SUMMARY.search(text)
                 self._sched_tokens = int(sm.group(1)) if sm else None
+                context = _CONTEXT_LEN.search(text)
+                self._context_len = int(context.group(1)) if context else None
             return True
         return False
 

@@ -94,8 +94,9 @@ class LogReport:
     auto_adjusted: tuple[Adjustment, ...]
     lines: int = 0
     finished: bool = False
-    started: str | None = None  # first timestamp in the log
+    started: str | None = None  # first timestamp of the start that reached ready
     server_args: Mapping[str, Any] | None = None  # the parsed server_args dump
+    context_len: int | None = None  # the longest request, as the scheduler's summary line says
 
     @property
     def verdict(self) -> str:
