@@ -315,6 +315,20 @@ def test_cli_import_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert code == 1 and "unrecognized argument '--bogus-flag'" in err
 
 
+def test_cli_import_command_says_an_unclosed_quote_first_and_names_its_output(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["import", "--command", "python3 -m sglang.launch_server --model-path '/m/x --port 1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "error: the command does not split as a shell line: line 1: No closing quotation" in err
+    out = tmp_path / "mine.toml"
+    cli.main(["import", "--command", "python3 -m sglang.launch_server --model-path /m/x", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert f"{out}:" in err and "imported.toml" not in err
+    cli.main(["import", "--command", "python3 -m sglang.launch_server --model-path /m/x"])
+    assert "<stdout>:" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- the host script, on this machine
 def test_running_script_reads_real_processes(tmp_path: Path) -> None:
     """The discovery script run for real against a process whose argv holds hostile words."""

@@ -507,8 +507,10 @@ def observed_from_command(text: str) -> Observed:
                     raise LaunchError(f"line {number}: {exc}") from None
                 continue
             return Observed(tuple(argv), environ, cwd=cwd)
-    raise LaunchError("no SGLang server in this command (expected `-m sglang.launch_server` or `sglang serve`)"
-                      + (f"; {'; '.join(problems)}" if problems else ""))
+    if problems:  # a line the shell cannot split is the likelier cause: say it first
+        raise LaunchError(f"the command does not split as a shell line: {'; '.join(problems)} (close the quote, "
+                          "or escape it with a backslash); no SGLang server in the lines that do")
+    raise LaunchError("no SGLang server in this command (expected `-m sglang.launch_server` or `sglang serve`)")
 
 
 def _shell_lines(text: str, problems: list[str]) -> Iterator[tuple[int, list[str]]]:
@@ -604,29 +606,29 @@ class ImportOutcome:
 
 
 def import_from_command(text: str, host: str | None, unit: str | None, version: str | None,
-                        inventory: Any) -> ImportOutcome:
+                        inventory: Any, path: str = "imported.toml") -> ImportOutcome:
     """`sgdeploy import --command`: no host is contacted. Raises LaunchError."""
     observed = observed_from_command(text)
     entry = _inventory_entry(inventory, host)
     catalog = load_catalog(version or (entry.sglang_version if entry and entry.sglang_version else newest_version()))
     target = Target(host or "HOST", unit or "sglang")
-    return ImportOutcome(finish_import(observed, catalog, target, inventory))
+    return ImportOutcome(finish_import(observed, catalog, target, inventory, path))
 
 
 def import_from_host(name: str, pid: int | None, unit: str | None, new_unit: str | None, version: str | None,
-                     inventory: Any) -> ImportOutcome:
+                     inventory: Any, path: str = "imported.toml") -> ImportOutcome:
     """`sgdeploy import HOST`: read the running servers over SSH and import one. Raises LaunchError,
     and RemoteError when the host cannot be reached."""
     entry = inventory.inventory.hosts[name]
     with RemoteHost(name, entry).connect() as remote:
         found = read_servers(remote, pid, unit)
     if unit and not found.unit_pid and found.unit_file:
-        return _import_unit_file(found.unit_file, name, unit, new_unit, version, entry, inventory)
+        return _import_unit_file(found.unit_file, name, unit, new_unit, version, entry, inventory, path)
     server = choose_server(found, name, pid, unit)
     observed = observed_from_server(server)
     catalog, version_note = _catalog_for(observed.sglang_version, version, entry.sglang_version)
     target = Target(name, new_unit or server.process.unit or unit or "sglang")
-    result = finish_import(observed, catalog, target, inventory)
+    result = finish_import(observed, catalog, target, inventory, path)
     if version_note:
         result.imported.notes.insert(0, version_note)
     if server.wrapper:
@@ -637,7 +639,7 @@ def import_from_host(name: str, pid: int | None, unit: str | None, new_unit: str
 
 
 def _import_unit_file(text: str, name: str, unit: str, new_unit: str | None, version: str | None, entry: Any,
-                      inventory: Any) -> ImportOutcome:
+                      inventory: Any, path: str) -> ImportOutcome:
     """A unit that does not run: its ExecStart=, Environment=, WorkingDirectory= and User=."""
     try:
         service = parse_service(text)
@@ -648,7 +650,7 @@ def _import_unit_file(text: str, name: str, unit: str, new_unit: str | None, ver
     catalog, version_note = _catalog_for(None, version, entry.sglang_version)
     env_file = service.environment_files[0] if len(service.environment_files) == 1 else None
     target = Target(name, new_unit or unit.removesuffix(".service"), env_file=env_file)
-    result = finish_import(observed, catalog, target, inventory)
+    result = finish_import(observed, catalog, target, inventory, path)
     notes = [f"{unit} does not run: read from its unit file, so SGLang's version is not the interpreter's"
              + (f" ({version_note})" if version_note else ""), *map(redact, service.notes)]
     if service.environment_files:

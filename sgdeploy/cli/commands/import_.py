@@ -50,15 +50,16 @@ def run(args: argparse.Namespace) -> int:
     from sgdeploy.host.remote import RemoteError
 
     inventory = inventory_context(args.inventory)
+    shown = args.output or "<stdout>"  # what the findings name: the file the profile goes to
     try:
         if args.command_text is not None or args.command_file:
             text = (args.command_text if args.command_text is not None
                     else _read_text(args.command_file))
-            outcome = import_from_command(text, args.host, args.name, args.sglang, inventory)
+            outcome = import_from_command(text, args.host, args.name, args.sglang, inventory, shown)
         else:
             _check_host(args.host, inventory)
             outcome = import_from_host(args.host, args.pid, args.unit, args.name, args.sglang,
-                                       inventory)
+                                       inventory, shown)
     except LaunchError as exc:
         raise UsageError(str(exc)) from None
     except RemoteError as exc:
