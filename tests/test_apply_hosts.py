@@ -146,6 +146,10 @@ def test_failed_apply_rolls_back(failure: str, host: HostSet, profiles: dict[str
     assert result["failure"]["kind"] == FAILURES[failure], result["failure"]
     assert result["rollback"]["ready"] is True
     assert result["rollback"]["restored"] == good_id
+    # the live progress counted down from the last good deployment's startup time
+    good_meta = json.loads(host.ssh("ct129", f"cat /var/lib/sgdeploy/sglang/{good_id}/meta.json").stdout)
+    assert {"event": "expected", "seconds": good_meta["startup_s"], "deployment": good_id}.items() <= next(
+        e for e in result["events"] if e["event"] == "expected").items()
     assert "broken" not in running_cmdline(host)
     assert health(host) == 200
     last_good = host.ssh("ct129", "cat /var/lib/sgdeploy/sglang/last_good").stdout.strip()

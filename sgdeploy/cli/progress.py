@@ -23,6 +23,8 @@ class Progress:
         self.started = time.monotonic()
         self._last_wait = 0.0
         self._lock = threading.Lock()
+        self._expected_s: float | None = None  # the last good deployment's time from start to ready
+        self._waiting_since: float | None = None  # when apply began to wait for ready
 
     def __call__(self, kind: str, **data: object) -> None:
         elapsed = time.monotonic() - self.started
@@ -34,9 +36,11 @@ class Progress:
         text = self._text(kind, data)
         if target and text:
             text = f"{target}: {text}"
+        if kind == "step":
+            self._waiting_since = time.monotonic() if data.get("step") == "wait_ready" else None
         if kind == "log":
             if self.live and text:
-                self._status_line(f"[{elapsed:6.1f}s] {text}")
+                self._status_line(f"[{elapsed:6.1f}s]{self._remaining()} {text}")
             return
         if text:
             sys.stderr.write(("\r\x1b[2K" if self.live else "") + f"[{elapsed:6.1f}s] {text}\n")
@@ -63,6 +67,10 @@ class Progress:
         sys.stderr.flush()
 
     def _text(self, kind: str, data: dict[str, object]) -> str:
+        if kind == "expected":
+            self._expected_s = float(str(data.get("seconds")))
+            return (f"expected: ready about {self._expected_s:.0f} s after the start, as the last good "
+                    f"deployment ({data.get('deployment')}) was")
         if kind == "step":
             rest = " ".join(f"{k}={v}" for k, v in data.items() if k != "step")
             return f"{data.get('step')} {rest}".strip()
@@ -81,6 +89,13 @@ class Progress:
         if kind == "log":
             return str(data.get("text", "")).strip()
         return ""
+
+    def _remaining(self) -> str:
+        """` ~12 s left` while waiting for ready, counted down from the last good deployment's time."""
+        if self._expected_s is None or self._waiting_since is None:
+            return ""
+        left = self._expected_s - (time.monotonic() - self._waiting_since)
+        return f" ~{left:.0f} s left" if left >= 1 else " (past the last good deployment's time)"
 
     def _waiting_text(self, data: dict[str, object]) -> str:
         """What apply waits for, at most once in 5 seconds."""

@@ -39,7 +39,13 @@ from sgdeploy.deploy.prestop import (
     takeover_pids,
 )
 from sgdeploy.deploy.probe import compare, probe_remote
-from sgdeploy.deploy.records import deployment_from_files, recorded_probe, recorded_server, running_port
+from sgdeploy.deploy.records import (
+    deployment_from_files,
+    recorded_probe,
+    recorded_server,
+    recorded_startup_s,
+    running_port,
+)
 from sgdeploy.deploy.render import SecretInUnit, render_unit
 from sgdeploy.deploy.rollback import previous_deployment, restore
 from sgdeploy.deploy.secret_args import api_key_for, check_argv, host_secret_diagnostics
@@ -228,6 +234,10 @@ def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None,
     deployment = plan.deployment
     transaction = Transaction(session, plan.host, options)
     previous = previous_deployment(session, plan, current_unit)  # while SGLang's check runs
+    if plan.last_good and not plan.up_to_date:
+        expected = recorded_startup_s(session.read_record(deployment.state_dir, plan.last_good))
+        if expected:  # what the live progress counts down from
+            session.report("expected", seconds=expected, deployment=plan.last_good)
     judged = [plan]
 
     def gate() -> StartupResult | None:

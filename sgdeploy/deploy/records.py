@@ -102,3 +102,13 @@ def recorded_server(files: dict[str, str]) -> dict[str, Any] | None:
     except ValueError:
         return None
     return server if isinstance(server, dict) else {}
+
+
+def recorded_startup_s(files: dict[str, str] | None) -> float | None:
+    """How long a recorded deployment took from its start to ready (`meta.json`'s startup_s)."""
+    try:
+        meta = json.loads((files or {}).get("meta.json") or "null")
+    except ValueError:
+        return None
+    value = meta.get("startup_s") if isinstance(meta, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
