@@ -282,3 +282,35 @@ def test_encrypted_keys_are_recognised(tmp_path: Path, key_format: str) -> None:
     assert encrypted_key(keygen("locked", "secret phrase"))
     assert not encrypted_key(keygen("open", ""))
     assert not encrypted_key(str(tmp_path / "missing"))
+
+
+needs_openssh = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client installed")
+
+
+@needs_openssh
+def test_openssh_decides_what_the_files_reading_cannot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Match exec` is never run by sgdeploy's reading; `ssh -G` runs it, as ssh would, and its
+    value is taken, with its source and a note (#31 item 10)."""
+    config = write(tmp_path / "cfg", 'Host box\n  HostName 10.9.8.7\nMatch exec "true"\n  User alice\n  Port 2207\n')
+    own = resolve("box", {}, files=[config], local_user="me")
+    assert (own.user, own.port) == ("root", 22)
+    exact = resolve("box", {}, files=[config], local_user="me", openssh=True)
+    assert (exact.hostname, exact.user, exact.port) == ("10.9.8.7", "alice", 2207)
+    assert exact.sources["user"] == exact.sources["port"] == "ssh -G"
+    assert "ssh -G reads user as alice, not root: OpenSSH's reading is used" in exact.notes
+    # the inventory's values still win, as ssh's command line does
+    assert resolve("box", {"port": 2300}, files=[config], local_user="me", openssh=True).port == 2300
+    monkeypatch.setenv("SGDEPLOY_OPENSSH", "0")
+    assert resolve("box", {}, files=[config], local_user="me", openssh=True).user == "root"
+
+
+@needs_openssh
+def test_openssh_agrees_on_an_ordinary_configuration_and_keeps_sgdeploys_defaults(home: Path) -> None:
+    config = write(home / ".ssh/config", GPU_BOX)
+    for alias in ("gpu-box", "other"):
+        own = resolve(alias, {}, files=[config])
+        assert resolve(alias, {}, files=[config], openssh=True) == own
+    bare = write(home / "bare", "Host plain\n  HostName 10.0.0.9\n")
+    plain = resolve("plain", {}, files=[bare], openssh=True)
+    assert (plain.user, plain.strict_host_key_checking, plain.identity_files_set, plain.notes) == (
+        "root", "yes", False, ())

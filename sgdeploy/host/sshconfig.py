@@ -21,7 +21,9 @@ import glob
 import os
 import re
 import shlex
+import shutil
 import socket
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -335,12 +337,14 @@ def _expand_path(text: str, tokens: Mapping[str, str], where: str) -> str:
 
 # --------------------------------------------------------------------------- resolution
 def resolve(alias: str, overrides: Mapping[str, object] | None = None, *, override_source: str = "inventory",
-            files: Sequence[Path] | None = None, local_user: str | None = None) -> SshTarget:
+            files: Sequence[Path] | None = None, local_user: str | None = None,
+            openssh: bool = False) -> SshTarget:
     """The settings ssh would use for `alias`, with `overrides` (inventory values) winning.
 
     `overrides` keys: port, user, identity_file, known_hosts, strict_host_key_checking
     (bool), proxy_jump (`none` disables one from the SSH configuration). Values that are None
-    count as not set.
+    count as not set. With `openssh`, OpenSSH's own reading (`ssh -G`, where the client is
+    installed) decides each value it reads differently (`with_openssh`).
     """
     files = config_files() if files is None else list(files)
     state = _State(alias, local_user or _local_user())
@@ -352,7 +356,12 @@ def resolve(alias: str, overrides: Mapping[str, object] | None = None, *, overri
     for path in files:
         base = Path("/etc/ssh") if str(path) == SYSTEM_CONFIG else user_base
         _read(state, path, base, True, 0)
-    return _target(state, tuple(str(p) for p in files), override_source)
+    target = _target(state, tuple(str(p) for p in files), override_source)
+    if openssh:
+        seen = openssh_reading(alias, fixed, files)
+        if seen is not None:
+            target = with_openssh(target, seen, state.local_user)
+    return target
 
 
 def _override_args(overrides: Mapping[str, object]) -> dict[str, list[str]]:
@@ -455,7 +464,7 @@ def _proxy(state: _State, tokens: Mapping[str, str], sources: dict[str, str]) ->
 
 
 def route(target: SshTarget, files: Sequence[Path] | None = None, local_user: str | None = None,
-          depth: int = 0) -> list[SshTarget]:
+          depth: int = 0, openssh: bool = False) -> list[SshTarget]:
     """The hosts to connect through, in order, ending with `target` (like `ssh -J`).
 
     The first hop is reached by its own settings (its own ProxyJump or ProxyCommand too);
@@ -466,9 +475,9 @@ def route(target: SshTarget, files: Sequence[Path] | None = None, local_user: st
     if depth >= MAX_JUMPS:
         raise SshConfigError(f"{target.alias}: ProxyJump chain longer than {MAX_JUMPS} hosts (a loop?)")
     hops = [resolve(j.host, {"user": j.user, "port": j.port}, override_source=f"ProxyJump of {target.alias}",
-                    files=files, local_user=local_user) for j in target.proxy_jump]
+                    files=files, local_user=local_user, openssh=openssh) for j in target.proxy_jump]
     later = [_without_proxy(hop) for hop in hops[1:]]
-    return [*route(hops[0], files, local_user, depth + 1), *later, target]
+    return [*route(hops[0], files, local_user, depth + 1, openssh), *later, target]
 
 
 def _without_proxy(target: SshTarget) -> SshTarget:
@@ -519,8 +528,116 @@ class SshEntry:
 def for_host(name: str, entry: HostSettings) -> list[SshTarget]:
     """The connection route to an inventory host: its SSH configuration under the inventory's values."""
     target = resolve(entry.address, entry.ssh_overrides(), override_source=f"inventory [hosts.{name}]",
-                     files=config_files(entry.ssh_config))
-    return route(target, [Path(f) for f in target.config_files])
+                     files=config_files(entry.ssh_config), openssh=True)
+    return route(target, [Path(f) for f in target.config_files], openssh=True)
+
+
+# --------------------------------------------------------------------------- OpenSSH's own reading
+OPENSSH_ENV = "SGDEPLOY_OPENSSH"  # "0": never ask `ssh -G`
+OPENSSH = "ssh -G"  # the source of a value OpenSSH read differently
+_STRICTNESS = {"yes": "yes", "true": "yes", "no": "no", "false": "no", "off": "no", "accept-new": "accept-new"}
+
+
+def openssh_reading(alias: str, fixed: Mapping[str, list[str]], files: Sequence[Path]) -> dict[str, list[str]] | None:
+    """What `ssh -G` prints for `alias` with the same files and the inventory's values as `-o`:
+    keyword -> its values (one per line for a repeated keyword). None where no `ssh` client is
+    installed, `SGDEPLOY_OPENSSH=0`, the files are not ones one `-F` can name, or it fails.
+
+    OpenSSH evaluates what the files' reading here does not (`Match exec`, `canonical`, `final`,
+    `tagged`, `localnetwork`, `version`); it runs `Match exec` commands, as `ssh` itself would."""
+    ssh = shutil.which("ssh")
+    if ssh is None or os.environ.get(OPENSSH_ENV) == "0":
+        return None
+    argv = [ssh, "-G"]
+    if len(files) == 1:
+        argv += ["-F", str(files[0])]
+    elif list(files) != [Path(_account_home() or "/nonexistent", ".ssh", "config"), Path(SYSTEM_CONFIG)]:
+        return None  # files ssh would not read by itself, and that no one -F names
+    for key, values in fixed.items():
+        argv += ["-o", f"{key}={' '.join(values)}"]
+    try:
+        done = subprocess.run([*argv, "--", alias], capture_output=True, text=True, timeout=10,
+                              stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    seen: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        seen.setdefault(key.lower(), []).append(value)
+    return seen
+
+
+def with_openssh(target: SshTarget, seen: Mapping[str, list[str]], local_user: str) -> SshTarget:
+    """`target` with each value `ssh -G` reads differently taken from it (source `ssh -G`, and a
+    note). sgdeploy's own defaults stay where OpenSSH only shows its own: the user (root, not the
+    local user), the identity files it tries, a host key it would ask about (refused here)."""
+    def one(key: str) -> str | None:
+        values = seen.get(key)
+        return values[0] if values else None
+
+    found: dict[str, object] = {"hostname": one("hostname") or target.hostname,
+                                "port": int(one("port") or target.port)}
+    user = one("user")
+    if user and (user != local_user or "user" in target.sources):
+        found["user"] = user
+    identities = tuple(os.path.expanduser(v) for v in seen.get("identityfile", []))
+    if target.identity_files_set or not set(identities) <= _openssh_default_identities():
+        found["identity_files"] = identities
+    known = tuple(_in_home(w) for v in seen.get("userknownhostsfile", []) for w in v.split())
+    if known:
+        found["known_hosts"] = known
+    strict = _STRICTNESS.get((one("stricthostkeychecking") or "").lower())
+    if strict:
+        found["strict_host_key_checking"] = strict
+    found["identities_only"] = (one("identitiesonly") or "no").lower() == "yes"
+    jump = one("proxyjump")
+    found["proxy_jump"] = tuple(Jump.parse(h, OPENSSH) for h in jump.split(",") if h) if jump else ()
+    found["proxy_command"] = one("proxycommand")
+    timeout = one("connecttimeout")
+    found["connect_timeout"] = float(timeout) if timeout and timeout.isdigit() else None
+    alive = one("serveraliveinterval")
+    found["server_alive_interval"] = int(alive) if alive and alive.isdigit() and int(alive) > 0 else None
+    changed = {name: value for name, value in found.items() if value != getattr(target, name)}
+    if not changed:
+        return target
+    notes = [f"{OPENSSH} reads {name} as {_shown(value)}, not {_shown(getattr(target, name))}: OpenSSH's "
+             "reading is used" for name, value in changed.items()]
+    sources = target.sources | {name: OPENSSH for name in changed}
+    if "identity_files" in changed:
+        changed["identity_files_set"] = True
+    return replace(target, **changed, sources=sources, notes=(*target.notes, *notes))  # type: ignore[arg-type]
+
+
+def _in_home(path: str) -> str:
+    """A path `ssh -G` expanded with the account's home directory, under `~` as sgdeploy expands it
+    (the two differ only where HOME is not the account's home)."""
+    account = _account_home()
+    if account and (path == account or path.startswith(account + "/")):
+        return os.path.expanduser("~") + path[len(account):]
+    return path
+
+
+def _account_home() -> str | None:
+    """The home directory of the account (what OpenSSH expands `~` with, whatever HOME says)."""
+    try:
+        import pwd  # here: POSIX only, and only where ssh -G is asked
+
+        return pwd.getpwuid(os.getuid()).pw_dir.rstrip("/") or None
+    except (ImportError, KeyError, OSError):
+        return None
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) or "none"
+    return "none" if value is None else str(value)
+
+
+def _openssh_default_identities() -> set[str]:
+    return {os.path.expanduser(f"~/.ssh/{name}") for name in
+            ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk", "id_xmss", "id_dsa")}
 
 
 # --------------------------------------------------------------------------- identity files
