@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.host}: {_first_error(exc)}") from None
     try:
         reading = read_new_host(args.host, entry, args.python)
-    except RemoteError as exc:
-        raise UsageError(f"{args.host}: {exc}") from None
+    except RemoteError as exc:  # its message names the host already
+        raise UsageError(str(exc)) from None
     found = {**{k: v for k, v in settings.items() if v is not None and k != "address"},
              **reading.inventory_entry()}
     for problem in reading.problems:
