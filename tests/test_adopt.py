@@ -326,7 +326,11 @@ def test_cli_import_command_says_an_unclosed_quote_first_and_names_its_output(
     err = capsys.readouterr().err
     assert f"{out}:" in err and "imported.toml" not in err
     cli.main(["import", "--command", "python3 -m sglang.launch_server --model-path /m/x"])
-    assert "<stdout>:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "<stdout>:" in err
+    # a bare interpreter: the profile is written with it, and the report says how to fix it
+    assert "the launch ran 'python3' from its shell's PATH, which a unit does not have" in err
+    assert "SGD003 error: deploy.python = \"python3\" is not an absolute path" in err
 
 
 # --------------------------------------------------------------------------- the host script, on this machine

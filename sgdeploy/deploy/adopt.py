@@ -298,7 +298,10 @@ def _launch_notes(launch: Launch, observed: Observed) -> list[str]:
     if options and not launch.wrapper:
         notes.append(f"interpreter options {' '.join(options)} are not kept (the unit sets PYTHONUNBUFFERED=1)")
     if observed.interpreter is None and launch.interpreter and not posixpath.isabs(launch.interpreter):
-        notes.append(f"the interpreter '{launch.interpreter}' is not an absolute path: set deploy.python")
+        notes.append(f"the launch ran '{launch.interpreter}' from its shell's PATH, which a unit does not have: "
+                     "write that interpreter's full path in deploy.python (on the host: `command -v "
+                     f"{launch.interpreter}` in the shell that started it, or the venv's bin/python3); until "
+                     "then validation refuses the profile (SGD003)")
     return notes
 
 
