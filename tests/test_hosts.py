@@ -324,7 +324,9 @@ def test_argument_errors(hosts: HostSet) -> None:
         return cp.returncode, cp.stderr
 
     code, err = run("ct129", "--model-path /root/models/Qwen3-8B --foo bar")
-    assert code == 2 and err.startswith("usage: sglang serve")
+    # 0.5.11 warns about `python -m` before it parses (launch_server.py:54, seen on the H200)
+    assert err.startswith("/root/ml-env/lib/python3") and "UserWarning: 'python -m sglang" in err
+    assert code == 2 and err[err.index("usage:"):].startswith("usage: sglang serve")
     assert err.rstrip().endswith("sglang serve: error: unrecognized arguments: --foo bar")
     # 0.5.23 removed the flags the reference profile uses
     code, err = run(
@@ -512,3 +514,56 @@ def test_multi_node_private_network(host_factory: Callable[..., HostSet]) -> Non
     log0, log1 = body("mn0", "fail"), body("mn1", "fail")
     assert "Capture cuda graph failed" in log1 and "Capture cuda graph failed" not in log0, log1
     assert "Connection closed by peer [" in log0 and READY not in log0
+
+
+# The lines that mark each step of a start of SGLang 0.5.11, in the order the real server logged
+# them on the H200 (tests/fixtures/h200-real/restart.log), numbers as N.
+REAL_0511_SHAPES = (
+    r"UserWarning: 'python -m sglang\.launch_server' is still supported, but 'sglang serve' is the "
+    r"recommended entrypoint\.",
+    r"^server_args=ServerArgs\(model_path=",
+    r"^Init torch distributed begin\.$",
+    r"^Init torch distributed ends\. elapsed=N s, mem usage=N GB$",
+    r"^Load weight begin\. avail mem=N GB$",
+    r"^Load weight end\. elapsed=N s, type=\w+, avail mem=N GB, mem usage=N GB\.$",
+    r"^Using KV cache dtype: torch\.bfloatN$",
+    r"^KV Cache is allocated\. #tokens: N, K size: N GB, V size: N GB$",
+    r"^Memory pool end\. avail mem=N GB$",
+    r"^Capture cuda graph begin\. This can take up to several minutes\. avail mem=N GB$",
+    r"^Capture cuda graph end\. Time elapsed: N s\. mem usage=N GB\. avail mem=N GB\.$",
+    r"^Capture piecewise CUDA graph begin\. avail mem=N GB$",
+    r"^Capture piecewise CUDA graph end\. Time elapsed: N s\. mem usage=N GB\. avail mem=N GB\.$",
+    r"^max_total_num_tokens=N, chunked_prefill_size=N, max_prefill_tokens=N, max_running_requests=N, "
+    r"context_len=N, available_gpu_mem=N GB$",
+    r"^INFO:     Started server process \[N\]$",
+    r"^INFO:     Waiting for application startup\.$",
+    r"^INFO:     Application startup complete\.$",
+    r"^INFO:     Uvicorn running on http://[N.]+:N \(Press CTRL\+C to quit\)$",
+    r'"GET /model_info HTTP/N" N OK$',
+    r"^The server is fired up and ready to roll!$",
+)
+
+
+def shape_positions(log: str) -> list[int | None]:
+    """Where each of REAL_0511_SHAPES first appears in `log` (line index; None: never)."""
+    lines = [re.sub(r"\d+(?:\.\d+)?", "N", re.sub(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: TP\d+)?\] ", "", line))
+             for line in log.split("\n")]
+    patterns = [re.compile(shape) for shape in REAL_0511_SHAPES]
+    return [next((i for i, line in enumerate(lines) if p.search(line)), None) for p in patterns]
+
+
+def test_the_simulated_start_has_the_real_lines_in_the_real_order(hosts: HostSet) -> None:
+    """A plain launch on the simulated 0.5.11 logs every line that marks a step of the real
+    0.5.11's start on the H200, in the same order (the fixture is held to the same list)."""
+    real = (Path(__file__).parent / "fixtures" / "h200-real" / "restart.log").read_text(encoding="utf-8")
+    real_at = shape_positions(real[real.rindex("Started sglang.service"):])
+    assert None not in real_at and real_at == sorted(real_at)
+    start_unit(hosts, "ct129", "sgl-shape", "--model-path /root/models/Qwen3-8B --port 30077 "
+               "--mem-fraction-static 0.3")
+    log = wait_for(lambda: READY in (j := hosts.journal("ct129", "sgl-shape")) and j, 30, "the ready line")
+    assert isinstance(log, str)
+    hosts.ssh("ct129", "systemctl stop sgl-shape")
+    at = shape_positions(log)
+    missing = [shape for shape, i in zip(REAL_0511_SHAPES, at, strict=True) if i is None]
+    assert not missing, missing
+    assert at == sorted(at), [s for s, _ in sorted(zip(REAL_0511_SHAPES, at, strict=True), key=lambda x: x[1])]

@@ -1744,15 +1744,17 @@ def serve_dummy_health(args: dict, dist: Dist) -> None:
 
 
 def main(argv: list[str], entry: str) -> None:
-    if entry == "launch_server" and NEW:
+    if entry == "launch_server" and V >= (0, 5, 11):  # seen on 0.5.11 (the H200) and 0.5.2x
         import warnings
 
         warnings.warn_explicit(
             "'python -m sglang.launch_server' is still supported, but 'sglang serve' is the "
-            "recommended entrypoint.",
+            "recommended entrypoint.\n  Example: sglang serve --model-path <model> [options]"
+            if not NEW else "'python -m sglang.launch_server' is still supported, but 'sglang serve' is "
+            "the recommended entrypoint.",
             UserWarning,
             f"{PKG}/sglang/launch_server.py",
-            70,
+            70 if NEW else 54,
         )
     settings = load_settings()
     global _WRAPPER
