@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdeploy.deploy.plan import Deployment
+from sgdeploy.deploy.probe import ProbeOutcome
 from sgdeploy.host.remote import RemoteError, RemoteHost
 from sgdeploy.logs import LogReader, LogReport
 from sgdeploy.sglang.secrets import redact
@@ -41,7 +42,7 @@ class StartupResult:
     seconds: float = 0.0
     ready_seen_at: float | None = None
     auto_adjusted: list[dict[str, Any]] = field(default_factory=list)
-    probe: dict[str, Any] | None = None
+    probe: ProbeOutcome | None = None
 
 
 def follower_command(unit: str, invocation: str) -> str:

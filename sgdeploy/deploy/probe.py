@@ -386,6 +386,22 @@ class ProbeVerdict:
                 "message": self.message}
 
 
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """A started deployment's probe and how it compares with the last good deployment's."""
+
+    result: ProbeResult
+    verdict: ProbeVerdict
+
+    def as_dict(self) -> dict[str, Any]:
+        """As apply's JSON and the record's meta.json keep it: the figures, the verdict, a summary."""
+        return {**self.result.as_dict(), "verdict": self.verdict.as_dict(), "summary": self.result.summary()}
+
+    @property
+    def text(self) -> str:
+        return f"{self.result.summary()}; {self.verdict.message}"
+
+
 def compare(new: ProbeResult, baseline: dict[str, Any] | None, min_ratio: float = 0.9) -> ProbeVerdict:
     """Hold a probe against the last good deployment's (`ProbeResult.as_dict()`, or a meta.json
     with it under "probe"). The single-stream figure decides; the concurrent figure is checked

@@ -22,7 +22,7 @@ from sgdeploy.core.diagnostics import Diagnostic
 from sgdeploy.deploy.journal import Reporter, StartupResult
 from sgdeploy.deploy.plan import Deployment, Plan, Takeover, deployment_meta
 from sgdeploy.deploy.prestop import BeforeStop
-from sgdeploy.deploy.probe import compare, probe_remote
+from sgdeploy.deploy.probe import ProbeOutcome, compare, probe_remote
 from sgdeploy.deploy.secret_args import api_key_for
 from sgdeploy.deploy.session import SWAP_WINDOW_S, HostSession, healthy_now
 from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost, RemoteError, RemoteHost
@@ -113,7 +113,7 @@ class ApplyResult:
     failure: StartFailure | None = None
     explain: list[str] = field(default_factory=list)
     rollback: RollbackOutcome | None = None
-    probe: dict[str, Any] | None = None
+    probe: ProbeOutcome | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
     plan: Plan | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -137,7 +137,7 @@ class ApplyResult:
             "failure": self.failure.as_dict() if self.failure else None,
             "explain": self.explain,
             "rollback": self.rollback.as_dict() if self.rollback else None,
-            "probe": self.probe,
+            "probe": self.probe.as_dict() if self.probe else None,
             "diagnostics": [d.as_dict() for d in self.diagnostics],
             "steps": [s.as_dict() for s in self.plan.steps] if self.plan else [],
             "timings": self.timings,
@@ -260,8 +260,7 @@ class Transaction:
         measured = probe_remote(self.session.remote, deployment.port, settings,
                                 api_key_for(self.session.remote, deployment))
         verdict = compare(measured, baseline, self.options.min_ratio or 0.0)
-        startup.probe = {**measured.as_dict(), "verdict": verdict.as_dict(),
-                         "summary": measured.summary()}
+        startup.probe = ProbeOutcome(measured, verdict)
         self.session.report("probe", summary=measured.summary(), verdict=verdict.message)
         if self.options.min_ratio is not None and not verdict.ok:
             startup.ready, startup.failure_kind, startup.reason = False, "throughput_regression", verdict.message
@@ -278,7 +277,7 @@ class Transaction:
             kv_cache_tokens=report.kv_cache_tokens if report else None,
             auto_adjusted=startup.auto_adjusted,
             failure={"kind": startup.failure_kind, "reason": startup.reason} if not startup.ready else None,
-            probe=startup.probe,
+            probe=startup.probe.as_dict() if startup.probe else None,
             **{k: v for k, v in (extra or {}).items() if v},
         )
         self.session.record(deployment, meta, last_good=outcome == "ready", keep=self.options.keep, unstage=unstage)

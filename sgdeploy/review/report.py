@@ -82,7 +82,7 @@ def apply_text(result: ApplyResult) -> str:
     if result.timings:
         lines.append("apply: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items()))
     if result.probe:
-        lines.append(f"throughput: {result.probe['summary']}; {result.probe['verdict']['message']}")
+        lines.append(f"throughput: {result.probe.text}")
     if result.auto_adjusted:
         lines.append("settings SGLang changed on its own:")
         lines.extend(f"  {a['field']} = {json.dumps(a['value'])}  ({a['reason']})" for a in result.auto_adjusted)
