@@ -13,12 +13,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from sgdeploy.deploy.plan import Deployment
 from sgdeploy.deploy.probe import ProbeOutcome
 from sgdeploy.host.remote import RemoteError, RemoteHost
 from sgdeploy.logs import LogReader, LogReport
+from sgdeploy.logs.report import Adjustment
 from sgdeploy.sglang.secrets import redact
 
 Reporter = Callable[..., None]
@@ -41,7 +41,7 @@ class StartupResult:
     explain: list[str] = field(default_factory=list)
     seconds: float = 0.0
     ready_seen_at: float | None = None
-    auto_adjusted: list[dict[str, Any]] = field(default_factory=list)
+    auto_adjusted: list[Adjustment] = field(default_factory=list)
     probe: ProbeOutcome | None = None
 
 

@@ -17,6 +17,7 @@ from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.deploy.journal import StartupResult
 from sgdeploy.deploy.plan import Deployment, Plan, Takeover
 from sgdeploy.deploy.session import BackgroundCheck, HostSession
+from sgdeploy.logs.report import Adjustment
 from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.sglang.check.verdict import (
     HostVerdict,
@@ -124,7 +125,7 @@ def judged_plan(plan: Plan, verdict: HostVerdict, loaded: LoadedProfile) -> Plan
     return dataclasses.replace(plan, sglang_check=verdict, refusals=refusals, notes=notes)
 
 
-def check_doc(plan: Plan, seen: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+def check_doc(plan: Plan, seen: list[Adjustment] | None = None) -> dict[str, Any] | None:
     """`sglang_check` of a result or record: the verdict, its prediction, what the start showed."""
     verdict = plan.sglang_check
     if verdict is None:
@@ -133,7 +134,7 @@ def check_doc(plan: Plan, seen: list[dict[str, Any]] | None = None) -> dict[str,
     doc = {**verdict.as_dict(), "summary": summary(verdict, plan.host, server),
            "predicted": predicted(verdict, server) if verdict.status == "accepted" else []}
     if seen is not None and verdict.status == "accepted":
-        doc["differences"] = differences(doc["predicted"], seen)
+        doc["differences"] = differences(doc["predicted"], [a.as_dict() for a in seen])
     return doc
 
 

@@ -27,6 +27,7 @@ from sgdeploy.deploy.secret_args import api_key_for
 from sgdeploy.deploy.session import SWAP_WINDOW_S, HostSession, healthy_now
 from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost, RemoteError, RemoteHost
 from sgdeploy.logs import LogReport, settings_changed
+from sgdeploy.logs.report import Adjustment
 from sgdeploy.profile.inventory import HostEntry
 from sgdeploy.profile.model import ProbeSettings
 from sgdeploy.sglang.secrets import redact_document
@@ -109,7 +110,7 @@ class ApplyResult:
     deployment_id: str | None = None
     phase_times: dict[str, float | None] = field(default_factory=dict)
     kv_cache_tokens: int | None = None
-    auto_adjusted: list[dict[str, Any]] = field(default_factory=list)
+    auto_adjusted: list[Adjustment] = field(default_factory=list)
     failure: StartFailure | None = None
     explain: list[str] = field(default_factory=list)
     rollback: RollbackOutcome | None = None
@@ -133,7 +134,7 @@ class ApplyResult:
             "deployment_id": self.deployment_id,
             "phase_times": self.phase_times,
             "kv_cache_tokens": self.kv_cache_tokens,
-            "auto_adjusted": self.auto_adjusted,
+            "auto_adjusted": [a.as_dict() for a in self.auto_adjusted],
             "failure": self.failure.as_dict() if self.failure else None,
             "explain": self.explain,
             "rollback": self.rollback.as_dict() if self.rollback else None,
@@ -275,7 +276,7 @@ class Transaction:
             phases=[p.as_dict() for p in report.phases] if report else [],
             phase_times=report.phase_times() if report else {},
             kv_cache_tokens=report.kv_cache_tokens if report else None,
-            auto_adjusted=startup.auto_adjusted,
+            auto_adjusted=[a.as_dict() for a in startup.auto_adjusted],
             failure={"kind": startup.failure_kind, "reason": startup.reason} if not startup.ready else None,
             probe=startup.probe.as_dict() if startup.probe else None,
             **{k: v for k, v in (extra or {}).items() if v},
@@ -283,12 +284,12 @@ class Transaction:
         self.session.record(deployment, meta, last_good=outcome == "ready", keep=self.options.keep, unstage=unstage)
 
 
-def adjustments(report: LogReport | None, info: dict[str, Any] | None, server: dict[str, Any]) -> list[dict[str, Any]]:
+def adjustments(report: LogReport | None, info: dict[str, Any] | None, server: dict[str, Any]) -> list[Adjustment]:
     """What SGLang changed on its own: from the log, confirmed or completed by /server_info."""
-    found = {a.field: a.as_dict() for a in report.auto_adjusted} if report else {}
+    found = {a.field: a for a in report.auto_adjusted} if report else {}
     if info:
         for adjustment in settings_changed(server, info, "/server_info"):
-            found.setdefault(adjustment.field, adjustment.as_dict())
+            found.setdefault(adjustment.field, adjustment)
     return list(found.values())
 
 

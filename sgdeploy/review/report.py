@@ -85,7 +85,7 @@ def apply_text(result: ApplyResult) -> str:
         lines.append(f"throughput: {result.probe.text}")
     if result.auto_adjusted:
         lines.append("settings SGLang changed on its own:")
-        lines.extend(f"  {a['field']} = {json.dumps(a['value'])}  ({a['reason']})" for a in result.auto_adjusted)
+        lines.extend(f"  {a.field} = {json.dumps(a.value, default=str)}  ({a.reason})" for a in result.auto_adjusted)
     check = getattr(result, "sglang_check", None)
     if check and check["status"] != "refused":
         lines.append(f"SGLang's own check: {check['summary']}")
