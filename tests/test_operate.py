@@ -225,6 +225,13 @@ RUNNING = SystemdUnitState("loaded", "active", "running", 4242, 0, 1, n_restarts
         (RUNNING, HealthCheck("/ready", 30000, 0, "nothing listens on the port"), False, "nothing listens"),
         (SystemdUnitState("loaded", "activating", "start"), None, False, "still starting"),
         (SystemdUnitState("loaded", "failed", "failed", exec_main_status=9), None, False, "exit status 9"),
+        (SystemdUnitState("loaded", "failed", "failed", exec_main_status=1, exec_main_code=1), None, False,
+         "(failed/failed, exit status 1)"),
+        # how a real SGLang (0.5.11 on the H200) leaves its unit after `systemctl stop` by hand
+        (SystemdUnitState("loaded", "failed", "failed", exec_main_status=9, exec_main_code=2), None, False,
+         "(failed/failed, killed by SIGKILL: SGLang ends itself that way when stopped"),
+        (SystemdUnitState("loaded", "failed", "failed", exec_main_status=11, exec_main_code=3), None, False,
+         "(failed/failed, killed by SIGSEGV)"),
         (SystemdUnitState("loaded", "inactive", "dead"), None, False, "not running (inactive/dead)"),
         (SystemdUnitState("not-found", "inactive", "dead"), None, False, "not installed"),
         (None, None, False, "could not be read"),

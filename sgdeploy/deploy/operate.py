@@ -22,6 +22,7 @@ import difflib
 import hashlib
 import json
 import shlex
+import signal
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -366,6 +367,33 @@ def health_path(sglang_version: str | None) -> str:
         return "/health"
 
 
+# ExecMainCode: how the main process ended (the CLD_* codes of waitid(2))
+_KILLED, _DUMPED = 2, 3
+
+
+def _how_it_ended(unit: SystemdUnitState) -> str:
+    """`, exit status 1`, or the signal that ended the main process. SGLang ends every stop by
+    SIGKILLing its own processes, so a unit stopped by hand reads failed, killed by SIGKILL."""
+    status = unit.exec_main_status
+    if not status:
+        return ""
+    if unit.exec_main_code not in (_KILLED, _DUMPED):
+        return f", exit status {status}"
+    name = signal_name(status)
+    if status == 9:
+        return (f", killed by {name}: SGLang ends itself that way when stopped, so a `systemctl stop` outside "
+                "sgdeploy leaves the unit failed; if nobody stopped it, look for the kernel's OOM killer "
+                "(journalctl -k)")
+    return f", killed by {name}"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def status_verdict(
     unit_name: str, unit: SystemdUnitState | None, health: HealthCheck | None
 ) -> tuple[bool, list[str]]:
@@ -381,11 +409,7 @@ def status_verdict(
         if unit.active_state == "activating":
             problems.append(f"{service} is still starting ({state})")
         else:
-            problems.append(
-                f"{service} is not running ({state}"
-                + (f", exit status {unit.exec_main_status}" if unit.exec_main_status else "")
-                + ")"
-            )
+            problems.append(f"{service} is not running ({state}{_how_it_ended(unit)})")
     if health is None:
         if not problems:
             problems.append("the health endpoint was not checked")
