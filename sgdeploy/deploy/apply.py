@@ -38,7 +38,7 @@ from sgdeploy.deploy.prestop import (
     start_check,
     takeover_pids,
 )
-from sgdeploy.deploy.probe import compare, probe_remote
+from sgdeploy.deploy.probe import ProbeOutcome, compare, probe_remote
 from sgdeploy.deploy.records import (
     deployment_from_files,
     recorded_probe,
@@ -285,9 +285,7 @@ def kv_cache_findings(loaded: LoadedProfile, report: LogReport | None) -> list[D
     """SGD714: a server that got ready with a KV cache smaller than one request of its context
     length (on the H200, mem_fraction_static 0.101 beside 13.5 GiB of weights left 3,951 tokens
     for a context of 8,192): SGLang starts it, and long requests cannot be served."""
-    if report is None or not report.kv_cache_tokens or not report.context_len:
-        return []
-    if report.kv_cache_tokens >= report.context_len:
+    if report is None or not report.kv_cache_below_context:
         return []
     return [loaded.diagnostic(
         "SGD714", f"the KV cache holds {report.kv_cache_tokens} tokens, fewer than one request of the "
@@ -338,5 +336,5 @@ def _probe(session: HostSession, name: str, unit: str, min_ratio: float | None) 
     return int(Exit.ROLLED_BACK if failed else Exit.READY), {
         "host": name, "unit": unit, "deployment_id": facts.last_good,
         "probe": measured.as_dict(), "verdict": verdict.as_dict(),
-        "message": f"{measured.summary()}; {verdict.message}",
+        "message": ProbeOutcome(measured, verdict).text,
     }

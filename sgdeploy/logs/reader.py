@@ -130,7 +130,8 @@ class LogReader:
         return events
 
     def report(self) -> LogReport:
-        phases = tuple(sorted(self._chosen_phases().values(), key=lambda ph: ph.line))
+        chosen = self._chosen_phases()
+        phases = tuple(sorted(chosen.values(), key=lambda ph: ph.line))
         return LogReport(
             ready=self._ready_line is not None,
             failure=self._failure(),
@@ -139,7 +140,7 @@ class LogReader:
             auto_adjusted=tuple(self._auto_adjusted()),
             lines=self._n,
             finished=self._finished,
-            started=self._started(),
+            started=self._started(chosen.get("ready")),
             server_args=dict(self._dump) if self._dump is not None else None,
             context_len=self._context_len,
         )
@@ -149,10 +150,9 @@ class LogReader:
             self._starts.append(t)
             self._new_start = False
 
-    def _started(self) -> str | None:
+    def _started(self, ready: Phase | None) -> str | None:
         """When the server that reached ready began logging (the last start before its ready line);
         the log's first timestamp when it never got ready."""
-        ready = self._primary.get("ready") or self._any.get("ready")
         if ready is not None and ready.t is not None:
             before = [t for t in self._starts if t <= ready.t]
             if before:

@@ -99,6 +99,11 @@ class LogReport:
     context_len: int | None = None  # the longest request, as the scheduler's summary line says
 
     @property
+    def kv_cache_below_context(self) -> bool:
+        """The KV cache holds fewer tokens than one request of the context length (SGD714)."""
+        return bool(self.kv_cache_tokens and self.context_len and self.kv_cache_tokens < self.context_len)
+
+    @property
     def verdict(self) -> str:
         """READY, FAILED, or NOT READY and why, in one line."""
         if self.ready:

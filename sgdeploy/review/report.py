@@ -154,9 +154,9 @@ def logcheck_text(report: LogReport, source: str) -> str:
     else:
         lines.append("phases: none recognised")
     if report.kv_cache_tokens is not None:
-        short = (report.context_len is not None and report.kv_cache_tokens < report.context_len)
         lines.append(f"KV cache: {report.kv_cache_tokens} tokens" + (
-            f", fewer than one request of the context length {report.context_len} (SGD714)" if short else ""))
+            f", fewer than one request of the context length {report.context_len} (SGD714)"
+            if report.kv_cache_below_context else ""))
     f = report.failure
     if f is not None:
         lines.append(f"failure: {f.headline}")
