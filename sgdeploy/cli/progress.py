@@ -38,6 +38,8 @@ class Progress:
             text = f"{target}: {text}"
         if kind == "step":
             self._waiting_since = time.monotonic() if data.get("step") == "wait_ready" else None
+        if kind == "expected":
+            self._expected_s = float(str(data.get("seconds")))
         if kind == "log":
             if self.live and text:
                 self._status_line(f"[{elapsed:6.1f}s]{self._remaining()} {text}")
@@ -68,9 +70,8 @@ class Progress:
 
     def _text(self, kind: str, data: dict[str, object]) -> str:
         if kind == "expected":
-            self._expected_s = float(str(data.get("seconds")))
-            return (f"expected: ready about {self._expected_s:.0f} s after the start, as the last good "
-                    f"deployment ({data.get('deployment')}) was")
+            return (f"expected: ready about {float(str(data.get('seconds'))):.0f} s after the start, as the "
+                    f"last good deployment ({data.get('deployment')}) was")
         if kind == "step":
             rest = " ".join(f"{k}={v}" for k, v in data.items() if k != "step")
             return f"{data.get('step')} {rest}".strip()

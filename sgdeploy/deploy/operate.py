@@ -379,7 +379,7 @@ def _how_it_ended(unit: SystemdUnitState) -> str:
         return ""
     if unit.exec_main_code not in (_KILLED, _DUMPED):
         return f", exit status {status}"
-    name = signal_name(status)
+    name = _signal_name(status)
     if status == 9:
         return (f", killed by {name}: SGLang ends itself that way when stopped, so a `systemctl stop` outside "
                 "sgdeploy leaves the unit failed; if nobody stopped it, look for the kernel's OOM killer "
@@ -387,7 +387,7 @@ def _how_it_ended(unit: SystemdUnitState) -> str:
     return f", killed by {name}"
 
 
-def signal_name(number: int) -> str:
+def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
     except ValueError:
