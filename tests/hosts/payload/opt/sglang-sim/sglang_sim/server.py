@@ -1981,9 +1981,10 @@ def main(argv: list[str], entry: str) -> None:
             draining.append(True)
             State.ready = False
             log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
-            if not settings.get("sigterm_drain"):
-                stop_at_once()
-            threading.Thread(target=drain_then_exit, daemon=True).start()
+            if settings.get("sigterm_drain"):
+                threading.Thread(target=drain_then_exit, daemon=True).start()
+            else:
+                stop_at_once()  # does not return
 
     draining: list[bool] = []
 
