@@ -3,6 +3,7 @@
     python scenario.py RUN_DIR OUT_DIR PHASE    (sgdeploy on PATH; the host booted by host.sh;
                                                  PHASE 1: cold apply and a changed flag, 2: failure,
                                                  stranger, probe; 3: rollback, import, adopt;
+                                                 4: from a hand launch; 5: the strict unit;
                                                  each within one call of the device tool)
     python scenario.py --poll URL LOG           (the client: /health every 0.1 s, /generate every 1 s)
 
@@ -138,13 +139,14 @@ print(json.dumps({"used_before_mib": before, "systemctl_stop_s": stop_s, "sample
 def main() -> None:
     run_dir, out, phase = sys.argv[1], sys.argv[2], sys.argv[3]
     run = Run(run_dir, out)
-    run.n = {"1": 0, "2": 20, "3": 40, "4": 60, "short": 0}[phase]
+    run.n = {"1": 0, "2": 20, "3": 40, "4": 60, "5": 80, "short": 0}[phase]
     sgd = ["sgdeploy"]
     poller = subprocess.Popen([sys.executable, __file__, "--poll", f"http://127.0.0.1:{PORT}",
                                os.path.join(out, "client.jsonl")])
     try:
-        if phase in ("1", "4") or not os.path.exists(os.path.join(out, "NO-SERVER")):
-            {"1": phase_one, "2": phase_two, "3": phase_three, "4": phase_four, "short": phase_short}[phase](run, sgd, out)
+        if phase in ("1", "4", "5") or not os.path.exists(os.path.join(out, "NO-SERVER")):
+            {"1": phase_one, "2": phase_two, "3": phase_three, "4": phase_four, "5": phase_five,
+             "short": phase_short}[phase](run, sgd, out)
     finally:
         poller.kill()
         run.capture(f"journal.all.{phase}.txt", "journalctl -u sglang.service -o short-precise --no-pager")
@@ -239,6 +241,42 @@ def phase_four(run: Run, sgd: list[str], out: str) -> None:
              journal=False)
     run.step("history", sgd + ["history", "profiles/imported.toml", "--json"], journal=False)
     run.step("probe", sgd + ["probe", "profiles/imported.toml", "--json"], journal=False)
+
+
+CACHE = "/var/cache/sgdeploy/sglang"
+
+
+def phase_five(run: Run, sgd: list[str], out: str) -> None:
+    """The strict unit (deploy.hardening): refused without its user; with it, a cold start, a
+    changed flag with the compile caches warm, the same with them wiped, rollback, probe; then
+    the same launch unhardened for comparison."""
+    run.ssh("systemctl stop sglang.service; systemctl reset-failed sglang.service; pkill -f sglang.launch_server; "
+            "sleep 2", timeout=60)
+    run.capture("proc-devices.txt", "cat /proc/devices; ls -l /dev/nvidia* /dev/nvidia-caps 2>&1")
+    run.step("apply-strict-no-user", sgd + ["apply", "profiles/hard-a.toml", "--json"], journal=False)
+    run.ssh("useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin sglang")
+    run.step("render-strict", sgd + ["render", "profiles/hard-a.toml"], journal=False)
+    run.step("plan-strict", sgd + ["plan", "profiles/hard-a.toml"], journal=False)
+    cold = run.step("apply-strict-cold", sgd + ["apply", "profiles/hard-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    run.capture("strict.security.txt", "systemd-analyze security sglang.service --no-pager")
+    run.capture("strict.unit.service", "systemctl cat sglang.service")
+    run.capture("strict.show.txt", "systemctl show sglang.service -p User,DevicePolicy,DeviceAllow,ProtectSystem,"
+                "ProtectHome,PrivateTmp,CapabilityBoundingSet,NoNewPrivileges,RestrictAddressFamilies,MainPID")
+    run.capture("strict.ps.txt", "ps -eo pid,ppid,user,rss,args --forest | grep -v grep | grep -A3 -B1 sglang")
+    run.capture("strict.cache-cold.txt", f"du -sh {CACHE}/* {CACHE}/.[a-z]* 2>/dev/null; find {CACHE} -maxdepth 3 -type d | head -60")
+    run.capture("strict.generate.json", f"curl -s -m 30 -H 'Content-Type: application/json' -d "
+                "'{\"text\": \"def main():\", \"sampling_params\": {\"max_new_tokens\": 16}}' "
+                f"http://127.0.0.1:{PORT}/generate")
+    if cold["rc"] != 0:
+        return
+    run.step("apply-strict-flag-change", sgd + ["apply", "profiles/hard-b.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    run.capture("strict.cache-warm.txt", f"du -sh {CACHE}/* {CACHE}/.[a-z]* 2>/dev/null")
+    run.ssh(f"find {CACHE} -mindepth 1 -delete")
+    run.step("apply-strict-caches-wiped", sgd + ["apply", "profiles/hard-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    run.step("rollback-strict", sgd + ["rollback", "profiles/hard-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    run.step("probe-strict", sgd + ["probe", "profiles/hard-a.toml", "--json"], journal=False)
+    run.step("apply-unhardened", sgd + ["apply", "profiles/soft-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    run.step("history-strict", sgd + ["history", "profiles/hard-a.toml", "--json"], journal=False)
 
 
 def phase_three(run: Run, sgd: list[str], out: str) -> None:

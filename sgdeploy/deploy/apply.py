@@ -81,7 +81,7 @@ def build_deployment(
     unit = render_unit(loaded, load_catalog(nearest_version(sglang_version)), host)
     check = CheckRequest(python=unit.argv[0], argv=tuple(check_argv(profile, list(unit.argv[3:]))),
                          environment=unit.environment,
-                         user=profile.deploy.user, working_directory=profile.deploy.working_directory,
+                         user=profile.deploy.run_as, working_directory=profile.deploy.working_directory,
                          env_file=profile.deploy.env_file)
     return Deployment(
         id=new_deployment_id(loaded.sha256),

@@ -60,6 +60,12 @@ def preflight(
         found.append(loaded.diagnostic(rule, message, dotted=dotted, hint=hint, severity=severity))
 
     target = host_target(name, facts, declared)
+    if facts.user_exists is False:
+        user = profile.deploy.run_as
+        add("SGD715", f"user {user}, who runs the server, does not exist on {name}", "deploy.user",
+            f"create it as root: useradd --system --no-create-home --home-dir /nonexistent --shell "
+            f"/usr/sbin/nologin {user} (or set deploy.user to an existing account)")
+        return found, target, None
     if not facts.python_ok:
         error = facts.error("python")
         add("SGD701", f"{profile.deploy.python} does not run on {name}"
@@ -75,7 +81,7 @@ def preflight(
         add("SGD704", f"{profile.server.get('model_path')} has no config.json on {name}", "server.model_path",
             "copy the model to the host or fix model_path")
     elif (unreadable := facts.error("model")) is not None:
-        reader = f"user {profile.deploy.user}" if profile.deploy.user else "root"
+        reader = f"user {profile.deploy.run_as}" if profile.deploy.run_as else "root"
         add("SGD704", f"{profile.server.get('model_path')}/config.json on {name} cannot be read by {reader}, "
             f"who runs the server: {unreadable.message}", "server.model_path",
             "make the model readable by deploy.user (or fix deploy.user), or repair config.json")
@@ -123,7 +129,7 @@ def _host_file_problems(loaded: LoadedProfile, name: str, facts: HostFacts) -> l
     """SGD713: each host file the launch names that the unit's user cannot open."""
     profile = loaded.model
     assert profile is not None
-    reader = f"user {profile.deploy.user}" if profile.deploy.user else "root"
+    reader = f"user {profile.deploy.run_as}" if profile.deploy.run_as else "root"
     found = []
     for host_file in host_files(profile.server, profile.deploy.working_directory):
         status = facts.host_files.get(host_file.path)

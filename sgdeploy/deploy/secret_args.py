@@ -313,7 +313,7 @@ def check_diagnostics(loaded: LoadedProfile, check: SecretCheck, host: str, cata
     if secrets is None:
         return found
     path, raw = secrets.file, check.raw
-    user = profile.deploy.user or "root"
+    user = profile.deploy.run_as or "root"
     if check.failed:
         add(f"cannot check the secrets file {path} on {host}: {check.failed}", "secrets.file",
             "make deploy.python run on the host (the check runs under it)")
@@ -367,7 +367,7 @@ def _key_note(loaded: LoadedProfile, host: str, path: str, key: str, state: str,
 def _create_hint(profile: Profile, catalog: Catalog) -> str:
     secrets = profile.secrets
     assert secrets is not None
-    user = profile.deploy.user or "root"
+    user = profile.deploy.run_as or "root"
     if mechanism(catalog) == "config":
         lines = ", ".join(f"`{file_key(f)}: VALUE`" for k in secrets.keys if (f := catalog.get(k)))
         form = f"a YAML file with {lines}"

@@ -552,4 +552,4 @@ def facts_key(loaded: LoadedProfile) -> tuple[str, str, str, int, str | None, tu
     profile = loaded.model
     assert profile is not None
     return (profile.deploy.unit, profile.deploy.python, str(profile.server.get("model_path", "")),
-            server_port(profile.server), profile.deploy.user, host_file_paths(loaded))
+            server_port(profile.server), profile.deploy.run_as, host_file_paths(loaded))

@@ -178,6 +178,8 @@ class HostFacts:
     # The launch's host files (sgdeploy.sglang.hostfiles) as the unit's user sees them: path ->
     # "ok", "missing" or "unreadable"; a path the probe did not report is not in it.
     host_files: Mapping[str, str] = field(default_factory=dict)
+    # Whether the unit's User= exists on the host (None: root, or not asked)
+    user_exists: bool | None = None
     errors: tuple[FactError, ...] = ()
 
     def error(self, section: str) -> FactError | None:
@@ -559,6 +561,7 @@ sgd_t() {
 }
 s_request() { printf 'port=%s\n' "$sgd_port"; }
 s_host() { uname -a; hostname; }
+s_user() { if id -u "$sgd_user" >/dev/null 2>&1; then echo exists=1; else echo exists=0; fi; }
 sgd_smi() { sgd_t 30 nvidia-smi "$@" --format=csv,noheader,nounits; }
 s_gpus() { sgd_smi --query-gpu=@GPU_FIELDS@; }
 s_gpus_legacy() { sgd_smi --query-gpu=@GPU_FIELDS_LEGACY@; }
@@ -635,6 +638,7 @@ g_python() {
 g_system() {
   sgd_section request s_request
   sgd_section host s_host
+  [ -z "$sgd_user" ] || sgd_section user s_user
   sgd_section listen_ss s_listen_ss || sgd_section listen_proc s_listen_proc
   sgd_section port_holders s_port_holders
   sgd_section unit s_unit
@@ -844,6 +848,11 @@ def _facts_request(b: _Builder) -> None:
         b.values["port"] = int(port) if port.isdigit() else None
 
 
+def _facts_user(b: _Builder) -> None:
+    if (s := b.ok("user")) is not None:
+        b.values["user_exists"] = parse_key_values(s.stdout).get("exists") == "1"
+
+
 def _facts_host(b: _Builder) -> None:
     if (s := b.ok("host")) is not None:
         lines = [*s.stdout.splitlines(), "", ""]
@@ -976,6 +985,7 @@ def _facts_disk(b: _Builder) -> None:
 _STEPS = (
     ("request", _facts_request),
     ("host", _facts_host),
+    ("user", _facts_user),
     ("gpus", _facts_gpus),
     ("python", _facts_python),
     ("model", _facts_model),

@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from sgdeploy.core.explain import problem, shaped
 from sgdeploy.core.tomlfile import TomlDocument, read_toml
+from sgdeploy.sglang.sandbox import DEFAULT_SERVICE_USER
 
 
 def _normalized(path: str) -> str:
@@ -119,6 +120,12 @@ class DeploySettings(BaseModel):
     gpus: list[GpuIndex | GpuUuid] | None = Field(
         default=None, min_length=1, description="GPU indices or UUIDs for CUDA_VISIBLE_DEVICES."
     )
+    hardening: Literal["none", "strict"] = Field(
+        default="none", description="systemd sandbox of the unit: 'strict' runs SGLang as a service user in a "
+        "read-only file system with a closed device list (docs/hardening.md); 'none' as before.")
+    writable_paths: list[AbsolutePath] = Field(
+        default_factory=list, description="Folders a 'strict' unit may write besides its cache folder and the "
+        "ones its flags and [env] name (ReadWritePaths=).")
     model_architecture: str | None = Field(
         default=None, description="HF architecture (config.json architectures[0]), for rules that need it."
     )
@@ -128,6 +135,13 @@ class DeploySettings(BaseModel):
         description="A local copy of the model's config.json (or its folder), relative to the profile, for "
         "rules that read it offline (context length, heads, DSA, Mamba state, quantization).",
     )
+
+    @property
+    def run_as(self) -> str | None:
+        """The unit's User=: deploy.user, else the service user of a strict unit; None is root."""
+        if self.user:
+            return self.user
+        return DEFAULT_SERVICE_USER if self.hardening == "strict" else None
 
     @field_validator("gpus")
     @classmethod

@@ -214,6 +214,10 @@ def check_launch(
         secret_file=profile.secrets.file if profile.secrets else None,
         secret_keys=tuple(profile.secrets.keys) if profile.secrets else (),
         working_directory=profile.deploy.working_directory,
+        hardening=profile.deploy.hardening,
+        service_user=profile.deploy.run_as,
+        python=profile.deploy.python,
+        env_file=profile.deploy.env_file,
     )
     found = []
     for rule in RULES:

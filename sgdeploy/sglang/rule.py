@@ -44,6 +44,10 @@ class LaunchContext:
     secret_file: str | None = None  # [secrets] file on the host (no value: sgdeploy.deploy.secret_args)
     secret_keys: tuple[str, ...] = ()  # [secrets] keys: ServerArgs fields the file provides
     working_directory: str | None = None  # the unit's WorkingDirectory= (deploy.working_directory); None: "/"
+    hardening: str = "none"  # deploy.hardening: "strict" sandboxes the unit (sgdeploy.sglang.sandbox)
+    service_user: str | None = None  # the unit's User= (deploy.run_as); None: root
+    python: str | None = None  # deploy.python
+    env_file: str | None = None  # deploy.env_file
 
     @property
     def version(self) -> Version:

@@ -124,6 +124,8 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
     "SGD024": (Own("a policy: the unit's working directory is / unless deploy.working_directory says otherwise, "
                    "so a relative path names a file under /; SGLang only fails when it opens it"),
                Flag("ssl_keyfile", _since("0.5.10"), cited=False)),
+    **{rule_id: (Own("a policy of the unit sgdeploy renders for deploy.hardening = \"strict\" (docs/hardening.md); "
+                     "SGLang itself has no sandbox"),) for rule_id in ("SGD025", "SGD026", "SGD027")},
     "SGD030": (_FORMAT,),
     "SGD031": (_FORMAT,),
     "SGD032": (Own("no bundled catalog: SGLang on the host decides (SGD711)"),),
@@ -394,4 +396,5 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
     "SGD711": (Own("SGLang's own parse, resolution and checks, run on the host"),),
     "SGD712": (_HOST,),
     "SGD713": (_HOST,),
+    "SGD715": (_HOST,),
 }

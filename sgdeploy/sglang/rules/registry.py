@@ -57,5 +57,7 @@ STRUCTURAL_RULES = {
     "SGD712": ("sglang-check-unavailable", "SGLang's own check could not run on the host."),
     "SGD713": ("host-file-unusable", "A file the launch names (the SSL key and certificate, ...) is missing on "
                "the host or not readable by the unit's user."),
+    "SGD715": ("service-user-missing", "The unit's user (deploy.user, or 'sglang' for a strict unit) does not "
+               "exist on the host."),
 }
 HOST_RULES = tuple(rule_id for rule_id in STRUCTURAL_RULES if rule_id.startswith("SGD7"))

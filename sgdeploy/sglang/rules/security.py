@@ -11,6 +11,7 @@ from sgdeploy.sglang.hostfiles import host_files
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
+from sgdeploy.sglang.sandbox import read_paths, under_home, written_paths
 from sgdeploy.sglang.secrets import (
     ENV_LOOKALIKE,
     YAML_SUFFIXES,
@@ -158,3 +159,58 @@ def relative_host_file(ctx: LaunchContext) -> Iterator[Finding]:
         if found.relative:
             yield Finding(server_field(found.key), f"{found.key} = {found.value!r} is a relative path: the unit "
                           f"runs in / (no deploy.working_directory), so SGLang opens {found.path}")
+
+
+# ------------------------------------------------------------------ deploy.hardening = "strict"
+def _strict(ctx: LaunchContext) -> bool:
+    return ctx.hardening == "strict"
+
+
+@rule("SGD025", "hardened-as-root", ERROR,
+      "deploy.hardening = \"strict\" with deploy.user = \"root\": the sandbox is built around an "
+      "unprivileged user, and root owns every file it would protect.",
+      "remove deploy.user (a strict unit runs as the system user 'sglang') or name another account")
+def hardened_as_root(ctx: LaunchContext) -> Iterator[Finding]:
+    if _strict(ctx) and ctx.service_user == "root":
+        yield Finding("deploy.user", "a strict unit runs SGLang as an unprivileged user; deploy.user = "
+                      "\"root\" gives the server every file on the host back")
+
+
+@rule("SGD026", "hardened-path-under-root", ERROR,
+      "A strict unit's server reads or writes a path under /root, which only root can open.",
+      "move it (for example under /opt or /srv) and make it readable by the unit's user, or set "
+      "deploy.hardening = \"none\"")
+def hardened_path_under_root(ctx: LaunchContext) -> Iterator[Finding]:
+    if not _strict(ctx) or ctx.python is None or ctx.service_user == "root":
+        return  # root: SGD025
+    reads = read_paths(ctx.raw_server, ctx.python, ctx.working_directory, (ctx.env_file, ctx.secret_file))
+    writes = [w.path for w in written_paths(ctx.raw_server, ctx.env)]
+    for path in dict.fromkeys([*reads, *writes]):
+        if under_home(path) == "/root":
+            yield Finding(_field_of(ctx, path), f"{path} is under /root, which user "
+                          f"{ctx.service_user or 'sglang'} cannot open (mode 0700, and ProtectHome= hides it)")
+
+
+@rule("SGD027", "hardened-hub-download", WARNING,
+      "A strict unit whose model_path is a hub id, with no HF_HOME in [env]: the model is downloaded "
+      "into the unit's own cache folder, not into the Hugging Face cache other users share.",
+      "give model_path as the model's folder on the host, or set HF_HOME in [env] to a cache the "
+      "unit's user can read (and write, to download)")
+def hardened_hub_download(ctx: LaunchContext) -> Iterator[Finding]:
+    model = ctx.raw_server.get("model_path")
+    if not _strict(ctx) or not isinstance(model, str) or model.startswith("/") or "HF_HOME" in ctx.env:
+        return
+    yield Finding("server.model_path", f"model_path {model!r} is a hub id: a strict unit looks for it in its "
+                  "own cache folder (/var/cache/sgdeploy/UNIT/huggingface), not in root's ~/.cache, and "
+                  "downloads it there when it is not found")
+
+
+def _field_of(ctx: LaunchContext, path: str) -> str:
+    """The dotted key that names `path` (the first that does)."""
+    for key, value in ctx.raw_server.items():
+        if value == path:
+            return server_field(key)
+    named = {"deploy.python": ctx.python, "deploy.working_directory": ctx.working_directory,
+             "deploy.env_file": ctx.env_file, "secrets.file": ctx.secret_file,
+             **{f"env.{k}": v for k, v in ctx.env.items()}}
+    return next((key for key, value in named.items() if value == path), "deploy.hardening")

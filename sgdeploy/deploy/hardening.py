@@ -1,0 +1,77 @@
+"""The systemd sandbox of a `deploy.hardening = "strict"` unit, decided from the profile.
+
+What the sandbox allows is data (`UnitSandbox`), so `plan` can show it and the renderer writes it
+the same way each time; sgdeploy.sglang.sandbox knows where SGLang and its libraries write and
+which device nodes CUDA opens. docs/hardening.md gives each setting with the failure seen
+without it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+from sgdeploy.profile.model import Profile
+from sgdeploy.sglang.sandbox import (
+    NVIDIA_DEVICE_GROUPS,
+    RDMA_DEVICE_GROUPS,
+    RDMA_DEVICE_PATHS,
+    cache_directory,
+    cache_environment,
+    read_paths,
+    under_home,
+    written_paths,
+)
+
+ADDRESS_FAMILIES = ("AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK")  # NETLINK: getifaddrs (NCCL, gloo)
+
+
+@dataclass(frozen=True)
+class UnitSandbox:
+    """What a strict unit may write, read and open."""
+
+    user: str
+    cache_directory: str  # absolute; systemd creates it (CacheDirectory=) owned by `user`
+    read_write_paths: tuple[str, ...]  # besides the cache and runtime folders
+    protect_home: str  # "yes", or "read-only" when the launch reads or writes under a home folder
+    device_groups: tuple[str, ...]  # DeviceAllow=char-NAME rw
+    device_paths: tuple[str, ...]  # DeviceAllow=PATH rw
+    environment: tuple[tuple[str, str], ...]  # cache variables the profile's [env] does not set
+
+    @property
+    def cache_directory_setting(self) -> str:
+        """CacheDirectory= takes the folder relative to /var/cache."""
+        return self.cache_directory.removeprefix("/var/cache/")
+
+
+def multi_node(profile: Profile) -> bool:
+    nnodes = profile.server.get("nnodes", 1)
+    return (isinstance(nnodes, int) and nnodes > 1) or any(k.startswith("NCCL_IB_") for k in profile.env)
+
+
+def unit_sandbox(profile: Profile) -> UnitSandbox | None:
+    """The sandbox of the profile's unit; None when `deploy.hardening` is "none"."""
+    deploy = profile.deploy
+    if deploy.hardening != "strict":
+        return None
+    env = profile.env_strings()
+    writes = sorted({w.path for w in written_paths(profile.server, env)} | set(deploy.writable_paths))
+    cache = cache_directory(deploy.unit)
+    writes = [p for p in writes if not _within(p, cache)]
+    reads = read_paths(profile.server, deploy.python, deploy.working_directory,
+                       (deploy.env_file, profile.secrets.file if profile.secrets else None))
+    homes = any(under_home(p) for p in [*reads, *writes])
+    rdma = multi_node(profile)
+    return UnitSandbox(
+        user=deploy.run_as or "root",
+        cache_directory=cache,
+        read_write_paths=tuple(writes),
+        protect_home="read-only" if homes else "yes",
+        device_groups=NVIDIA_DEVICE_GROUPS + (RDMA_DEVICE_GROUPS if rdma else ()),
+        device_paths=RDMA_DEVICE_PATHS if rdma else (),
+        environment=tuple((k, v) for k, v in cache_environment(deploy.unit) if k not in env),
+    )
+
+
+def _within(path: str, folder: str) -> bool:
+    return posixpath.commonpath([path, folder]) == folder
