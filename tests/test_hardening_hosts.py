@@ -102,6 +102,9 @@ def test_the_strict_unit_runs_sandboxed_restarts_and_rolls_back(
     exposure = host.ssh("ct129", "systemd-analyze security sglang-strict.service --no-pager | tail -1").stdout
     assert float(exposure.split("level for sglang-strict.service:")[1].split()[0]) <= 4.5, exposure
 
+    code, planned = sgdeploy(host, capsys, "plan", str(profiles["b"]))
+    install = next(step["why"] for step in planned["steps"] if step["step"] == "install")
+    assert "strict sandbox: runs as sglang, writes only /var/cache/sgdeploy/sglang-strict, /run/sim-gpu" in install
     code, changed = sgdeploy(host, capsys, "apply", str(profiles["b"]))
     assert (code, changed["status"]) == (0, "ready"), changed.get("message")
     code, back = sgdeploy(host, capsys, "rollback", str(profiles["b"]))

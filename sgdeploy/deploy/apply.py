@@ -46,6 +46,7 @@ from sgdeploy.deploy.records import (
     recorded_startup_s,
     running_port,
 )
+from sgdeploy.deploy.hardening import unit_sandbox
 from sgdeploy.deploy.render import SecretInUnit, render_unit
 from sgdeploy.deploy.rollback import previous_deployment, restore
 from sgdeploy.deploy.secret_args import api_key_for, check_argv, host_secret_diagnostics
@@ -97,6 +98,7 @@ def build_deployment(
         rollback_of=rollback_of,
         probe_settings=profile.probe.model_dump(mode="json") if profile.probe else None,
         check=check,
+        sandbox=sandbox.describe() if (sandbox := unit_sandbox(profile)) else None,
     )
 
 

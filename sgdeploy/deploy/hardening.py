@@ -38,6 +38,11 @@ class UnitSandbox:
     device_paths: tuple[str, ...]  # DeviceAllow=PATH rw
     environment: tuple[tuple[str, str], ...]  # cache variables the profile's [env] does not set
 
+    def describe(self) -> str:
+        """What `plan` says of it: `strict: runs as sglang, writes only /var/cache/...`."""
+        writes = ", ".join((self.cache_directory, *self.read_write_paths))
+        return f"strict sandbox: runs as {self.user}, writes only {writes} (and its private /tmp)"
+
     @property
     def cache_directory_setting(self) -> str:
         """CacheDirectory= takes the folder relative to /var/cache."""

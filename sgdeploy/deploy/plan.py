@@ -72,6 +72,7 @@ class Deployment:
     probe_settings: dict[str, Any] | None = None  # the profile's [probe], when it has one
     expect: tuple[str, ...] | None = None  # readiness phases, when no profile says (a unit found on the host)
     check: CheckRequest | None = None  # what SGLang's own check on the host is asked about
+    sandbox: str | None = None  # a strict unit: who runs it and what it may write (plan shows it)
 
     @property
     def unit_path(self) -> str:
@@ -224,7 +225,8 @@ def make_plan(host: str, deployment: Deployment, facts: HostFacts, current_unit_
     gpus = ", ".join(str(g) for g in deployment.gpus)
     steps += [
         Step(StepKind.WAIT_GPUS_IDLE, f"GPUs {gpus} must have no compute process and memory back at baseline"),
-        Step(StepKind.INSTALL, f"write {deployment.unit_path} atomically, daemon-reload"),
+        Step(StepKind.INSTALL, f"write {deployment.unit_path} atomically, daemon-reload"
+             + (f"; {deployment.sandbox}" if deployment.sandbox else "")),
         Step(StepKind.START, f"systemctl start {deployment.unit}.service"),
         Step(StepKind.WAIT_READY, f"follow the journal until {', '.join(deployment.expected_phases)} "
              f"(deadline {deployment.ready_timeout_s} s)"),
