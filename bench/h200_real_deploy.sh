@@ -10,7 +10,7 @@
 #                        bench/h200_check_real_install.sh's setup); sgdeploy's venv /opt/sgd; the
 #                        models (bench/h200_real/models.py); boots the systemd host
 #                        (bench/h200_real/host.sh); writes the inventory and profiles to /opt/h200run
-#   STAGE=scenario PHASE=1|2|3|4|5|short ...   runs sgdeploy as a user would (bench/h200_real/scenario.py)
+#   STAGE=scenario PHASE=1|2|3|4|5|6|short ...   runs sgdeploy as a user would (bench/h200_real/scenario.py)
 # Every stage starts over where a marker says it has not finished, so a machine given back is
 # rebuilt by running the stages again. What each stage saw goes to $OUT as one tar.gz.
 set -uo pipefail
@@ -146,9 +146,9 @@ EOF
     profile partial "$PARTIAL_OF-partial" 'mem_fraction_static = 0.8' 'max_running_requests = 64'
     profile big-tiny llama-8b 'mem_fraction_static = 0.05' 'max_running_requests = 128'
     # PHASE=5: the same launches in a strict unit (docs/hardening.md)
-    HARDENING=strict profile hard-a small-llama 'mem_fraction_static = 0.6' 'max_running_requests = 64'
-    HARDENING=strict profile hard-b small-llama 'mem_fraction_static = 0.6' 'max_running_requests = 128'
-    profile soft-a small-llama 'mem_fraction_static = 0.6' 'max_running_requests = 64'
+    HARDENING=strict profile hard-a llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 64'
+    HARDENING=strict profile hard-b llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 128'
+    profile soft-a llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 64'
 }
 
 facts() {

@@ -3,7 +3,7 @@
     python scenario.py RUN_DIR OUT_DIR PHASE    (sgdeploy on PATH; the host booted by host.sh;
                                                  PHASE 1: cold apply and a changed flag, 2: failure,
                                                  stranger, probe; 3: rollback, import, adopt;
-                                                 4: from a hand launch; 5: the strict unit;
+                                                 4: from a hand launch; 5: the strict unit; 6: page cache dropped;
                                                  each within one call of the device tool)
     python scenario.py --poll URL LOG           (the client: /health every 0.1 s, /generate every 1 s)
 
@@ -139,14 +139,14 @@ print(json.dumps({"used_before_mib": before, "systemctl_stop_s": stop_s, "sample
 def main() -> None:
     run_dir, out, phase = sys.argv[1], sys.argv[2], sys.argv[3]
     run = Run(run_dir, out)
-    run.n = {"1": 0, "2": 20, "3": 40, "4": 60, "5": 80, "short": 0}[phase]
+    run.n = {"1": 0, "2": 20, "3": 40, "4": 60, "5": 80, "6": 90, "short": 0}[phase]
     sgd = ["sgdeploy"]
     poller = subprocess.Popen([sys.executable, __file__, "--poll", f"http://127.0.0.1:{PORT}",
                                os.path.join(out, "client.jsonl")])
     try:
-        if phase in ("1", "4", "5") or not os.path.exists(os.path.join(out, "NO-SERVER")):
+        if phase in ("1", "4", "5", "6") or not os.path.exists(os.path.join(out, "NO-SERVER")):
             {"1": phase_one, "2": phase_two, "3": phase_three, "4": phase_four, "5": phase_five,
-             "short": phase_short}[phase](run, sgd, out)
+             "6": phase_six, "short": phase_short}[phase](run, sgd, out)
     finally:
         poller.kill()
         run.capture(f"journal.all.{phase}.txt", "journalctl -u sglang.service -o short-precise --no-pager")
@@ -275,6 +275,14 @@ def phase_five(run: Run, sgd: list[str], out: str) -> None:
     run.step("apply-strict-caches-wiped", sgd + ["apply", "profiles/hard-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     run.step("rollback-strict", sgd + ["rollback", "profiles/hard-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     run.step("probe-strict", sgd + ["probe", "profiles/hard-a.toml", "--json"], journal=False)
+
+
+def phase_six(run: Run, sgd: list[str], out: str) -> None:
+    """A restart with the page cache dropped (the weights read from disk), then the same launch
+    unhardened, for comparison with the strict restarts of phase five."""
+    subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=False)
+    run.step("apply-strict-page-cache-dropped", sgd + ["apply", "profiles/hard-b.toml", "--json"],
+             timeout=APPLY_TIMEOUT_S)
     run.step("apply-unhardened", sgd + ["apply", "profiles/soft-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     run.step("history-strict", sgd + ["history", "profiles/hard-a.toml", "--json"], journal=False)
 
