@@ -15,6 +15,7 @@ from typing import Any
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.deploy.adopt import takeovers
+from sgdeploy.deploy.hardening import unit_sandbox
 from sgdeploy.deploy.journal import Reporter, StartupResult
 from sgdeploy.deploy.plan import (
     BeforeStop,
@@ -46,7 +47,6 @@ from sgdeploy.deploy.records import (
     recorded_startup_s,
     running_port,
 )
-from sgdeploy.deploy.hardening import unit_sandbox
 from sgdeploy.deploy.render import SecretInUnit, render_unit
 from sgdeploy.deploy.rollback import previous_deployment, restore
 from sgdeploy.deploy.secret_args import api_key_for, check_argv, host_secret_diagnostics

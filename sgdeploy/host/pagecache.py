@@ -43,11 +43,13 @@ def warm_command(model_path: str, timeout_s: int = 600) -> str:
     share = int(MAX_SHARE_OF_AVAILABLE * 100)
     return (
         f"d={folder}; [ -d \"$d\" ] || {{ echo outcome=skipped; echo reason=no model folder on the host; exit 0; }}; "
-        f"size=$(find -L \"$d\" -maxdepth 1 -type f \\( {names} \\) -printf '%s\\n' | awk '{{s+=$1}} END {{printf \"%.0f\", s}}'); "
+        f"size=$(find -L \"$d\" -maxdepth 1 -type f \\( {names} \\) -printf '%s\\n' | "
+        "awk '{s+=$1} END {printf \"%.0f\", s}'); "
         "avail=$(awk '/^MemAvailable:/ {printf \"%.0f\", $2 * 1024}' /proc/meminfo); echo bytes=$size; "
         "[ \"$size\" -gt 0 ] || { echo outcome=skipped; echo reason=no weight files beside config.json; exit 0; }; "
         f"if [ \"$size\" -gt $((avail / 100 * {share})) ]; then echo outcome=skipped; "
-        f"echo \"reason=$((size >> 30)) GiB of weights do not fit in half of the $((avail >> 30)) GiB available\"; exit 0; fi; "
+        "echo \"reason=$((size >> 30)) GiB of weights do not fit in half of the $((avail >> 30)) GiB "
+        "available\"; exit 0; fi; "
         "t0=$(date +%s.%N); "
         f"find -L \"$d\" -maxdepth 1 -type f \\( {names} \\) -print0 | "
         f"timeout {int(timeout_s)} nice -n 19 ionice -c 3 xargs -0 -r cat > /dev/null 2>&1; rc=$?; "
