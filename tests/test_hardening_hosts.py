@@ -48,6 +48,7 @@ def host() -> Iterator[HostSet]:
     fast = SimSettings(startup_s=1.0, release_delay_s=0.5)
     with booted_or_skipped([HostSpec.like("ct129", sim=fast)]) as hs:
         hs.make_model("ct129", MODEL, "Qwen3ForCausalLM")
+        hs.ssh("ct129", f"head -c 1048576 /dev/zero > {MODEL}/model-00001-of-00001.safetensors")
         hs.ssh("ct129", "mkdir -p /run/sim-gpu && chmod 1777 /run/sim-gpu")
         yield hs
 
@@ -85,6 +86,10 @@ def test_the_strict_unit_runs_sandboxed_restarts_and_rolls_back(
              "--home-dir /nonexistent --shell /usr/sbin/nologin sglang")
     code, first = sgdeploy(host, capsys, "apply", str(profiles["a"]))
     assert (code, first["status"]) == (0, "ready"), first.get("message")
+    # the weights were read into the page cache before the stop, as the service user would need
+    warmed = [e for e in first["events"] if e["event"] == "page_cache"]
+    assert [e["outcome"] for e in warmed] == ["warmed"], warmed
+    assert warmed[0]["text"].startswith("read 0.0 GiB of weights into the page cache in ")
     shown = host.ssh("ct129", "systemctl show sglang-strict.service -p User,MainPID,ProtectSystem,DevicePolicy,"
                      "NoNewPrivileges,PrivateTmp").stdout
     props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)

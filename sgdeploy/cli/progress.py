@@ -85,6 +85,8 @@ class Progress:
             return f"failure detected: {data.get('name')} at log line {data.get('line')}"
         if kind == "waiting":
             return self._waiting_text(data)
+        if kind == "page_cache":
+            return str(data.get("text", ""))
         if kind in ("warning", "failed"):
             return f"{kind}: {data.get('text') or data.get('reason')}"
         if kind == "log":

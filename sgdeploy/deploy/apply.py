@@ -10,6 +10,7 @@ lets the CLI connect and read the facts while it still validates offline.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from typing import Any
 
@@ -230,6 +231,17 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     return plan, current_unit
 
 
+def read_ahead(session: HostSession, deployment: Deployment) -> threading.Thread | None:
+    """The new launch's weights read into the page cache on a channel of their own, while the
+    old server still serves; None when the model is not a folder on the host."""
+    model = deployment.server.get("model_path")
+    if not isinstance(model, str) or not model.startswith("/"):
+        return None
+    reading = threading.Thread(target=session.warm_page_cache, args=(model,), daemon=True)
+    reading.start()
+    return reading
+
+
 def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None, options: ApplyOptions, began: float,
               loaded: LoadedProfile, check: BackgroundCheck | None, staged: CommandResult | None) -> ApplyResult:
     """Start the plan's deployment under the lock; record and report how it went, rolled back on failure."""
@@ -243,7 +255,10 @@ def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None,
     judged = [plan]
 
     def gate() -> StartupResult | None:
+        reading = read_ahead(session, deployment)  # beside the check's wait and --wait-for-gpus
         judged[0], refused = pre_stop(session, plan, check, loaded, options.wait_for_gpus_s)
+        if reading is not None:
+            reading.join()
         handover = Handover(deployment, previous, running_port(current_unit, plan.previous_active))
         return refused or before_stop_gate(session, options.before_stop, handover)
 

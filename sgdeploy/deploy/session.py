@@ -39,6 +39,7 @@ from sgdeploy.host.facts import (
     state_dir,
     with_owners,
 )
+from sgdeploy.host.pagecache import WARM_TIMEOUT_S, PageCacheWarmth, parse_warmth, warm_command
 from sgdeploy.host.remote import (
     CommandResult,
     CommandTimeout,
@@ -279,6 +280,18 @@ class HostSession:
         except RetryError as exc:
             verdict = exc.last_attempt.result()
         return verdict
+
+    def warm_page_cache(self, model_path: str) -> PageCacheWarmth:
+        """Read the launch's weights into the host's page cache while the old server serves
+        (sgdeploy.host.pagecache: only when they fit in half of the available memory)."""
+        self.report("step", step="warm_page_cache", path=model_path)
+        try:
+            result = self.remote.run(warm_command(model_path, WARM_TIMEOUT_S), timeout=WARM_TIMEOUT_S + 30)
+        except CommandTimeout:
+            return PageCacheWarmth("failed", reason=f"no answer within {WARM_TIMEOUT_S + 30} s")
+        warmth = parse_warmth(result.stdout)
+        self.report("page_cache", outcome=warmth.outcome, text=warmth.describe())
+        return warmth
 
     # -- install, start, follow ----------------------------------------------------------
     def stage(self, deployment: Deployment) -> CommandResult:

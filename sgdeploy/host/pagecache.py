@@ -18,6 +18,7 @@ from sgdeploy.host.facts import parse_key_values
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 MAX_SHARE_OF_AVAILABLE = 0.5
+WARM_TIMEOUT_S = 600  # the read's bound; it only costs wall time, the old server still serves
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class PageCacheWarmth:
         return f"weights not read ahead: {self.reason or self.outcome}"
 
 
-def warm_command(model_path: str, timeout_s: int = 600) -> str:
+def warm_command(model_path: str, timeout_s: int = WARM_TIMEOUT_S) -> str:
     """One sh command: the weight files' size against MemAvailable, then read them (nice, idle
     I/O class, `timeout_s` at most); prints `outcome=`, `bytes=`, `seconds=`, `reason=` lines."""
     folder = shlex.quote(model_path.rstrip("/") or "/")
