@@ -280,8 +280,12 @@ def phase_five(run: Run, sgd: list[str], out: str) -> None:
 def phase_six(run: Run, sgd: list[str], out: str) -> None:
     """A restart with the page cache dropped (the weights read from disk), then the same launch
     unhardened, for comparison with the strict restarts of phase five."""
-    subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=False)
-    run.step("apply-strict-page-cache-dropped", sgd + ["apply", "profiles/hard-b.toml", "--json"],
+    drop = ["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"]
+    subprocess.run(drop, check=False)
+    run.step("apply-strict-page-cache-dropped", sgd + ["apply", "profiles/hard-b.toml", "--json", "--no-read-ahead"],
+             timeout=APPLY_TIMEOUT_S)
+    subprocess.run(drop, check=False)
+    run.step("apply-strict-page-cache-dropped-read-ahead", sgd + ["apply", "profiles/hard-a.toml", "--json"],
              timeout=APPLY_TIMEOUT_S)
     run.step("apply-unhardened", sgd + ["apply", "profiles/soft-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     run.step("history-strict", sgd + ["history", "profiles/hard-a.toml", "--json"], journal=False)

@@ -92,6 +92,9 @@ def add_pre_stop_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip SGLang's own check of the launch on the host (saves its "
                         "seconds; a launch SGLang refuses is then found only after the old server "
                         "stopped)")
+    parser.add_argument("--no-read-ahead", action="store_true",
+                        help="do not read the model's weights into the host's page cache before "
+                        "the stop (done only when they fit in half of the available memory)")
     parser.add_argument("--wait-for-gpus", type=float, nargs="?", const=WAIT_FOR_GPUS_S,
                         metavar="SECONDS",
                         help="processes outside the unit on its GPUs: wait for them to leave (up "

@@ -138,6 +138,7 @@ def apply_options(args: argparse.Namespace, dry_run: bool) -> ApplyOptions:
                         min_ratio=getattr(args, "min_ratio", None),
                         adopt=getattr(args, "adopt", False),
                         sglang_check=not getattr(args, "no_sglang_check", False),
+                        read_ahead=not getattr(args, "no_read_ahead", False),
                         wait_for_gpus_s=getattr(args, "wait_for_gpus", None),
                         sglang_check_timeout_s=getattr(args, "sglang_check_timeout", 60.0))
 

@@ -255,7 +255,8 @@ def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None,
     judged = [plan]
 
     def gate() -> StartupResult | None:
-        reading = read_ahead(session, deployment)  # beside the check's wait and --wait-for-gpus
+        # beside the check's wait and --wait-for-gpus
+        reading = read_ahead(session, deployment) if options.read_ahead else None
         judged[0], refused = pre_stop(session, plan, check, loaded, options.wait_for_gpus_s)
         if reading is not None:
             reading.join()

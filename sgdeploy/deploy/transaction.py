@@ -56,6 +56,7 @@ class ApplyOptions:
     sglang_check: bool = True  # ask the host's own SGLang about the launch before anything stops
     sglang_check_timeout_s: float = 60.0
     wait_for_gpus_s: float | None = None  # wait (bounded) for processes outside the unit to leave its GPUs
+    read_ahead: bool = True  # read the weights into the page cache before the stop (sgdeploy.host.pagecache)
     # Run last before the stop (a gateway drains the server): a sentence refuses the start, nothing stopped
     before_stop: BeforeStop | None = None
     # Run once the result is known, over the host's connection still open (a gateway puts the worker back)
