@@ -291,6 +291,23 @@ def mamba_state_archs(files: dict[str, str]) -> list[str] | None:
     return sorted(found)
 
 
+def mla_archs(files: dict[str, str]) -> list[str] | None:
+    """Every architecture a branch of ModelConfig names before it sets `attention_arch =
+    AttentionArch.MLA`: MLA is decided by the architecture (some branches look at the config
+    too), so an architecture outside this list never uses MLA."""
+    tree = _tree(files, MODEL_CONFIG)
+    if tree is None:
+        return None
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and any(
+            isinstance(stmt, ast.Assign) and "AttentionArch.MLA" in ast.unparse(stmt.value) for stmt in node.body
+        ):
+            found.update(c.value for c in ast.walk(node.test)
+                         if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value[:1].isupper())
+    return sorted(found) or None
+
+
 def _spec_arch_names(tree: ast.Module) -> Iterable[str]:
     """The arch_names of every `LinearAttnModelSpec(...)` call in a module."""
     for call in ast.walk(tree):
@@ -473,6 +490,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, str]], Any]] = {
     "paged_topk_backends": paged_topk_backends,
     "mamba_extra_buffer_archs": mamba_extra_buffer_archs,
     "mamba_state_archs": mamba_state_archs,
+    "mla_archs": mla_archs,
     "quantization_methods": quantization_methods,
     "deepep_v2_archs": deepep_v2_archs,
 }

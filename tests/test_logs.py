@@ -363,7 +363,7 @@ def failure_of(lines: list[str]) -> tuple[str, int] | None:
 
 def test_an_exception_line_alone_is_an_exception() -> None:
     assert failure_of(["ValueError: Unsupported architectures: X. Supported list: [...]"]) == (
-        "model_not_found",
+        "bad_argument",  # a model this SGLang cannot serve: the launch's model must change
         1,
     )
     assert failure_of(["UserWarning: something deprecated", "Error: not a type"]) == ("incomplete", 2)
@@ -485,3 +485,80 @@ def test_a_log_that_stops_says_which_step_was_under_way() -> None:
     http = "[2025-04-01 09:58:09] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)"
     assert "under way: the warm-up request" in incomplete_message([http])
     assert "under way" not in incomplete_message([stamp + "x"])
+
+
+# -- kinds from what the user must do, not from a layer's name in the traceback ------------------
+
+_SITE = "/root/ml-env/lib/python3.12/site-packages"
+
+
+def _frame(path: str, func: str, source: str) -> list[str]:
+    return [f'  File "{_SITE}/{path}", line 10, in {func}', f"    {source}"]
+
+
+def test_an_error_is_named_by_its_raising_frame_not_by_a_layer_further_out() -> None:
+    through_dist = _frame("sglang/srt/distributed/parallel_state.py", "init_distributed_environment", "x()")
+    lines = [TB, *through_dist, *_frame("sglang/srt/utils/common.py", "helper", "y = z[0]"),
+             "IndexError: list index out of range"]
+    assert failure_of(lines) == ("crash", 6)  # distributed init was under way; it did not fail
+    raised_there = [TB, *_frame("sglang/srt/model_executor/model_runner.py", "init_torch_distributed", "f()"),
+                    *through_dist, "RuntimeError: connection to the store timed out"]
+    assert failure_of(raised_there) == ("nccl_error", 6)
+
+
+def test_a_bad_environment_value_read_through_environ_py_names_the_variable() -> None:
+    lines = [TB, *_frame("sglang/srt/distributed/parallel_state.py", "init_distributed_environment",
+                         "port = envs.SGLANG_TCP_STORE_PORT.get()"),
+             *_frame("sglang/srt/environ.py", "get", "return self.parse(value)"),
+             *_frame("sglang/srt/environ.py", "parse", "return int(value)"),
+             "TypeError: int() argument must be a string, a bytes-like object or a real number, not 'NoneType'"]
+    failure = read_log(lines).failure
+    assert failure is not None and (failure.kind, failure.line) == ("bad_argument", 8)
+    assert "SGLANG_TCP_STORE_PORT" in failure.message and failure.message.startswith("TypeError: int()")
+
+
+def test_a_missing_optional_package_is_a_setting_when_an_option_asks_for_it() -> None:
+    tb = [TB, *_frame("sglang/srt/layers/moe/token_dispatcher/deepep.py", "__init__", "raise ImportError("),
+          "ImportError: DeepEP is not installed. Please install DeepEP package from https://github.com/x."]
+    asked = read_log(["server_args=ServerArgs(model_path='/m', moe_a2a_backend='deepep')", *tb]).failure
+    assert asked is not None and asked.kind == "bad_argument"
+    assert "drop --moe-a2a-backend deepep" in asked.message
+    unasked = read_log(["server_args=ServerArgs(model_path='/m', moe_a2a_backend='none')", *tb]).failure
+    assert unasked is not None and unasked.kind == "crash" and "no option" in unasked.message
+    assert read_log(tb, {"moe_a2a_backend": "deepep"}).failure.kind == "bad_argument"  # type: ignore[union-attr]
+
+
+def test_any_other_missing_package_is_a_broken_install() -> None:
+    lines = [TB, *_frame("sglang/srt/distributed/parallel_state.py", "<module>", "import sgl_kernel"),
+             "ModuleNotFoundError: No module named 'sgl_kernel'"]
+    failure = read_log(lines).failure
+    assert failure is not None and (failure.kind, failure.line) == ("crash", 4)
+    assert "install it" in failure.message
+    assert failure_of(["ImportError: cannot import name 'foo' from 'bar'"]) == ("crash", 1)
+
+
+def test_a_missing_native_library_of_nvshmem_is_not_a_network_failure() -> None:
+    lines = ["OSError: libnvshmem_host.so.3: cannot open shared object file: No such file or directory"]
+    failure = read_log(lines).failure
+    assert failure is not None and failure.kind == "bad_argument" and "LD_LIBRARY_PATH" in failure.message
+
+
+def test_a_model_type_or_architecture_nobody_supports_is_not_a_missing_model() -> None:
+    key_error = [TB, *_frame("transformers/models/auto/configuration_auto.py", "__getitem__", "raise KeyError(key)"),
+                 "KeyError: 'qwen9'"]
+    failure = read_log(key_error).failure
+    assert failure is not None and (failure.kind, failure.line) == ("bad_argument", 4)
+    assert "'qwen9'" in failure.message and "--trust-remote-code" in failure.message
+    unknown = ("ValueError: The checkpoint you are trying to load has model type `qwen9` but Transformers does "
+               "not recognize this architecture.")
+    assert failure_of([unknown]) == ("bad_argument", 1)
+    assert failure_of(["ValueError: Model architectures ['XForCausalLM'] are not supported for now."]) == (
+        "bad_argument", 1)
+    # a path or a repository that does not resolve stays model_not_found
+    assert failure_of(["OSError: /m does not appear to have a file named config.json."]) == ("model_not_found", 1)
+
+
+def test_a_hint_does_not_push_the_message_past_its_limit() -> None:
+    long = "ModuleNotFoundError: No module named 'deep_ep' " + "x" * 600
+    failure = read_log([long]).failure
+    assert failure is not None and len(failure.message) <= 400 + 200 and failure.message.endswith(")")

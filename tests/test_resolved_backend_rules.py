@@ -111,3 +111,20 @@ def test_options_of_one_model_family_read_config_json() -> None:
     cp = {"enable_cp_decode_attn_tp": True}
     assert fires("SGD592", "0.5.20", "H200", cp, LLAMA)
     assert not fires("SGD592", "0.5.20", "H200", cp, {"architectures": ["GlmMoeDsaForCausalLM"]})
+
+
+def test_unified_memory_with_dcp_is_refused_from_the_declared_architecture_alone() -> None:
+    """MLA is decided by the architecture (the release's `mla_archs`): without a config.json the
+    declared architecture refuses a non-MLA model, and an MLA one is not refused."""
+    server = {"tp_size": 8, "enable_unified_memory": True, "dcp_size": 2}
+
+    def declared(arch: str) -> list[str]:
+        ctx = LaunchContext(server=server, env={}, catalog=load_catalog("0.5.23"),
+                            host=HostTarget("h", gpu="NVIDIA RTX A6000", compute_capability="8.6", gpu_count=8,
+                                            gpu_memory_gib=48),
+                            architecture=arch, model_config=None)
+        return [f.message for f in RULES.by_id("SGD552").run(ctx) if "supports MLA models only" in f.message]
+
+    assert declared("Qwen3_5ForConditionalGeneration")  # the oracle's 0.5.23 verdict: refused
+    assert not declared("KimiLinearForCausalLM")
+    assert any("supports MLA models only" in m for m in fires("SGD552", "0.5.23", "A6000", server, QWEN_HYBRID))

@@ -16,11 +16,12 @@ import re
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, NamedTuple
 
 from sgdeploy.logs.normalise import ParsedLine
+from sgdeploy.logs.remedies import remedy
 from sgdeploy.logs.report import Failure
-from sgdeploy.logs.segment import RawException, Traceback, clip
+from sgdeploy.logs.segment import MESSAGE_MAX, RawException, Traceback, clip
 
 FAILURE_KINDS: Final[tuple[str, ...]] = (
     "cuda_oom",
@@ -72,10 +73,8 @@ FAILURE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
             r"is not a local folder and is not a valid model identifier|"
             r"Repo id must be in the form|HFValidationError|RepositoryNotFoundError|"
             r"GatedRepoError|does not appear to have a file named|Incorrect path_or_model_id|"
-            r"Can't load (?:the )?(?:config|tokenizer)|does not recognize this architecture|"
-            r"Unrecognized model in|couldn't connect to 'https://huggingface\.co|"
-            r"Model architectures? \[.*\] (?:is|are) not supported|"
-            r"Unsupported architectures?: \w+"  # 0.2/0.3 wording
+            r"Can't load (?:the )?(?:config|tokenizer)|"
+            r"Unrecognized model in|couldn't connect to 'https://huggingface\.co"
         ),
     ),
     (
@@ -93,8 +92,9 @@ FAILURE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ),
 )
 
-# Where the error was raised (frame paths and function names), for errors whose text says
-# nothing specific. An OOM raised while allocating the KV pool is a KV cache sizing problem.
+# The step under way, from any frame of the traceback: an error anywhere inside CUDA graph
+# capture is a capture failure, an OOM while the KV pool is allocated a KV cache sizing problem,
+# a refusal while the arguments are resolved a bad argument.
 MODULE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "graph_capture_failed",
@@ -102,19 +102,27 @@ MODULE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ),
     ("kv_cache_oom", re.compile(r"memory_pool(?:_host)?\.py|:init_memory_pool|:profile_max_num_token")),
     ("bad_argument", re.compile(r"server_args\.py|/argparse\.py|:prepare_server_args")),
+)
+# The layer that raised, from the innermost frame only: a layer's name further out says which
+# step called it, not what failed (an ImportError or a bad environment value raised on the way
+# through distributed init is not a network failure).
+RAISER_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "nccl_error",
         re.compile(
-            r"parallel_state\.py|distributed_c10d\.py|:init_distributed_environment|pynccl|"
-            r"rendezvous\.py|deepep|nvshmem"
+            r"parallel_state\.py|torch/distributed/|:init_distributed_environment|pynccl|"
+            r"rendezvous\.py|/deep_ep/|nvshmem|device_communicators/"
         ),
     ),
     (
         "model_not_found",
-        re.compile(
-            r"configuration_auto\.py|tokenization_auto\.py|huggingface_hub/|hf_transformers_utils\.py:get_config"
-        ),
+        re.compile(r"tokenization_auto\.py|huggingface_hub/|transformers/utils/hub\.py"),
     ),
+)
+# Errors of the code itself, not of the layer it sits in: never a network failure.
+_PROGRAMMING_TYPES: Final = frozenset(
+    {"TypeError", "AttributeError", "NameError", "KeyError", "IndexError", "NotImplementedError",
+     "ImportError", "ModuleNotFoundError", "SyntaxError", "UnboundLocalError"}
 )
 _WARMUP = re.compile(r":_wait_and_warmup|:_execute_server_warmup|warmup")
 _LIFESPAN = re.compile(r"starlette/routing\.py|:lifespan")
@@ -202,38 +210,70 @@ class Incident:
     absorbed: bool = False  # a native line another incident took as its root
     native: bool = False  # a native library's line, not yet explained by a Python error
     notes: list[tuple[int, str]] = field(default_factory=list)  # more lines of its messages
+    pinned: bool = False  # its kind comes from what the user must do: no chain sharpens it
 
 
-def kind_of(etype: str, msg: str, modules: list[str], capturing: bool) -> tuple[str, int]:
-    """(kind, strength) of an exception from its type, message and the frames that raised it."""
+class Verdict(NamedTuple):
+    kind: str
+    strength: int  # 2: an error; 0: a consequence of another failure
+    hint: str = ""  # what to do, when the error's own words do not say it
+    pinned: bool = False  # the cause is the error itself: a chain does not sharpen its kind
+
+
+def kind_of(
+    etype: str,
+    msg: str,
+    tb: Traceback | None,
+    capturing: bool,
+    settings: Mapping[str, Any] | None = None,
+) -> Verdict:
+    """The kind of an exception, from what the user must do next (a package, a setting, the
+    model: `remedy`), then its text, then the step under way (any frame), then the layer that
+    raised it (the innermost frame), then its type."""
     text = f"{etype}: {msg}" if etype else msg
     short = etype.rsplit(".", 1)[-1]
+    modules = tb.modules if tb is not None else []
     where = " ".join(modules)
     if short in _FOLLOW_ON_TYPES or FOLLOW_ON.search(text) or _LIFESPAN.search(where):
-        return "crash", 0
+        return Verdict("crash", 0)
+    if etype or tb is not None:
+        fix = remedy(etype, msg, tb, settings)
+        if fix is not None:
+            return Verdict(fix.kind, 2, fix.hint, pinned=True)
     by_text = next((kind for kind, pattern in FAILURE_RULES if pattern.search(text)), None)
-    by_module = next((kind for kind, pattern in MODULE_RULES if pattern.search(where)), None)
-    if capturing or by_module == "graph_capture_failed":
-        return "graph_capture_failed", 2
-    if by_text == "cuda_oom" and by_module == "kv_cache_oom":
-        return "kv_cache_oom", 2
+    by_step = next((kind for kind, pattern in MODULE_RULES if pattern.search(where)), None)
+    if capturing or by_step == "graph_capture_failed":
+        return Verdict("graph_capture_failed", 2)
+    if by_text == "cuda_oom" and by_step == "kv_cache_oom":
+        return Verdict("kv_cache_oom", 2)
     if by_text is not None:
-        return by_text, 2
+        return Verdict(by_text, 2)
     if _WARMUP.search(where):
-        return "crash", 2  # the server was up; its warm-up request failed
-    if by_module == "bad_argument" and short and short not in _REFUSALS:
-        by_module = None  # a TypeError in argument handling is SGLang's bug, not a refusal
-    if by_module is not None and by_module != "kv_cache_oom":
-        return by_module, 2
+        return Verdict("crash", 2)  # the server was up; its warm-up request failed
+    if by_step == "bad_argument" and (not short or short in _REFUSALS):
+        return Verdict("bad_argument", 2)  # a TypeError in argument handling is SGLang's bug
+    raiser = tb.raiser if tb is not None else ""
+    by_raiser = next((kind for kind, pattern in RAISER_RULES if pattern.search(raiser)), None)
+    if by_raiser is not None and short not in _PROGRAMMING_TYPES:
+        return Verdict(by_raiser, 2)
     if short == "OSError" and not msg.startswith("[Errno"):
-        return "model_not_found", 2  # transformers' "can't find/load this model" errors
-    return "crash", 2
+        return Verdict("model_not_found", 2)  # transformers' "can't find/load this model" errors
+    return Verdict("crash", 2)
+
+
+def with_hint(line: str, hint: str) -> str:
+    """The root line's text and, when it has one, what to do, within the message's length."""
+    if not hint:
+        return clip(line)
+    suffix = f" (fix: {hint})"
+    return clip(line, max(MESSAGE_MAX - len(suffix), 80)) + suffix
 
 
 class IncidentBook:
     """Collects incidents from exceptions, cause lines and native lines; picks the failure."""
 
     def __init__(self) -> None:
+        self.settings: Mapping[str, Any] | None = None  # the server's resolved arguments, once read
         self.incidents: list[Incident] = []
         self._last: dict[str | None, Incident] = {}  # per stream: its latest exception incident
         self._chain_until: dict[str | None, int] = {}
@@ -262,21 +302,25 @@ class IncidentBook:
         incident = tb.continues
         if isinstance(incident, Incident) and incident.strength == 2:
             for kind, pattern in MODULE_RULES:
-                if kind in ("graph_capture_failed", "nccl_error") and pattern.search(module):
+                if kind == "graph_capture_failed" and pattern.search(module):
                     self._sharpen(incident, kind)
 
     def exception(self, exc: RawException, capturing: bool) -> Incident:
         tb = exc.tb
-        kind, strength = kind_of(exc.etype, exc.message, tb.modules, capturing)
+        verdict = kind_of(exc.etype, exc.message, tb, capturing, self.settings)
         entry = (exc.line, clip(exc.text))
         incident = tb.continues
         if isinstance(incident, Incident):  # a chained traceback: same root, maybe a sharper kind
-            if strength == 2:
-                self._sharpen(incident, kind)
+            if verdict.pinned and not incident.pinned:  # a later error says what to do
+                incident.kind, incident.pinned = verdict.kind, True
+                incident.message = with_hint(incident.message, verdict.hint)
+            elif verdict.strength == 2:
+                self._sharpen(incident, verdict.kind)
             incident.context.append(entry)
             return incident
-        incident = Incident(exc.line, kind, entry[1], [*tb.frames, entry], tb.t, strength)
-        if strength == 2:
+        incident = Incident(exc.line, verdict.kind, with_hint(exc.text, verdict.hint),
+                            [*tb.frames, entry], tb.t, verdict.strength, pinned=verdict.pinned)
+        if verdict.strength == 2:
             self._adopt_native(incident)
         self._add(incident)
         self._last[tb.stream] = incident
@@ -303,7 +347,7 @@ class IncidentBook:
             self._add(Incident(n, "crash", line, [(n, line)], t, strength=0))
             return True
         if any(trigger in text for trigger in _SIGNATURE_TRIGGERS):
-            kind, strength = kind_of("", text, [], capturing)
+            kind, strength, _, _ = kind_of("", text, None, capturing)
             if kind != "crash":
                 incident = Incident(n, kind, line, [(n, line)], t, strength)
                 self._adopt_native(incident)
@@ -318,7 +362,7 @@ class IncidentBook:
         giving up, a consequence like the report itself."""
         if isinstance(tb.continues, Incident):
             return  # the rest of a chain whose root is known
-        kind, strength = kind_of("", "", tb.modules, capturing)
+        kind, strength, _, _ = kind_of("", "", tb, capturing)
         after_death = any(i.strength == 0 and i.line < tb.header for i in self.incidents)
         if tb.rank is None and after_death:
             strength = 0
@@ -389,7 +433,7 @@ class IncidentBook:
             return
         incident.evidence = [(ln, text) for ln, text, _ in near][:_MAX_EVIDENCE]
         free = [nat for nat in near if nat[0] not in self._adopted]
-        if incident.kind not in ("nccl_error", "crash") or not free:
+        if incident.kind not in ("nccl_error", "crash") or incident.pinned or not free:
             return
         first_line, first_text, first_kind = free[0]
         self._adopted.add(first_line)
@@ -401,7 +445,7 @@ class IncidentBook:
                 other.absorbed = True
 
     def _sharpen(self, incident: Incident, kind: str) -> None:
-        if _KIND_PRIORITY[kind] < _KIND_PRIORITY[incident.kind]:
+        if not incident.pinned and _KIND_PRIORITY[kind] < _KIND_PRIORITY[incident.kind]:
             incident.kind = kind
 
     def _add(self, incident: Incident) -> None:

@@ -73,6 +73,7 @@ class LogReader:
         self._begun: dict[str, int] = {}  # first line any rank began dist init / weights / read all shards
         self._segmenter = Segmenter()
         self._book = IncidentBook()
+        self._book.settings = server
         self._last_t: str | None = None
         self._ready_line: int | None = None
         self._last_failure: tuple[str, int] | None = None
@@ -257,6 +258,8 @@ class LogReader:
     def _read_dump(self, p: ParsedLine, events: list[LogEvent]) -> None:
         self._dump = parse_server_args(p.text)
         self._dump_line = self._n
+        if self._dump is not None:
+            self._book.settings = self._dump  # what SGLang resolved, rather than the profile
         if self._dump is None:
             return
         for adj in self._dump_adjustments():

@@ -58,6 +58,9 @@ class Traceback:
     stream: str | None
     frames: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=CONTEXT_FRAMES))
     modules: list[str] = field(default_factory=list)  # "path:function" of every frame
+    raiser: str = ""  # "path:function" of the innermost frame: where the exception was raised
+    raiser_source: str = ""  # that frame's echoed source line
+    sources: deque[str] = field(default_factory=lambda: deque(maxlen=2 * CONTEXT_FRAMES))  # innermost last
     continues: object | None = None  # set by the incident stage: the incident this chains onto
     expect_source: bool = False
     idle: int = 0
@@ -138,6 +141,7 @@ class Segmenter:
             tb.frames.append((n, text.rstrip()))
             if len(tb.modules) < _MAX_MODULES:
                 tb.modules.append(module)
+            tb.raiser, tb.raiser_source = module, ""
             tb.expect_source, tb.idle = True, 0
             return Step("frame", tb, module=module)
         if open_tb is None:
@@ -175,22 +179,29 @@ class Segmenter:
         self._closed_at[p.stream] = (n, 0)
         return Step("exception", tb, RawException(n, found[0], found[1], text.strip(), tb))
 
+    @staticmethod
+    def _source(tb: Traceback, stripped: str) -> Step:
+        """A frame's echoed source line: kept, for the innermost frame, as what raised."""
+        if tb.expect_source:
+            tb.raiser_source = stripped
+            tb.sources.append(stripped)
+        tb.expect_source = False
+        return Step("source", tb)
+
     def _inside(self, n: int, p: ParsedLine, tb: Traceback) -> Step:
         text = p.text
         stripped = text.strip()
         if not stripped or _CARETS.match(text):
             return _NOTHING if not stripped else Step("source", tb)
         if text[:1] in (" ", "\t"):
-            tb.expect_source = False
-            return Step("source", tb)
+            return self._source(tb, stripped)
         found = exception_line(stripped) if not p.prefixed else None
         if found is not None:
             del self._open[p.stream]
             self._closed_at[p.stream] = (n, 0)
             return Step("exception", tb, RawException(n, found[0], found[1], stripped, tb))
         if tb.expect_source and not p.prefixed:  # frames that lost their indentation
-            tb.expect_source = False
-            return Step("source", tb)
+            return self._source(tb, stripped)
         tb.idle += 1
         if tb.idle > _TB_MAX_IDLE:
             del self._open[p.stream]

@@ -35,8 +35,15 @@ def _spec(ctx: LaunchContext) -> bool:
 
 
 def _mla(ctx: LaunchContext) -> bool | None:
-    """The model uses MLA (kv_lora_rank in config.json); None without a config."""
-    return None if ctx.model_config is None else ctx.model_config.value("kv_lora_rank") is not None
+    """The model uses MLA: kv_lora_rank in config.json. Without one, from the declared
+    architecture: False for one that no MLA branch of the release's ModelConfig names
+    (`mla_archs`), None for one it names (some branches read the config too) or none declared."""
+    if ctx.model_config is not None:
+        return ctx.model_config.value("kv_lora_rank") is not None
+    archs = fact("mla_archs", ctx.version)
+    if not ctx.architecture or archs is None:
+        return None
+    return None if ctx.architecture in archs else False
 
 
 def _env_on(name: str) -> Condition:
