@@ -62,7 +62,7 @@ def test_cli_exit_codes(checkout: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert code == 0 and "bad.toml" not in out
     code, out = run(capsys, "inventory.toml", "--format", "json")
     document = json.loads(out)
-    assert code == 1 and len(document["profiles"]) == 4
+    assert code == 1 and len(document["profiles"]) == 5
     assert [p["path"] for p in document["profiles"] if not p["ok"]] == ["profiles/bad.toml"]
     # nothing to check (a deleted profile, or no file given) is no error
     assert run(capsys, "profiles/gone.toml")[0] == 0

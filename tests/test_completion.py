@@ -116,8 +116,10 @@ def test_bash_profile_files(workdir: Path) -> None:
                              "sgdeploy validate profiles/qwen36-mtp3.toml profiles/d")
     assert found["sgdeploy validate prof"] == ["profiles"]
     assert sorted(found["sgdeploy apply profiles/"]) == [
-        "profiles/deepseek-v3-h200.toml", "profiles/qwen3-8b-dense.toml", "profiles/qwen36-mtp3.toml"]
-    assert sorted(found["sgdeploy plan profiles/q"]) == ["profiles/qwen3-8b-dense.toml", "profiles/qwen36-mtp3.toml"]
+        "profiles/deepseek-v3-h200.toml", "profiles/qwen3-8b-dense.toml", "profiles/qwen36-mtp3-strict.toml",
+        "profiles/qwen36-mtp3.toml"]
+    assert sorted(found["sgdeploy plan profiles/q"]) == ["profiles/qwen3-8b-dense.toml", "profiles/qwen36-mtp3-strict.toml",
+                                                         "profiles/qwen36-mtp3.toml"]
     assert found["sgdeploy logcheck --profile profiles/d"] == ["profiles/deepseek-v3-h200.toml"]
     assert found["sgdeploy logcheck ser"] == ["server.log"]
     assert found["sgdeploy validate profiles/qwen36-mtp3.toml profiles/d"] == ["profiles/deepseek-v3-h200.toml"]

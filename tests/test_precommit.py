@@ -117,7 +117,7 @@ def test_only_changed_profiles_unless_the_inventory_changed(project: Path, pre_c
     every = pre_commit(project, pre_commit_home)
     assert every.returncode == 1, every.stdout + every.stderr
     assert "profiles/broken.toml:18: SGD010" in every.stdout
-    assert "4 profile(s) checked: 3 valid, 1 with errors" in every.stdout
+    assert "5 profile(s) checked: 4 valid, 1 with errors" in every.stdout
 
 
 def test_other_files_are_not_checked(project: Path, pre_commit_home: Path) -> None:

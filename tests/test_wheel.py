@@ -96,7 +96,7 @@ def test_installed_package_is_not_the_checkout(installed: Installed) -> None:
 def test_validate_render_schema_logcheck_from_another_folder(installed: Installed) -> None:
     validate = installed.run("validate")
     assert validate.returncode == 0, validate.stdout + validate.stderr
-    assert "3 profile(s) checked" in validate.stdout
+    assert "4 profile(s) checked" in validate.stdout
 
     render = installed.run("render", "profiles/qwen36-mtp3.toml")
     assert render.returncode == 0, render.stderr
@@ -149,7 +149,7 @@ def test_pipx_install(installed: Installed, tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     sgdeploy = str(tmp_path / "bin" / "sgdeploy")
-    for args, code, expected in ((["validate"], 0, "3 profile(s) checked"),
+    for args, code, expected in ((["validate"], 0, "4 profile(s) checked"),
                                  (["render", "profiles/qwen36-mtp3.toml"], 0, '"--speculative-num-steps" "3"'),
                                  (["logcheck", str(LOG)], 1, "graph_capture_failed"),
                                  (["--version"], 0, "sgdeploy 0.1.0")):

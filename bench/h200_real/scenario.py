@@ -271,21 +271,22 @@ def phase_five(run: Run, sgd: list[str], out: str) -> None:
         return
     run.step("apply-strict-flag-change", sgd + ["apply", "profiles/hard-b.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     run.capture("strict.cache-warm.txt", f"du -sh {CACHE}/* {CACHE}/.[a-z]* 2>/dev/null")
-    run.ssh(f"find {CACHE} -mindepth 1 -delete")
-    run.step("apply-strict-caches-wiped", sgd + ["apply", "profiles/hard-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     run.step("rollback-strict", sgd + ["rollback", "profiles/hard-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     run.step("probe-strict", sgd + ["probe", "profiles/hard-a.toml", "--json"], journal=False)
 
 
 def phase_six(run: Run, sgd: list[str], out: str) -> None:
-    """A restart with the page cache dropped (the weights read from disk), then the same launch
+    """Restarts of the strict unit with its compile caches wiped, with the page cache dropped
+    (the weights read from disk) without and with the read-ahead, then the same launch
     unhardened, for comparison with the strict restarts of phase five."""
+    run.ssh(f"find {CACHE} -mindepth 1 -delete")
+    run.step("apply-strict-caches-wiped", sgd + ["apply", "profiles/hard-b.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     drop = ["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"]
     subprocess.run(drop, check=False)
-    run.step("apply-strict-page-cache-dropped", sgd + ["apply", "profiles/hard-b.toml", "--json", "--no-read-ahead"],
+    run.step("apply-strict-page-cache-dropped", sgd + ["apply", "profiles/hard-a.toml", "--json", "--no-read-ahead"],
              timeout=APPLY_TIMEOUT_S)
     subprocess.run(drop, check=False)
-    run.step("apply-strict-page-cache-dropped-read-ahead", sgd + ["apply", "profiles/hard-a.toml", "--json"],
+    run.step("apply-strict-page-cache-dropped-read-ahead", sgd + ["apply", "profiles/hard-b.toml", "--json"],
              timeout=APPLY_TIMEOUT_S)
     run.step("apply-unhardened", sgd + ["apply", "profiles/soft-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     run.step("history-strict", sgd + ["history", "profiles/hard-a.toml", "--json"], journal=False)
