@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sgdeploy.deploy.hardening import unit_sandbox
 from sgdeploy.deploy.render import RenderedUnit, launch_argv, render_unit, unit_environment
 from sgdeploy.profile.model import load_profile
 from sgdeploy.profile.validate import InventoryContext, select_host, validate_loaded
@@ -59,6 +60,7 @@ SYSTEMD_ENV = {
     "USER",
     "SHELL",
     "MANAGERPID",
+    "CACHE_DIRECTORY",  # CacheDirectory= of a strict unit
 }
 
 
@@ -150,6 +152,7 @@ cat > {DUMPER} && chmod 755 {DUMPER}
 mkdir -p {shlex.quote(odd_dir)} {shlex.quote(ODD_WORKDIR)}
 ln -s {DUMPER} {shlex.quote(ODD_DUMPER)}
 ln -s {DUMPER} {shlex.quote(DOLLAR_DUMPER)}
+id -u sglang >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin sglang
 # one dump line can be long (long values, \\uXXXX escapes): keep it one journal entry
 mkdir -p /etc/systemd/journald.conf.d
 printf '[Journal]\\nLineMax=4M\\nRateLimitBurst=0\\n' > /etc/systemd/journald.conf.d/rt.conf
@@ -185,6 +188,8 @@ def check(unit: RenderedUnit, model: Any, dump: Dump, catalog_version: str) -> N
     assert dump.argv == argv
     assert list(unit.argv) == argv
     expected_env = dict(unit_environment(model))
+    sandbox = unit_sandbox(model)  # a strict unit also points every cache at its cache folder
+    expected_env.update({k: v for k, v in (sandbox.environment if sandbox else ()) if k not in SYSTEMD_ENV})
     # the unit sets PATH itself (the interpreter's bin directory first): the process sees exactly it
     assert dump.env.get("PATH") == expected_env.pop("PATH")
     got_env = {k: v for k, v in dump.env.items() if k not in SYSTEMD_ENV}
