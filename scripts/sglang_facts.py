@@ -521,6 +521,18 @@ SOURCE_TEXTS: dict[str, tuple[str, str | tuple[str, ...]]] = {
     "chunked_prefill_decode_exempt": ("sglang/srt/", (
         'self.chunked_prefill_size > 0 and self.disaggregation_mode != "decode"',
         'cfg.chunked_prefill_size > 0 and cfg.disaggregation_mode != "decode"')),
+    # the weight-cache daemon and its IPC loader (0.5.17+), checks made while loading weights
+    "weight_cache_quant_allowlist": ("sglang/srt/weight_cache/protocol.py", "IPC_QUANT_ALLOWLIST = {"),
+    "weight_cache_expandable_segments": ("sglang/srt/weight_cache/daemon.py", "expandable_segments"),
+    "weight_cache_timeout_positive": ("sglang/srt/weight_cache/daemon.py", "weight-cache-timeout must be positive"),
+    "weight_cache_socket_template_env": ("sglang/srt/environ.py", "SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE"),
+    "weight_cache_device_uuid_placeholder": ("sglang/srt/weight_cache/protocol.py", "must contain '{{device_uuid}}'"),
+    "weight_cache_config_mismatch": ("sglang/srt/weight_cache/ipc_loader.py", "Daemon config mismatch"),
+    "weight_cache_daemon_mode_no_fallback": ("sglang/srt/weight_cache/ipc_loader.py",
+                                             "In daemon mode, fallback to disk"),
+    "weight_cache_socket_not_found": ("sglang/srt/weight_cache/ipc_loader.py", "Daemon socket not found"),
+    "weight_cache_cpu_backup_off": ("sglang/srt/model_executor/",
+                                    "Disabling weights CPU backup in zero-copy IPC mode"),
 }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from sgdeploy import __version__
 from sgdeploy.core.diagnostics import Diagnostic
+from sgdeploy.deploy.restart_kind import Restart, restart_for
 from sgdeploy.host.facts import GpuHolder, HostFacts, state_dir
 from sgdeploy.logs import expected_phases
 from sgdeploy.sglang.check.verdict import CheckRequest, HostVerdict
@@ -166,6 +167,7 @@ class Plan:
     takeover: tuple[Takeover, ...] = ()
     sglang_check: HostVerdict | None = None  # SGLang's own verdict on the host (plan runs it too)
     strangers: tuple[GpuHolder, ...] = ()  # processes outside the unit on its GPUs (--wait-for-gpus)
+    restart: Restart | None = None  # weights kept or cold, when a launch uses the weight cache
 
     @property
     def refused(self) -> bool:
@@ -223,11 +225,13 @@ def make_plan(host: str, deployment: Deployment, facts: HostFacts, current_unit_
         steps.append(Step(StepKind.STOP, f"{other.describe()}: --adopt stops it"
                           + (" and disables its unit" if other.unit else "") + f" so {deployment.unit} takes over"))
     gpus = ", ".join(str(g) for g in deployment.gpus)
+    restart = restart_for(current_unit_text, deployment.unit_text, deployment.sglang_version)
     steps += [
         Step(StepKind.WAIT_GPUS_IDLE, f"GPUs {gpus} must have no compute process and memory back at baseline"),
         Step(StepKind.INSTALL, f"write {deployment.unit_path} atomically, daemon-reload"
              + (f"; {deployment.sandbox}" if deployment.sandbox else "")),
-        Step(StepKind.START, f"systemctl start {deployment.unit}.service"),
+        Step(StepKind.START, f"systemctl start {deployment.unit}.service"
+             + (f"; restart: {restart.kind} ({restart.why})" if restart else "")),
         Step(StepKind.WAIT_READY, f"follow the journal until {', '.join(deployment.expected_phases)} "
              f"(deadline {deployment.ready_timeout_s} s)"),
         Step(StepKind.CHECK_HEALTH, f"GET {deployment.health_path} on 127.0.0.1:{deployment.port} returns 200"),
@@ -246,6 +250,7 @@ def make_plan(host: str, deployment: Deployment, facts: HostFacts, current_unit_
         facts=facts,
         takeover=takeover,
         strangers=strangers,
+        restart=restart,
     )
 
 

@@ -15,6 +15,7 @@ A rule for a new SGLang check goes into the module of its topic:
 - `serving`: ports, names, scheduling, API surface (SGD5xx)
 - `cuda_graphs`: CUDA graphs and what SGLang turns off by itself (SGD6xx)
 - `model`: checks that read the model's config.json, when one is known (SGD58x)
+- `weight_cache`: the weight-cache daemon, `--weight-cache-mode` (SGD54x)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from sgdeploy.sglang.rules import (  # noqa: F401  (importing registers the rule
     security,
     serving,
     speculative,
+    weight_cache,
 )
 from sgdeploy.sglang.rules.parallelism import gpus_per_node
 from sgdeploy.sglang.rules.registry import HOST_RULES, RULES, STRUCTURAL_RULES

@@ -355,6 +355,23 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
     "SGD537": (Own("a policy: SGLang accepts any integer port and fails or binds a random port"),
                Flag("port", cited=False)),
     "SGD538": (Fact("source:media_url_domains", _since("0.5.18")), Flag("allowed_media_domains", _since("0.5.18"))),
+    # ------------------------------------------------------------------ the weight-cache daemon (load time)
+    "SGD541": (Fact("source:weight_cache_quant_allowlist", _since("0.5.17")),
+               Flag("weight_cache_mode", _since("0.5.17"), cited=False)),
+    "SGD542": (Fact("source:weight_cache_expandable_segments", _since("0.5.17")),
+               Fact("source:weight_cache_timeout_positive", _since("0.5.22")),
+               Flag("weight_cache_timeout", _since("0.5.17"), cited=False)),
+    "SGD543": (Fact("source:weight_cache_config_mismatch", _since("0.5.17")),
+               Fact("source:weight_cache_daemon_mode_no_fallback", _since("0.5.17"), cited=False),
+               Fact("source:weight_cache_socket_template_env", _since("0.5.19")),
+               Fact("source:weight_cache_device_uuid_placeholder", _since("0.5.19"), cited=False),
+               Flag("weight_cache_socket", _since("0.5.17"), cited=False)),
+    "SGD544": (Fact("source:weight_cache_cpu_backup_off", _since("0.5.17")),
+               Flag("weight_cache_socket", _since("0.5.17"), cited=False),
+               Flag("weight_cache_timeout", _since("0.5.17"), cited=False),
+               Flag("enable_weights_cpu_backup", _since("0.5.3"), cited=False)),
+    "SGD545": (Own("a unit sgdeploy renders for deploy.hardening = \"strict\" has PrivateTmp=yes (docs/hardening.md)"),
+               Fact("source:weight_cache_socket_not_found", _since("0.5.17"))),
     # ------------------------------------------------------------------ the model's config.json
     "SGD511": (Own("SGLang checks no size: it runs out of memory loading the weights or sizing the KV "
                    "cache"),),

@@ -728,11 +728,6 @@ ALGORITHM_REQUIREMENTS += (
             lambda ctx: bool(ctx.env_true("SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION"))
             and (algorithm(ctx) not in ("EAGLE", "EAGLE3", "NEXTN", "DSPARK") or ctx.on("enable_multi_layer_eagle")),
             "DP spec/prefill coordination requires single-layer EAGLE, EAGLE3 or DSPARK", VersionRange(since="0.5.22")),
-    Refusal("handle_load_format: --weight-cache-mode is not supported together with speculative decoding "
-            "(--speculative-algorithm): the weight cache daemon does not export the draft model's weights. Disable one "
-            "of them (--weight-cache-mode off) for this configuration.", "weight_cache_mode",
-            lambda ctx: ctx.get("weight_cache_mode", "off") not in (None, "off") and bool(algorithm(ctx)),
-            "--weight-cache-mode is not supported together with speculative decoding", VersionRange(since="0.5.17")),
 )
 refusal_rule("SGD216", "speculative-algorithm-requirements",
              "What a speculative algorithm requires (DFLASH, DSpark, NGRAM, UNO, rejection sampling): devices, DP "

@@ -1,0 +1,132 @@
+"""Which kind of restart a change of launch needs: the weights kept by the weight-cache daemon, or cold.
+
+SGLang's weight-cache daemon (0.5.17+, docs/weight-cache.md) keeps a launch's post-quantization,
+TP-sharded weights resident on the GPUs; a server started with `weight_cache_mode = "client"`
+maps them instead of loading them from disk. It serves them only to a server whose `CacheConfig`
+equals its own (sglang/srt/weight_cache/protocol.py: model, architecture, TP/PP/DP/EP/CP layout,
+quantization, dtype, revision, compute capability, torch), and what the daemon loaded depends on a
+few more of its arguments (load format, loader config, remote code, overrides of the model
+config, EPLB). `WEIGHT_FIELDS` are the [server] keys that decide it; a change to any of them, to
+the GPUs or to the SGLang release needs a new daemon, hence a cold start. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sgdeploy.host.unitfile import UnitFileError, parse_service
+from sgdeploy.sglang.argv import launch_entry, parse_server_argv
+from sgdeploy.sglang.catalog import Catalog, UnknownVersionError, load_catalog
+
+WEIGHTS_KEPT = "weights kept"
+COLD = "cold"
+
+# The [server] keys a daemon's weights depend on, as the daemon and the client fingerprint them
+# (CacheConfig) or as the daemon's loader reads them (WeightCacheDaemon.load).
+WEIGHT_FIELDS = (
+    # the checkpoint and how it is read
+    "model_path", "revision", "dtype", "quantization", "load_format", "model_loader_extra_config",
+    "trust_remote_code", "json_model_override_args", "download_dir",
+    # the rank layout each daemon's shard belongs to
+    "tp_size", "pp_size", "dp_size", "attn_dp_size", "enable_dp_attention", "ep_size", "moe_dp_size",
+    "attn_cp_size", "moe_dense_tp_size", "enable_dp_lm_head", "moe_a2a_backend", "deepep_mode",
+    "nnodes", "node_rank", "base_gpu_id", "gpu_id_step",
+    # the physical expert layout the daemon builds with EPLB
+    "enable_eplb", "ep_num_redundant_experts", "init_expert_location",
+)
+# Environment the daemon and the client must agree on (where a rank finds its daemon).
+# and which physical GPUs the ranks land on (a daemon serves the GPU it runs on).
+WEIGHT_ENV = ("SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE", "CUDA_VISIBLE_DEVICES")
+
+
+@dataclass(frozen=True)
+class Restart:
+    kind: str  # WEIGHTS_KEPT or COLD
+    why: str
+
+    @property
+    def keeps_weights(self) -> bool:
+        return self.kind == WEIGHTS_KEPT
+
+
+def restart_kind(old: Mapping[str, Any] | None, new: Mapping[str, Any], *,
+                 default: Callable[[str], Any] = lambda name: None,
+                 old_version: str | None = None, new_version: str | None = None,
+                 old_gpus: Sequence[int | str] | None = None, new_gpus: Sequence[int | str] | None = None,
+                 old_env: Mapping[str, str] | None = None, new_env: Mapping[str, str] | None = None) -> Restart:
+    """The restart going from the running launch `old` ([server] flags; None: nothing runs) to `new`.
+
+    `default` gives SGLang's default of a flag the launch does not set (the catalog's), so that
+    writing a default out is no change. Versions, GPUs and environment are compared when given.
+    """
+    if old is None:
+        return Restart(COLD, "nothing runs yet: the first start loads the weights")
+
+    def value(server: Mapping[str, Any], name: str) -> Any:
+        return server[name] if name in server else default(name)
+
+    modes = (value(old, "weight_cache_mode") or "off", value(new, "weight_cache_mode") or "off")
+    if modes != ("client", "client"):
+        return Restart(COLD, f"weight_cache_mode is {modes[0]!r} -> {modes[1]!r}: only a server in 'client' mode "
+                       "replaced by one in 'client' mode finds its weights in a running daemon")
+    changed = [name for name in WEIGHT_FIELDS if value(old, name) != value(new, name)]
+    if old_version != new_version:
+        changed.append(f"SGLang {old_version} -> {new_version}")
+    if old_gpus is not None and new_gpus is not None and tuple(old_gpus) != tuple(new_gpus):
+        changed.append("deploy.gpus")
+    if old_env is not None and new_env is not None:
+        changed += [f"env.{name}" for name in WEIGHT_ENV if old_env.get(name) != new_env.get(name)]
+    if changed:
+        return Restart(COLD, f"{', '.join(changed)} changed: the daemon's weights no longer match, so it is "
+                       "restarted and the weights load from disk")
+    return Restart(WEIGHTS_KEPT, "the daemon keeps the weights: the new server maps them over CUDA IPC")
+
+
+@dataclass(frozen=True)
+class UnitLaunch:
+    """The [server] flags and Environment= of the SGLang launch a unit file runs."""
+
+    server: dict[str, Any]
+    env: dict[str, str]
+
+
+def unit_launch(text: str | None, catalog: Catalog) -> UnitLaunch | None:
+    """The launch of a unit file's ExecStart=, read with the release's flags; None when there is none."""
+    if text is None:
+        return None
+    try:
+        service = parse_service(text)
+    except UnitFileError:
+        return None
+    found = launch_entry(service.exec_start)
+    if found is None:
+        return None
+    parsed = parse_server_argv(list(service.exec_start[found.flags_at:]), catalog)
+    return UnitLaunch(parsed.server, dict(service.environment))
+
+
+def restart_between_units(old_text: str | None, new_text: str, catalog: Catalog) -> Restart | None:
+    """The restart from the unit on the host to the new one, when either uses the weight cache; else None
+    (without the weight cache every restart is cold, and plan says nothing)."""
+    new = unit_launch(new_text, catalog)
+    if new is None:
+        return None
+    old = unit_launch(old_text, catalog)
+    if "client" not in (new.server.get("weight_cache_mode"), old.server.get("weight_cache_mode") if old else None):
+        return None
+    return restart_kind(old.server if old else None, new.server, default=catalog.default,
+                        old_env=old.env if old else None, new_env=new.env)
+
+
+def restart_for(old_text: str | None, new_text: str, sglang_version: str | None) -> Restart | None:
+    """restart_between_units with the release's catalog; None when no unit names the weight cache or
+    no catalog is bundled for the release."""
+    if "--weight-cache-mode" not in new_text and "--weight-cache-mode" not in (old_text or ""):
+        return None
+    try:
+        catalog = load_catalog(sglang_version or "")
+    except (UnknownVersionError, ValueError):
+        return None
+    return restart_between_units(old_text, new_text, catalog)

@@ -1,0 +1,73 @@
+"""Which restart a change of launch needs (sgdeploy/deploy/restart_kind.py) and what plan says of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from sgdeploy.deploy.restart_kind import COLD, WEIGHT_FIELDS, WEIGHTS_KEPT, restart_for, restart_kind
+from sgdeploy.sglang.catalog import load_catalog
+
+CLIENT = {"model_path": "/models/Qwen3-8B", "tp_size": 2, "weight_cache_mode": "client"}
+
+
+def unit(flags: str, env: str = 'Environment="CUDA_VISIBLE_DEVICES=0,1"') -> str:
+    return ("[Unit]\nDescription=sglang\n\n[Service]\n" + env + "\n"
+            "ExecStart=/opt/sglang/bin/python3 -m sglang.launch_server " + flags + "\n")
+
+
+def test_a_flag_that_leaves_the_weights_alone_keeps_them() -> None:
+    restart = restart_kind(CLIENT, {**CLIENT, "max_running_requests": 64})
+    assert restart.kind == WEIGHTS_KEPT and restart.keeps_weights
+
+
+@pytest.mark.parametrize("field", ["model_path", "quantization", "tp_size", "pp_size", "dtype", "revision",
+                                   "load_format", "ep_size", "attn_dp_size"])
+def test_a_weight_field_makes_it_cold(field: str) -> None:
+    assert field in WEIGHT_FIELDS
+    restart = restart_kind(CLIENT, {**CLIENT, field: "other"})
+    assert restart.kind == COLD and field in restart.why
+
+
+@pytest.mark.parametrize(("old", "new"), [("off", "client"), ("client", "off"), ("daemon", "daemon"),
+                                          ("client", "daemon")])
+def test_only_client_to_client_keeps_the_weights(old: str, new: str) -> None:
+    assert restart_kind({**CLIENT, "weight_cache_mode": old}, {**CLIENT, "weight_cache_mode": new}).kind == COLD
+
+
+def test_nothing_running_the_release_the_gpus_and_the_socket_template() -> None:
+    assert restart_kind(None, CLIENT).kind == COLD
+    assert restart_kind(CLIENT, CLIENT, old_version="0.5.22", new_version="0.5.23").kind == COLD
+    assert restart_kind(CLIENT, CLIENT, old_gpus=(0, 1), new_gpus=(2, 3)).kind == COLD
+    assert restart_kind(CLIENT, CLIENT, old_env={}, new_env={"SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE": "/run/x"}).kind \
+        == COLD
+
+
+def test_a_default_written_out_is_no_change() -> None:
+    catalog = load_catalog("0.5.23")
+    restart = restart_kind(CLIENT, {**CLIENT, "dtype": catalog.default("dtype")}, default=catalog.default)
+    assert restart.kind == WEIGHTS_KEPT
+
+
+def test_from_the_unit_files() -> None:
+    flags = "--model-path /models/Qwen3-8B --tp-size 2 --weight-cache-mode client"
+    kept = restart_for(unit(flags), unit(flags + " --max-running-requests 64"), "0.5.23")
+    assert kept is not None and kept.kind == WEIGHTS_KEPT
+    moved = restart_for(unit(flags), unit(flags, 'Environment="CUDA_VISIBLE_DEVICES=2,3"'), "0.5.23")
+    assert moved is not None and moved.kind == COLD and "CUDA_VISIBLE_DEVICES" in moved.why
+    first = restart_for(None, unit(flags), "0.5.23")
+    assert first is not None and first.kind == COLD
+    assert restart_for(unit("--model-path /m"), unit("--model-path /m --tp-size 2"), "0.5.23") is None
+    assert restart_for(unit(flags), unit(flags), "9.9.9") is None  # no catalog: nothing said
+
+
+def test_plan_says_it_at_the_start_step() -> None:
+    from sgdeploy.deploy.plan import Deployment, StepKind, make_plan
+    from sgdeploy.host.facts import HostFacts
+
+    flags = "--model-path /models/Qwen3-8B --tp-size 2 --weight-cache-mode client"
+    deployment = Deployment(id="d1", unit="sglang", unit_text=unit(flags + " --max-running-requests 64"),
+                            profile_name="p", profile_sha256="0" * 64, profile_text="", sglang_version="0.5.23",
+                            server=dict(CLIENT), gpus=(0, 1), ready_timeout_s=600)
+    plan = make_plan("h", deployment, HostFacts(), unit(flags), [])
+    start = next(step for step in plan.steps if step.kind is StepKind.START)
+    assert plan.restart is not None and "restart: weights kept" in start.why
