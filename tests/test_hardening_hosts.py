@@ -125,3 +125,16 @@ def test_systemd_verifies_the_strict_unit(host: HostSet, profiles: dict[str, Pat
     host.ssh("ct129", "cat > /tmp/verify-strict.service", input=rendered)
     verify = host.ssh("ct129", "systemd-analyze verify /tmp/verify-strict.service", check=False)
     assert verify.returncode == 0, verify.stderr
+
+
+def test_a_folder_the_strict_unit_writes_must_exist(host: HostSet, profiles: dict[str, Path],
+                                                  capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    host.ssh("ct129", "id -u sglang >/dev/null 2>&1 || useradd --system --no-create-home sglang")
+    missing = tmp_path / "strict-missing.toml"
+    missing.write_text(strict_profile(16).replace("[server]\n", '[server]\ndownload_dir = "/data/missing"\n'))
+    code, result = sgdeploy(host, capsys, "plan", str(missing))
+    assert (code, result["status"]) == (1, "refused"), result
+    found = [(d["rule"], d["field"]) for d in result["diagnostics"] if d["severity"] == "error"]
+    assert found == [("SGD713", "server.download_dir")], result["diagnostics"]
+    assert "must exist before the start" in result["diagnostics"][0]["hint"] or any(
+        "must exist before the start" in d["hint"] for d in result["diagnostics"])

@@ -8,12 +8,14 @@ adds the checks only a live host can answer (interpreter, model path, port, nvid
 from __future__ import annotations
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
+from sgdeploy.deploy.hardening import unit_sandbox
 from sgdeploy.host.facts import GpuHolder, HostFacts, gpu_strangers
 from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.profile.validate import check_launch
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
-from sgdeploy.sglang.hostfiles import host_files
+from sgdeploy.sglang.hostfiles import HostFile, host_files
 from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, parse_model_config
+from sgdeploy.sglang.sandbox import written_paths
 from sgdeploy.sglang.target import HostTarget
 
 
@@ -116,13 +118,23 @@ def preflight(
     return found, target, version
 
 
-def host_file_paths(loaded: LoadedProfile) -> tuple[str, ...]:
-    """The absolute paths the facts round trip checks for this launch (sgdeploy.sglang.hostfiles);
-    a path no file can have (a newline, a NUL byte) is left to SGLang's own error."""
+def launch_host_files(loaded: LoadedProfile) -> list[HostFile]:
+    """The host files the launch opens (sgdeploy.sglang.hostfiles) and, for a strict unit, the
+    folders it may write (ReadWritePaths=): a missing one would leave SGLang a read-only file system."""
     profile = loaded.model
     assert profile is not None
-    return tuple(f.path for f in host_files(profile.server, profile.deploy.working_directory)
-                 if "\n" not in f.path and "\0" not in f.path)
+    files = host_files(profile.server, profile.deploy.working_directory)
+    sandbox = unit_sandbox(profile)
+    if sandbox is not None:
+        writes = {w.path: w.field for w in written_paths(profile.server, profile.env_strings())}
+        files += [HostFile(writes.get(path, "deploy.writable_paths"), path, path) for path in sandbox.read_write_paths]
+    return files
+
+
+def host_file_paths(loaded: LoadedProfile) -> tuple[str, ...]:
+    """The absolute paths the facts round trip checks for this launch; a path no file can have (a
+    newline, a NUL byte) is left to SGLang's own error."""
+    return tuple(f.path for f in launch_host_files(loaded) if "\n" not in f.path and "\0" not in f.path)
 
 
 def _host_file_problems(loaded: LoadedProfile, name: str, facts: HostFacts) -> list[Diagnostic]:
@@ -131,15 +143,17 @@ def _host_file_problems(loaded: LoadedProfile, name: str, facts: HostFacts) -> l
     assert profile is not None
     reader = f"user {profile.deploy.run_as}" if profile.deploy.run_as else "root"
     found = []
-    for host_file in host_files(profile.server, profile.deploy.working_directory):
+    for host_file in launch_host_files(loaded):
         status = facts.host_files.get(host_file.path)
         if status not in ("missing", "unreadable"):
             continue
         shown = host_file.path if host_file.path == host_file.value else f"{host_file.value!r} ({host_file.path})"
         what = "does not exist" if status == "missing" else f"cannot be read by {reader}, who runs the server"
+        dotted = host_file.key if "." in host_file.key else f"server.{host_file.key}"
         found.append(loaded.diagnostic(
-            "SGD713", f"{host_file.key}: {shown} {what} on {name}", dotted=f"server.{host_file.key}",
-            hint="copy the file to the host, fix the path, or make it readable by deploy.user"))
+            "SGD713", f"{host_file.key}: {shown} {what} on {name}", dotted=dotted,
+            hint="copy the file to the host, fix the path, or make it readable by deploy.user"
+            + ("; a folder a strict unit writes must exist before the start" if "." in host_file.key else "")))
     return found
 
 
