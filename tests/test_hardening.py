@@ -90,7 +90,8 @@ def test_a_path_under_home_makes_home_read_only_not_hidden() -> None:
 def test_the_device_list_is_the_nvidia_groups_plus_rdma_between_nodes() -> None:
     single = unit_sandbox(profile())
     assert single is not None and single.device_paths == ()
-    assert set(single.device_groups) == {"nvidia-frontend", "nvidia", "nvidia-uvm", "nvidia-caps"}
+    assert set(single.device_groups) == {"nvidia-frontend", "nvidia", "nvidia-uvm", "nvidia-caps", "nvidia-nvlink",
+                                         "nvidia-nvswitch", "nvidia-caps-imex-channels"}
     multi = unit_sandbox(profile(server="nnodes = 2\nnode_rank = 0"))
     assert multi is not None and "infiniband_verbs" in multi.device_groups
     assert multi.device_paths == ("/dev/infiniband/rdma_cm",)

@@ -44,9 +44,12 @@ WRITTEN_OPTIONS = (
 _WRITTEN_SUFFIX = re.compile(r"_(dir|folder)$")
 
 # /proc/devices groups of the NVIDIA driver: the GPUs and /dev/nvidiactl (major 195, named
-# "nvidia-frontend", or "nvidia" by some driver builds), the unified memory nodes, and the MIG
-# capability nodes. systemd allows a whole group by name (`DeviceAllow=char-NAME`).
-NVIDIA_DEVICE_GROUPS = ("nvidia-frontend", "nvidia", "nvidia-uvm", "nvidia-caps")
+# "nvidia-frontend", or "nvidia" by some driver builds), the unified memory nodes, the MIG
+# capability nodes, NVLink and NVSwitch (HGX boards), and the IMEX channels (multi-node NVLink).
+# systemd allows a whole group by name (`DeviceAllow=char-NAME`); a group the host's driver does
+# not register allows nothing.
+NVIDIA_DEVICE_GROUPS = ("nvidia-frontend", "nvidia", "nvidia-uvm", "nvidia-caps", "nvidia-nvlink",
+                        "nvidia-nvswitch", "nvidia-caps-imex-channels")
 # InfiniBand/RoCE for NCCL between nodes: the verbs nodes and the RDMA connection manager.
 RDMA_DEVICE_GROUPS = ("infiniband_verbs",)
 RDMA_DEVICE_PATHS = ("/dev/infiniband/rdma_cm",)
