@@ -31,7 +31,7 @@ from sgdeploy.deploy.prestop import (
     REFUSED_BEFORE_STOP,
     Handover,
     before_stop_gate,
-    check_doc,
+    check_report,
     disagreements_of,
     judged_plan,
     pre_stop,
@@ -173,7 +173,7 @@ def _planned(session: HostSession, plan: Plan, loaded: LoadedProfile, options: A
     common = _common(plan)
     if (planned := start_check(session, plan, options.sglang_check_timeout_s, options.sglang_check)) is not None:
         plan = judged_plan(plan, planned.result(), loaded)
-        common = {**_common(plan), "sglang_check": check_doc(plan)}
+        common = {**_common(plan), "sglang_check": check_report(plan)}
     return ApplyResult(Exit.READY, "planned", message=f"{len(plan.steps)} steps would run", **common)
 
 
@@ -248,8 +248,8 @@ def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None,
     startup = transaction.start(deployment, stop_first=plan.previous_active, takeover=plan.takeover, gate=gate,
                                 staged=staged)
     plan = judged[0]
-    checked = check_doc(plan, startup.auto_adjusted if startup.ready else None)
-    disagreeing = disagreements_of(plan)
+    checked = check_report(plan, startup.auto_adjusted if startup.ready else None)
+    disagreeing = tuple(disagreements_of(plan))
     common = {**_common(plan), "diagnostics": plan.diagnostics, "sglang_check": checked,
               "disagreements": disagreeing}
     if startup.ready and (options.probe or options.min_ratio is not None):
@@ -258,15 +258,14 @@ def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None,
     if startup.failure_kind == "stage_failed":
         return ApplyResult(Exit.REFUSED, "refused", message=f"{startup.reason}; the running server was not touched",
                            stats=stats(), **common)
-    extra = {"sglang_check": checked, "disagreements": disagreeing}
     if startup.failure_kind in REFUSED_BEFORE_STOP:
-        transaction.record(deployment, startup, "refused", extra=extra, unstage=True)
+        transaction.record(deployment, startup, "refused", checked, disagreeing, unstage=True)
         return ApplyResult(Exit.REFUSED, "refused", deployment_id=deployment.id,
                            message=f"{startup.reason}; nothing was stopped",
                            failure=StartFailure(startup.failure_kind or "refused", startup.reason),
                            stats=stats(), **common)
-    transaction.record(deployment, startup, "ready" if startup.ready else "failed", extra=extra)
-    for text in (checked or {}).get("differences", []):
+    transaction.record(deployment, startup, "ready" if startup.ready else "failed", checked, disagreeing)
+    for text in (checked.differences or () if checked else ()):
         session.report("warning", text=f"SGLang's check on the host did not foresee this: {text}")
     if startup.ready:
         common["diagnostics"] = [*common["diagnostics"], *kv_cache_findings(loaded, startup.report)]

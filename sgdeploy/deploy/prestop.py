@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.deploy.journal import StartupResult
@@ -20,13 +19,12 @@ from sgdeploy.deploy.session import BackgroundCheck, HostSession
 from sgdeploy.logs.report import Adjustment
 from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.sglang.check.verdict import (
+    CheckReport,
+    Disagreement,
     HostVerdict,
     covering_text,
-    differences,
     disagreements,
-    predicted,
     site_for,
-    summary,
 )
 
 REFUSED_BEFORE_STOP = frozenset({"sglang_refused", "gpus_held", "drain_refused"})
@@ -125,20 +123,15 @@ def judged_plan(plan: Plan, verdict: HostVerdict, loaded: LoadedProfile) -> Plan
     return dataclasses.replace(plan, sglang_check=verdict, refusals=refusals, notes=notes)
 
 
-def check_doc(plan: Plan, seen: list[Adjustment] | None = None) -> dict[str, Any] | None:
+def check_report(plan: Plan, seen: list[Adjustment] | None = None) -> CheckReport | None:
     """`sglang_check` of a result or record: the verdict, its prediction, what the start showed."""
     verdict = plan.sglang_check
     if verdict is None:
         return None
-    server = plan.deployment.server
-    doc = {**verdict.as_dict(), "summary": summary(verdict, plan.host, server),
-           "predicted": predicted(verdict, server) if verdict.status == "accepted" else []}
-    if seen is not None and verdict.status == "accepted":
-        doc["differences"] = differences(doc["predicted"], [a.as_dict() for a in seen])
-    return doc
+    return CheckReport.of(verdict, plan.host, plan.deployment.server, seen)
 
 
-def disagreements_of(plan: Plan) -> list[dict[str, Any]]:
+def disagreements_of(plan: Plan) -> list[Disagreement]:
     """Where SGLang's own verdict and the offline rules disagree (recorded, shown by history)."""
     verdict = plan.sglang_check
     if verdict is None:

@@ -14,7 +14,7 @@ import contextlib
 import enum
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from sgdeploy.logs import LogReport, settings_changed
 from sgdeploy.logs.report import Adjustment
 from sgdeploy.profile.inventory import HostEntry
 from sgdeploy.profile.model import ProbeSettings
+from sgdeploy.sglang.check.verdict import CheckReport, Disagreement
 from sgdeploy.sglang.secrets import redact_document
 
 
@@ -119,8 +120,8 @@ class ApplyResult:
     plan: Plan | None = None
     timings: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
-    sglang_check: dict[str, Any] | None = None  # SGLang's own verdict on the host, its prediction and what differed
-    disagreements: list[dict[str, Any]] = field(default_factory=list)  # host verdict vs offline rules
+    sglang_check: CheckReport | None = None  # SGLang's own verdict on the host, its prediction and what differed
+    disagreements: tuple[Disagreement, ...] = ()  # host verdict vs offline rules
     unreachable: bool = False  # could not connect: `plan` exits 2 for it, not 1 (would refuse); not in the JSON
 
     def as_dict(self) -> dict[str, Any]:
@@ -143,8 +144,8 @@ class ApplyResult:
             "steps": [s.as_dict() for s in self.plan.steps] if self.plan else [],
             "timings": self.timings,
             "ssh": self.stats,
-            "sglang_check": self.sglang_check,
-            "disagreements": self.disagreements,
+            "sglang_check": self.sglang_check.as_dict() if self.sglang_check else None,
+            "disagreements": [d.as_dict() for d in self.disagreements],
         })
 
 
@@ -267,7 +268,9 @@ class Transaction:
             startup.ready, startup.failure_kind, startup.reason = False, "throughput_regression", verdict.message
 
     def record(self, deployment: Deployment, startup: StartupResult, outcome: str,
-               extra: dict[str, Any] | None = None, unstage: bool = False) -> None:
+               check: CheckReport | None = None, disagreements: Sequence[Disagreement] = (),
+               unstage: bool = False) -> None:
+        """Write the outcome's record, with SGLang's own check and its disagreements when there are."""
         report = startup.report
         meta = deployment_meta(
             deployment, outcome,
@@ -279,7 +282,8 @@ class Transaction:
             auto_adjusted=[a.as_dict() for a in startup.auto_adjusted],
             failure={"kind": startup.failure_kind, "reason": startup.reason} if not startup.ready else None,
             probe=startup.probe.as_dict() if startup.probe else None,
-            **{k: v for k, v in (extra or {}).items() if v},
+            **({"sglang_check": check.as_dict()} if check else {}),
+            **({"disagreements": [d.as_dict() for d in disagreements]} if disagreements else {}),
         )
         self.session.record(deployment, meta, last_good=outcome == "ready", keep=self.options.keep, unstage=unstage)
 
