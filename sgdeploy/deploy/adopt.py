@@ -15,7 +15,7 @@ import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity, finding_line
 from sgdeploy.core.tomlfile import parse_toml_text
@@ -23,7 +23,7 @@ from sgdeploy.deploy.plan import Takeover
 from sgdeploy.deploy.render import launch_argv, unit_environment
 from sgdeploy.deploy.secret_args import creation_steps, default_file
 from sgdeploy.host.remote import RemoteHost
-from sgdeploy.host.running import read_servers
+from sgdeploy.host.running import HostServers, read_servers
 from sgdeploy.host.systemd import stop_sh
 from sgdeploy.host.unitfile import UnitFileError, parse_service
 from sgdeploy.profile.model import ENV_NAME, UNIT_NAME, LoadedProfile, Profile
@@ -764,7 +764,14 @@ def inventory_note(name: str, entry: Any, found: Any, version: str | None) -> st
 
 
 # --------------------------------------------------------------------------- apply --adopt
-def takeovers(found: Any, unit: str, port: int, version: str) -> tuple[tuple[Takeover, ...], list[Diagnostic]]:
+class Takeovers(NamedTuple):
+    """What `apply --adopt` takes over, and the finding when there is nothing (SGD708)."""
+
+    takeover: tuple[Takeover, ...]
+    diagnostics: list[Diagnostic]
+
+
+def takeovers(found: HostServers, unit: str, port: int, version: str) -> Takeovers:
     """The servers `apply --adopt` stops: those serving `port` outside `unit` (read with `version`'s flags)."""
     catalog = load_catalog(version)
     chosen = []
@@ -780,9 +787,9 @@ def takeovers(found: Any, unit: str, port: int, version: str) -> tuple[tuple[Tak
         if served == port:
             chosen.append(Takeover(process.pid, port, process.unit, server.children))
     if chosen:
-        return tuple(chosen), []
-    return (), [Diagnostic("SGD708", Severity.INFO, f"--adopt: no SGLang server outside {unit} serves port {port}; "
-                           "nothing to take over", field="server.port")]
+        return Takeovers(tuple(chosen), [])
+    return Takeovers((), [Diagnostic("SGD708", Severity.INFO, f"--adopt: no SGLang server outside {unit} serves "
+                                     f"port {port}; nothing to take over", field="server.port")])
 
 
 def takeover_command(takeover: Sequence[Takeover]) -> str:

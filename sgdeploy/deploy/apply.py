@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.deploy.adopt import takeovers
@@ -185,8 +186,15 @@ def host_state(facts: HostFacts | None, unit_text: str | None) -> str:
     return f"{facts.last_good or '' if facts else ''} {sha} {active or ''}"
 
 
+class Decided(NamedTuple):
+    """What apply will do on a host, and the text of the unit file installed there now (None: none)."""
+
+    plan: Plan
+    current_unit: str | None
+
+
 def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: HostTarget | None,
-           options: ApplyOptions) -> tuple[Plan, str | None] | ApplyResult:
+           options: ApplyOptions) -> Decided | ApplyResult:
     """Facts, preflight (GPU holders included) and the plan: what apply will do, or its refusal."""
     profile = loaded.model
     assert profile is not None
@@ -225,7 +233,7 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
                         sglang_check=options.sglang_check, strangers=strangers,
                         wait_for_gpus_s=options.wait_for_gpus_s)
     plan = make_plan(name, deployment, facts, current_unit, diagnostics, before)
-    return plan, current_unit
+    return Decided(plan, current_unit)
 
 
 def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None, options: ApplyOptions, began: float,
@@ -305,35 +313,51 @@ def _probe_baseline(session: HostSession, plan: Plan) -> dict[str, Any] | None:
 
 
 # --------------------------------------------------------------------------- sgdeploy probe
-def probe_unit(name: str, entry: HostEntry, unit: str, min_ratio: float | None) -> tuple[int, dict[str, Any]]:
+@dataclass(frozen=True)
+class ProbeReport:
+    """What `sgdeploy probe` found on one host: how it exits, the deployment measured, the
+    measurement against the recorded figure (None: nothing was measured) and what it means."""
+
+    exit_code: int
+    host: str
+    unit: str
+    message: str
+    deployment_id: str | None = None
+    outcome: ProbeOutcome | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.outcome is None:
+            return {"host": self.host, "unit": self.unit, "message": self.message}
+        return {"host": self.host, "unit": self.unit, "deployment_id": self.deployment_id,
+                "probe": self.outcome.result.as_dict(), "verdict": self.outcome.verdict.as_dict(),
+                "message": self.message}
+
+
+def probe_unit(name: str, entry: HostEntry, unit: str, min_ratio: float | None) -> ProbeReport:
     """`sgdeploy probe`: measure the running deployment and compare with its recorded figure."""
     try:
         remote = connect(name, entry)
     except ConnectError as exc:
-        return int(Exit.REFUSED), {"host": name, "unit": unit, "message": str(exc)}
+        return ProbeReport(Exit.REFUSED, name, unit, str(exc))
     with remote:
         try:
             return _probe(HostSession(remote), name, unit, min_ratio)
         except ConnectionLost as exc:
-            return int(Exit.REFUSED), {"host": name, "unit": unit, "message": f"{exc}; nothing was measured"}
+            return ProbeReport(Exit.REFUSED, name, unit, f"{exc}; nothing was measured")
 
 
-def _probe(session: HostSession, name: str, unit: str, min_ratio: float | None) -> tuple[int, dict[str, Any]]:
-    facts, _ = session.facts(unit, "/bin/true", "/nonexistent", 1)
+def _probe(session: HostSession, name: str, unit: str, min_ratio: float | None) -> ProbeReport:
+    facts = session.facts(unit, "/bin/true", "/nonexistent", 1).facts
     if facts.last_good is None:
-        return int(Exit.REFUSED), {"host": name, "unit": unit,
-                                   "message": f"no deployment of {unit} is recorded on {name}"}
+        return ProbeReport(Exit.REFUSED, name, unit, f"no deployment of {unit} is recorded on {name}")
     files = session.read_record(state_dir(unit), facts.last_good)
     deployment = None if files is None else deployment_from_files(unit, facts.last_good, files)
     if deployment is None or files is None:
-        return int(Exit.REFUSED), {"host": name, "unit": unit,
-                                   "message": f"the record of {facts.last_good} is incomplete"}
+        return ProbeReport(Exit.REFUSED, name, unit, f"the record of {facts.last_good} is incomplete")
     settings = ProbeSettings.model_validate(deployment.probe_settings or {})
     measured = probe_remote(session.remote, deployment.port, settings, api_key_for(session.remote, deployment))
     verdict = compare(measured, recorded_probe(files), min_ratio or 0.0)
     failed = not measured.ok or (min_ratio is not None and not verdict.ok)
-    return int(Exit.ROLLED_BACK if failed else Exit.READY), {
-        "host": name, "unit": unit, "deployment_id": facts.last_good,
-        "probe": measured.as_dict(), "verdict": verdict.as_dict(),
-        "message": ProbeOutcome(measured, verdict).text,
-    }
+    outcome = ProbeOutcome(measured, verdict)
+    return ProbeReport(Exit.ROLLED_BACK if failed else Exit.READY, name, unit, outcome.text,
+                       facts.last_good, outcome)

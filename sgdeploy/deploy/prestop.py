@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.deploy.journal import StartupResult
@@ -53,8 +54,15 @@ def start_check(session: HostSession, plan: Plan, timeout_s: float, enabled: boo
     return begun or BackgroundCheck(session, request, timeout_s)
 
 
+class Judged(NamedTuple):
+    """The plan with SGLang's own verdict, and the refusal before the stop (None: go on)."""
+
+    plan: Plan
+    refusal: StartupResult | None
+
+
 def pre_stop(session: HostSession, plan: Plan, check: BackgroundCheck | None, loaded: LoadedProfile,
-             wait_for_gpus_s: float | None) -> tuple[Plan, StartupResult | None]:
+             wait_for_gpus_s: float | None) -> Judged:
     """What must hold before the stop: strangers gone from the GPUs (--wait-for-gpus) and
     SGLang's own verdict. The plan with that verdict, and the refusal (None: go on)."""
     deployment = plan.deployment
@@ -68,8 +76,8 @@ def pre_stop(session: HostSession, plan: Plan, check: BackgroundCheck | None, lo
     if judged.refused and verdict is not None:
         why = (f"SGLang {verdict.sglang_version or deployment.sglang_version} on {plan.host} refuses the "
                f"launch ({verdict.stage})" if verdict.refused else "SGLang's own check did not answer in time")
-        return judged, StartupResult(False, reason=why, failure_kind="sglang_refused")
-    return judged, held
+        return Judged(judged, StartupResult(False, reason=why, failure_kind="sglang_refused"))
+    return Judged(judged, held)
 
 
 def before_stop_gate(session: HostSession, hook: BeforeStop | None, handover: Handover) -> StartupResult | None:

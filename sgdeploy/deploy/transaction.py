@@ -24,7 +24,7 @@ from sgdeploy.deploy.plan import Deployment, Plan, Takeover, deployment_meta
 from sgdeploy.deploy.prestop import BeforeStop
 from sgdeploy.deploy.probe import ProbeOutcome, compare, probe_remote
 from sgdeploy.deploy.secret_args import api_key_for
-from sgdeploy.deploy.session import SWAP_WINDOW_S, HostSession, healthy_now
+from sgdeploy.deploy.session import SWAP_WINDOW_S, HostSession, Watched, healthy_now
 from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost, RemoteError, RemoteHost
 from sgdeploy.logs import LogReport, settings_changed
 from sgdeploy.logs.report import Adjustment
@@ -208,12 +208,10 @@ class Transaction:
         startup.seconds = time.monotonic() - began
         return startup
 
-    def serving(self, deployment: Deployment) -> tuple[bool, str]:
+    def serving(self, deployment: Deployment) -> Watched:
         """A ready server's health: answering, then still up and healthy after the settle time."""
-        healthy, why = self.session.check_health(deployment, self.options.health_timeout_s)
-        if healthy:
-            healthy, why = self.session.settle(deployment, self.options.settle_s)
-        return healthy, why
+        answered = self.session.check_health(deployment, self.options.health_timeout_s)
+        return self.session.settle(deployment, self.options.settle_s) if answered.ok else answered
 
     def _server_info(self, deployment: Deployment, into: list[dict[str, Any] | None]) -> None:
         with contextlib.suppress(RemoteError):  # none: the adjustments come from the log alone
