@@ -47,6 +47,7 @@ from sgdeploy.deploy.gateway import (
     ABSENT,
     GatewayClient,
     GatewayError,
+    WorkerStatus,
     WorkerView,
     models_labels,
     registration,
@@ -323,29 +324,28 @@ def profile_port(loaded: LoadedProfile) -> int:
 
 
 def worker_states(inventory: Inventory, hosts: Sequence[str], port: int,
-                  client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry) -> dict[str, dict[str, Any]]:
+                  client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry) -> dict[str, WorkerStatus]:
     """What each fronted host's gateway thinks of its worker (`status`), or why it cannot tell."""
     gateways = {h: g for h in hosts if (g := inventory.gateway_of(h))}
-    states: dict[str, dict[str, Any]] = {}
+    states: dict[str, WorkerStatus] = {}
     for name in sorted(set(gateways.values())):
         mine = [h for h in hosts if gateways.get(h) == name]
         urls = {h: worker_url(inventory.hosts[h], port) for h in mine}
         try:
             listed = client(name, inventory.gateways[name]).workers()
             views = {h: planned_view(listed, u) for h, u in urls.items()}
-            states.update({h: {"gateway": name, **v.as_dict(), "problem": None} for h, v in views.items()})
+            states.update({h: WorkerStatus(name, v) for h, v in views.items()})
         except GatewayError as exc:
-            states.update({h: {"gateway": name, **WorkerView(u, "unknown").as_dict(), "problem": str(exc)}
-                           for h, u in urls.items()})
+            states.update({h: WorkerStatus(name, WorkerView(u, "unknown"), str(exc)) for h, u in urls.items()})
     return states
 
 
-def rotation_problem(state: dict[str, Any]) -> str | None:
+def rotation_problem(state: WorkerStatus) -> str | None:
     """A status problem when the gateway does not route to the host's worker."""
-    if state["problem"]:
-        return f"gateway '{state['gateway']}': {state['problem']}"
-    if state["state"] != "ready":
-        return (f"not in rotation at gateway '{state['gateway']}': {state['url']} is {state['state']}; "
+    if state.problem:
+        return f"gateway '{state.gateway}': {state.problem}"
+    if state.view.state != "ready":
+        return (f"not in rotation at gateway '{state.gateway}': {state.view.url} is {state.view.state}; "
                 "`sgdeploy apply` puts it back")
     return None
 

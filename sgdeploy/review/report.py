@@ -246,11 +246,11 @@ def status_text(status: Status) -> str:
         answer = f"HTTP {h.status}" if h.status else (h.detail or "no answer")
         lines.append(f"health: GET {h.path} on port {h.port}: {answer}")
     lines.append(f"SGLang on the host: {status.sglang_version or 'unknown'}")
-    g = getattr(status, "gateway", None)
-    if g is not None:
-        load = "" if g["load"] is None else f", {g['load']} in flight"
-        lines.append(f"gateway '{g['gateway']}': {g['url']} {g['state']}{load}"
-                     + (f" ({g['problem']})" if g["problem"] else ""))
+    worker = status.gateway
+    if worker is not None:
+        load = "" if worker.view.load is None else f", {worker.view.load} in flight"
+        lines.append(f"gateway '{worker.gateway}': {worker.view.url} {worker.view.state}{load}"
+                     + (f" ({worker.problem})" if worker.problem else ""))
     lines.extend(f"note: {n}" for n in status.notes)
     return redact("\n".join(lines) + "\n")
 
