@@ -277,14 +277,15 @@ def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None,
         session.report("warning", text=f"SGLang's check on the host did not foresee this: {text}")
     if startup.ready:
         common["diagnostics"] = [*common["diagnostics"], *kv_cache_findings(loaded, startup.report)]
-        return result_from(startup, exit_code=Exit.READY, status="ready", deployment_id=deployment.id,
-                           message=f"{deployment.id} is ready on {plan.host} after {startup.seconds:.1f} s",
-                           timings=timings(startup, began), stats=stats(), **common)
+        return result_from(startup, ApplyResult(
+            Exit.READY, "ready", deployment_id=deployment.id,
+            message=f"{deployment.id} is ready on {plan.host} after {startup.seconds:.1f} s",
+            timings=timings(startup, began), stats=stats(), **common))
     session.report("failed", reason=startup.reason, explain=startup.explain)
     installed = startup.failure_kind != "gpus_busy"
-    failed = result_from(startup, exit_code=Exit.NOTHING_HEALTHY, status="failed",
-                         deployment_id=deployment.id if installed else None,
-                         message=f"{deployment.id} failed on {plan.host}: {startup.reason}", **common)
+    failed = result_from(startup, ApplyResult(
+        Exit.NOTHING_HEALTHY, "failed", deployment_id=deployment.id if installed else None,
+        message=f"{deployment.id} failed on {plan.host}: {startup.reason}", **common))
     return restore(transaction, failed, deployment, previous, installed)
 
 

@@ -11,6 +11,7 @@ checked against the host before it is reported (`confirmed`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import threading
 import time
@@ -295,7 +296,9 @@ def adjustments(report: LogReport | None, info: dict[str, Any] | None, server: d
     return list(found.values())
 
 
-def result_from(startup: StartupResult, **kwargs: Any) -> ApplyResult:
+def result_from(startup: StartupResult, result: ApplyResult) -> ApplyResult:
+    """`result` with what the start showed: its phase times, KV cache, what SGLang changed on its
+    own, the failure and the log lines that explain it, the probe."""
     report = startup.report
     failure: StartFailure | None = None
     if not startup.ready:
@@ -305,14 +308,14 @@ def result_from(startup: StartupResult, **kwargs: Any) -> ApplyResult:
             # what the log reader weighed: how sure, and the later errors it set aside
             confidence=f.confidence if f else None,
             consequences=tuple((n, text) for n, text in f.consequences) if f else None)
-    return ApplyResult(
+    return dataclasses.replace(
+        result,
         phase_times=report.phase_times() if report and startup.ready else {},
         kv_cache_tokens=report.kv_cache_tokens if report else None,
         auto_adjusted=startup.auto_adjusted,
         failure=failure,
         explain=startup.explain,
         probe=startup.probe,
-        **kwargs,
     )
 
 
