@@ -273,7 +273,7 @@ def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None,
                            failure=StartFailure(startup.failure_kind or "refused", startup.reason),
                            stats=stats(), **common)
     transaction.record(deployment, startup, "ready" if startup.ready else "failed", checked, disagreeing)
-    for text in (checked.differences or () if checked else ()):
+    for text in (checked.differences or ()) if checked else ():
         session.report("warning", text=f"SGLang's check on the host did not foresee this: {text}")
     if startup.ready:
         common["diagnostics"] = [*common["diagnostics"], *kv_cache_findings(loaded, startup.report)]
