@@ -203,14 +203,19 @@ def fleet_hosts(tmp_path: Path) -> list[FleetHost]:
 def test_plan_puts_workers_out_of_rotation_first_and_batches_by_max_unavailable(tmp_path: Path) -> None:
     hosts = fleet_hosts(tmp_path)
     urls = dict(zip("abc", URLS, strict=True))
-    plan = plan_rollout(hosts, urls, dict.fromkeys("abc", "front"), {"front": views("ready", ABSENT, "ready")},
-                        {"front": 120.0}, max_unavailable=2, parallel=3)
+    plan = plan_rollout(hosts, _front(urls, 120.0), {"front": views("ready", ABSENT, "ready")},
+                        max_unavailable=2, parallel=3)
     assert plan.order == ("b", "a", "c")
     assert plan.batches == (("b",), ("a", "c"))
     assert plan.rotations["b"].steps[0].kind == GatewayStepKind.DEPLOY  # absent: nothing to remove
     assert [s.kind for s in plan.rotations["a"].steps][:2] == [GatewayStepKind.REMOVE, GatewayStepKind.WAIT_DRAINED]
-    assert plan_rollout(hosts, urls, dict.fromkeys("abc", "front"), {"front": views("ready", "ready", "ready")},
-                        {"front": 1.0}, max_unavailable=1, parallel=3).batches == (("a",), ("b",), ("c",))
+    assert plan_rollout(hosts, _front(urls, 1.0), {"front": views("ready", "ready", "ready")},
+                        max_unavailable=1, parallel=3).batches == (("a",), ("b",), ("c",))
+
+
+def _front(urls: dict[str, str], drain_timeout_s: float) -> drained.Fronted:
+    """Hosts a, b, c behind gateway 'front', no client needed: what plan_rollout reads."""
+    return drained.Fronted({}, dict.fromkeys("abc", "front"), urls, {}, {"front": drain_timeout_s}, {}, {})
 
 
 def test_in_flight_from_both_load_endpoints() -> None:
@@ -446,8 +451,8 @@ def test_a_rollback_behind_the_gateway_is_drained_and_put_back(tmp_path: Path, m
     client = lambda name, entry: GatewayClient(name, entry.url, transport=fake)  # noqa: E731
     host = FleetHost("a", inv.hosts["a"], HostTarget("a"))
     prepared = drained.prepare_rollback(inv, host, DrainSettings(), client=client)
-    assert prepared is not None and prepared[1].rotations["a"].before.url == "http://10.0.0.1:30000"
-    result, rotation = drained.rollback_drained("a", inv.hosts["a"], "sglang", None, ApplyOptions(), *prepared,
+    assert prepared is not None and prepared.plan.rotations["a"].before.url == "http://10.0.0.1:30000"
+    result, rotation = drained.rollback_drained("a", inv.hosts["a"], "sglang", None, ApplyOptions(), prepared,
                                                 report=lambda *a, **k: None)
     assert result.exit_code == 0 and rotation["back"] and rotation["worker_url"] == "http://10.0.0.1:30002"
     assert fake.posted == [{**OPERATOR, "url": "http://10.0.0.1:30002", "api_key": "worker-key"}]

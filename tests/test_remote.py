@@ -33,9 +33,9 @@ class _DroppingRemote:
 
 def test_probe_reports_a_dropped_connection(mocker: MockerFixture) -> None:
     mocker.patch("sgdeploy.deploy.apply.connect", return_value=_DroppingRemote())
-    code, document = probe_unit("ct129", HostEntry(address="127.0.0.1"), "sglang", None)
-    assert code == 2
-    assert document["message"] == "ct129: the SSH connection dropped (EOFError); nothing was measured"
+    found = probe_unit("ct129", HostEntry(address="127.0.0.1"), "sglang", None)
+    assert found.exit_code == 2
+    assert found.message == "ct129: the SSH connection dropped (EOFError); nothing was measured"
 
 
 # --------------------------------------------------------------------------- privileges (become)

@@ -23,6 +23,7 @@ from sgdeploy.deploy.transaction import ApplyResult
 from sgdeploy.host.facts import HostFacts
 from sgdeploy.profile.model import load_profile
 from sgdeploy.review import report
+from sgdeploy.sglang.check.verdict import CheckReport, HostVerdict
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORY = ROOT / "tests" / "inventory.rules.toml"
@@ -220,7 +221,9 @@ def test_plan_and_apply_show_no_secret_of_the_unit_they_replace(tmp_path: Path) 
     failed = ApplyResult(1, "failed", "a6000-new", "qwen", f"exited: --api-key {API_KEY}",
                          plan=plan,
                          explain=[f"server_args=ServerArgs(api_key='{API_KEY}', port=1)"],
-                         sglang_check={"status": "refused", "argv": ["--api-key", API_KEY]})
+                         sglang_check=CheckReport(HostVerdict("refused", error_type="ValueError",
+                                                              error=f"bad --api-key {API_KEY}"),
+                                                  f"refuses --api-key {API_KEY}"))
     nowhere(text, report.apply_text(failed), json.dumps(failed.as_dict()))
 
 

@@ -20,6 +20,7 @@ from sgdeploy.host.facts import (
     parse_gpu_owners,
     with_owners,
 )
+from sgdeploy.logs.report import Adjustment
 from sgdeploy.sglang.check.verdict import (
     MARKER,
     CheckRequest,
@@ -94,17 +95,16 @@ def test_prediction_and_differences_from_a_start() -> None:
         "attention_backend": [None, "flashinfer"], "random_seed": [None, 42]}}), "", 0, 0.3)
     server = {"speculative_algorithm": "NEXTN", "tp_size": 2}
     expected = predicted(verdict, server)
-    assert {a["field"]: a["value"] for a in expected} == {"speculative_algorithm": "EAGLE",
-                                                           "disable_piecewise_cuda_graph": True}
+    assert {a.field: a.value for a in expected} == {"speculative_algorithm": "EAGLE",
+                                                     "disable_piecewise_cuda_graph": True}
     line = summary(verdict, "ct129", server)
     assert "SGLang 0.5.11 on ct129 accepts the launch" in line
     assert "`speculative_algorithm` NEXTN -> EAGLE" in line and "`disable_piecewise_cuda_graph` false -> true" in line
     assert "attention_backend flashinfer" in line and "random_seed" not in line
-    seen = [{"field": "speculative_algorithm", "value": "EAGLE"}, {"field": "disable_piecewise_cuda_graph",
-                                                                   "value": "True"}]
+    seen = [Adjustment("speculative_algorithm", "EAGLE", ""), Adjustment("disable_piecewise_cuda_graph", "True", "")]
     assert differences(expected, seen) == []
-    drift = differences(expected, [{"field": "speculative_algorithm", "value": "EAGLE3"},
-                                   {"field": "disable_radix_cache", "value": True}])
+    drift = differences(expected, [Adjustment("speculative_algorithm", "EAGLE3", ""),
+                                   Adjustment("disable_radix_cache", True, "")])
     assert drift == ["predicted speculative_algorithm = EAGLE, the server runs with EAGLE3",
                      "predicted disable_piecewise_cuda_graph = true, not seen after the start",
                      "disable_radix_cache = true after the start was not predicted"]
@@ -112,16 +112,17 @@ def test_prediction_and_differences_from_a_start() -> None:
 
 def test_a_refusal_names_the_rule_that_should_have_caught_it() -> None:
     covering = site_for("0.5.11", "Currently standalone speculative decoding does not support dp attention.")
-    assert covering is not None and covering["rules"] == ["SGD209"]
+    assert covering is not None and covering.rules == ("SGD209",)
     assert "SGD209 should have caught it" in covering_text(covering)
     assert "no offline rule covers" in covering_text(site_for("0.5.11", "derived context_length (4096)"))
     refused = parse_verdict(_answer({"accepted": False, "stage": "resolve", "error_type": "AssertionError",
                                      "error": "Currently standalone speculative decoding does not support dp "
                                               "attention."}), "", 1)
     found = disagreements(refused, [], True, covering)
-    assert found == [{"kind": "host_refused", "host": refused.message, "stage": "resolve", "offline": "accepted",
-                      "site": covering["key"], "rules": ["SGD209"], "category": "offline"}]
-    assert disagreements(refused, [], False, None)[0]["offline"].startswith("not checked")
+    assert [d.as_dict() for d in found] == [{
+        "kind": "host_refused", "host": refused.message, "stage": "resolve", "offline": "accepted",
+        "site": covering.key, "rules": ["SGD209"], "category": "offline"}]
+    assert str(disagreements(refused, [], False, None)[0].offline).startswith("not checked")
 
 
 # --------------------------------------------------------------------------- GPU holders

@@ -15,7 +15,7 @@ import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity, finding_line
 from sgdeploy.core.tomlfile import parse_toml_text
@@ -23,11 +23,12 @@ from sgdeploy.deploy.plan import Takeover
 from sgdeploy.deploy.render import launch_argv, unit_environment
 from sgdeploy.deploy.secret_args import creation_steps, default_file
 from sgdeploy.host.remote import RemoteHost
-from sgdeploy.host.running import read_servers
+from sgdeploy.host.running import HostServers, Server, read_servers
 from sgdeploy.host.systemd import stop_sh
 from sgdeploy.host.unitfile import UnitFileError, parse_service
+from sgdeploy.profile.inventory import HostEntry
 from sgdeploy.profile.model import ENV_NAME, UNIT_NAME, LoadedProfile, Profile
-from sgdeploy.profile.validate import validate_loaded
+from sgdeploy.profile.validate import InventoryContext, ValidationResult, validate_loaded
 from sgdeploy.sglang.argv import LAUNCH_MODULE, ArgvFinding, ParsedArgv, launch_entry, parse_server_argv
 from sgdeploy.sglang.catalog import Catalog, UnknownVersionError, load_catalog, newest_version
 from sgdeploy.sglang.gpus import gpu_model_for
@@ -411,12 +412,12 @@ class ImportResult:
     """An imported profile, its validation, and whether it renders back to the same launch."""
 
     imported: Imported
-    validation: Any  # sgdeploy.profile.validate.ValidationResult
+    validation: ValidationResult
     roundtrip: list[str]  # differences between the rendered launch and the observed one (empty: none)
     version: str
 
 
-def finish_import(observed: Observed, catalog: Catalog, target: Target, inventory: Any,
+def finish_import(observed: Observed, catalog: Catalog, target: Target, inventory: InventoryContext,
                   path: str = "imported.toml") -> ImportResult:
     """Import, validate against `catalog`'s version, and check the round trip. Secrets are kept
     out while the profile is written (`import_launch`), whether or not validation can run."""
@@ -429,7 +430,7 @@ def finish_import(observed: Observed, catalog: Catalog, target: Target, inventor
                         catalog.version)
 
 
-def _placeholder_finding(loaded: Any, key: str, what: str) -> Diagnostic:
+def _placeholder_finding(loaded: LoadedProfile, key: str, what: str) -> Diagnostic:
     dotted = f"server.{key}"
     return Diagnostic("SGD021", Severity.ERROR,
                       f"{dotted} {what}: the import wrote {REDACTED} in its place",
@@ -437,13 +438,13 @@ def _placeholder_finding(loaded: Any, key: str, what: str) -> Diagnostic:
                       loaded.line_of(dotted), loaded.path)
 
 
-def _loaded(text: str, path: str) -> Any:
+def _loaded(text: str, path: str) -> LoadedProfile:
     loaded = parse_toml_text(LoadedProfile(path=path, text=text), Profile)
     assert isinstance(loaded, LoadedProfile)
     return loaded
 
 
-def roundtrip_differences(loaded: Any, imported: Imported, observed: Observed, catalog: Catalog) -> list[str]:
+def roundtrip_differences(loaded: LoadedProfile, imported: Imported, observed: Observed, catalog: Catalog) -> list[str]:
     """What differs between the launch the profile renders and the one observed, after SGLang's parsing."""
     profile = loaded.model
     if profile is None:
@@ -609,7 +610,7 @@ class ImportOutcome:
 
 
 def import_from_command(text: str, host: str | None, unit: str | None, version: str | None,
-                        inventory: Any, path: str = "imported.toml") -> ImportOutcome:
+                        inventory: InventoryContext, path: str = "imported.toml") -> ImportOutcome:
     """`sgdeploy import --command`: no host is contacted. Raises LaunchError."""
     observed = observed_from_command(text)
     entry = _inventory_entry(inventory, host)
@@ -619,9 +620,10 @@ def import_from_command(text: str, host: str | None, unit: str | None, version: 
 
 
 def import_from_host(name: str, pid: int | None, unit: str | None, new_unit: str | None, version: str | None,
-                     inventory: Any, path: str = "imported.toml") -> ImportOutcome:
+                     inventory: InventoryContext, path: str = "imported.toml") -> ImportOutcome:
     """`sgdeploy import HOST`: read the running servers over SSH and import one. Raises LaunchError,
     and RemoteError when the host cannot be reached."""
+    assert inventory.inventory is not None  # the CLI checks that `name` is one of its hosts
     entry = inventory.inventory.hosts[name]
     with RemoteHost(name, entry).connect() as remote:
         found = read_servers(remote, pid, unit)
@@ -641,8 +643,8 @@ def import_from_host(name: str, pid: int | None, unit: str | None, new_unit: str
     return ImportOutcome(result, inventory_note(name, entry, found, observed.sglang_version), others)
 
 
-def _import_unit_file(text: str, name: str, unit: str, new_unit: str | None, version: str | None, entry: Any,
-                      inventory: Any, path: str) -> ImportOutcome:
+def _import_unit_file(text: str, name: str, unit: str, new_unit: str | None, version: str | None, entry: HostEntry,
+                      inventory: InventoryContext, path: str) -> ImportOutcome:
     """A unit that does not run: its ExecStart=, Environment=, WorkingDirectory= and User=."""
     try:
         service = parse_service(text)
@@ -663,7 +665,7 @@ def _import_unit_file(text: str, name: str, unit: str, new_unit: str | None, ver
     return ImportOutcome(result)
 
 
-def choose_server(found: Any, name: str, pid: int | None, unit: str | None) -> Any:
+def choose_server(found: HostServers, name: str, pid: int | None, unit: str | None) -> Server:
     """The one server to import; LaunchError with what was found otherwise."""
     if unit and not found.unit_pid:
         raise LaunchError(f"{unit} is not running on {name}: import it while it runs, or give its ExecStart= "
@@ -683,7 +685,7 @@ def choose_server(found: Any, name: str, pid: int | None, unit: str | None) -> A
     return servers[0]
 
 
-def _launches(server: Any) -> bool:
+def _launches(server: Server) -> bool:
     try:
         split_launch(server.process.argv)
     except LaunchError:
@@ -691,7 +693,7 @@ def _launches(server: Any) -> bool:
     return True
 
 
-def describe(server: Any) -> str:
+def describe(server: Server) -> str:
     """`pid 123 (unit sglang, GPUs 0,1): python -m sglang.launch_server --model-path ...` (shortened)."""
     process = server.process
     where = ", ".join(x for x in (f"unit {process.unit}" if process.unit else "",
@@ -703,7 +705,7 @@ def describe(server: Any) -> str:
     return f"pid {process.pid}{f' ({where})' if where else ''}: {command[:160]}"
 
 
-def observed_from_server(server: Any) -> Observed:
+def observed_from_server(server: Server) -> Observed:
     process = server.process
     if not process.argv:
         raise LaunchError(f"pid {process.pid} exited during the import")
@@ -726,7 +728,7 @@ def _catalog_for(seen: str | None, wanted: str | None, declared: str | None) -> 
     return load_catalog(newest), f"no SGLang version known for this server: read with the newest catalog, {newest}"
 
 
-def _inventory_entry(inventory: Any, host: str | None) -> Any:
+def _inventory_entry(inventory: InventoryContext | None, host: str | None) -> HostEntry | None:
     model = inventory.inventory if inventory is not None else None
     return model.hosts.get(host) if model is not None and host else None
 
@@ -742,7 +744,7 @@ def _same_fact(key: str, declared: Any, seen: Any) -> bool:
     return str(declared) == str(seen)
 
 
-def inventory_note(name: str, entry: Any, found: Any, version: str | None) -> str:
+def inventory_note(name: str, entry: HostEntry, found: HostServers, version: str | None) -> str:
     """The host as observed, against its inventory entry: what to change, or nothing."""
     seen: dict[str, Any] = {}
     if found.gpus:
@@ -764,7 +766,14 @@ def inventory_note(name: str, entry: Any, found: Any, version: str | None) -> st
 
 
 # --------------------------------------------------------------------------- apply --adopt
-def takeovers(found: Any, unit: str, port: int, version: str) -> tuple[tuple[Takeover, ...], list[Diagnostic]]:
+class Takeovers(NamedTuple):
+    """What `apply --adopt` takes over, and the finding when there is nothing (SGD708)."""
+
+    takeover: tuple[Takeover, ...]
+    diagnostics: list[Diagnostic]
+
+
+def takeovers(found: HostServers, unit: str, port: int, version: str) -> Takeovers:
     """The servers `apply --adopt` stops: those serving `port` outside `unit` (read with `version`'s flags)."""
     catalog = load_catalog(version)
     chosen = []
@@ -780,9 +789,9 @@ def takeovers(found: Any, unit: str, port: int, version: str) -> tuple[tuple[Tak
         if served == port:
             chosen.append(Takeover(process.pid, port, process.unit, server.children))
     if chosen:
-        return tuple(chosen), []
-    return (), [Diagnostic("SGD708", Severity.INFO, f"--adopt: no SGLang server outside {unit} serves port {port}; "
-                           "nothing to take over", field="server.port")]
+        return Takeovers(tuple(chosen), [])
+    return Takeovers((), [Diagnostic("SGD708", Severity.INFO, f"--adopt: no SGLang server outside {unit} serves "
+                                     f"port {port}; nothing to take over", field="server.port")])
 
 
 def takeover_command(takeover: Sequence[Takeover]) -> str:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.deploy.adopt import takeovers
@@ -33,7 +34,7 @@ from sgdeploy.deploy.prestop import (
     REFUSED_BEFORE_STOP,
     Handover,
     before_stop_gate,
-    check_doc,
+    check_report,
     disagreements_of,
     judged_plan,
     pre_stop,
@@ -176,7 +177,7 @@ def _planned(session: HostSession, plan: Plan, loaded: LoadedProfile, options: A
     common = _common(plan)
     if (planned := start_check(session, plan, options.sglang_check_timeout_s, options.sglang_check)) is not None:
         plan = judged_plan(plan, planned.result(), loaded)
-        common = {**_common(plan), "sglang_check": check_doc(plan)}
+        common = {**_common(plan), "sglang_check": check_report(plan)}
     return ApplyResult(Exit.READY, "planned", message=f"{len(plan.steps)} steps would run", **common)
 
 
@@ -188,8 +189,15 @@ def host_state(facts: HostFacts | None, unit_text: str | None) -> str:
     return f"{facts.last_good or '' if facts else ''} {sha} {active or ''}"
 
 
+class Decided(NamedTuple):
+    """What apply will do on a host, and the text of the unit file installed there now (None: none)."""
+
+    plan: Plan
+    current_unit: str | None
+
+
 def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: HostTarget | None,
-           options: ApplyOptions) -> tuple[Plan, str | None] | ApplyResult:
+           options: ApplyOptions) -> Decided | ApplyResult:
     """Facts, preflight (GPU holders included) and the plan: what apply will do, or its refusal."""
     profile = loaded.model
     assert profile is not None
@@ -228,7 +236,7 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
                         sglang_check=options.sglang_check, strangers=strangers,
                         wait_for_gpus_s=options.wait_for_gpus_s)
     plan = make_plan(name, deployment, facts, current_unit, diagnostics, before)
-    return plan, current_unit
+    return Decided(plan, current_unit)
 
 
 def read_ahead(session: HostSession, deployment: Deployment) -> threading.Thread | None:
@@ -266,8 +274,8 @@ def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None,
     startup = transaction.start(deployment, stop_first=plan.previous_active, takeover=plan.takeover, gate=gate,
                                 staged=staged)
     plan = judged[0]
-    checked = check_doc(plan, startup.auto_adjusted if startup.ready else None)
-    disagreeing = disagreements_of(plan)
+    checked = check_report(plan, startup.auto_adjusted if startup.ready else None)
+    disagreeing = tuple(disagreements_of(plan))
     common = {**_common(plan), "diagnostics": plan.diagnostics, "sglang_check": checked,
               "disagreements": disagreeing}
     if startup.ready and (options.probe or options.min_ratio is not None):
@@ -276,26 +284,26 @@ def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None,
     if startup.failure_kind == "stage_failed":
         return ApplyResult(Exit.REFUSED, "refused", message=f"{startup.reason}; the running server was not touched",
                            stats=stats(), **common)
-    extra = {"sglang_check": checked, "disagreements": disagreeing}
     if startup.failure_kind in REFUSED_BEFORE_STOP:
-        transaction.record(deployment, startup, "refused", extra=extra, unstage=True)
+        transaction.record(deployment, startup, "refused", checked, disagreeing, unstage=True)
         return ApplyResult(Exit.REFUSED, "refused", deployment_id=deployment.id,
                            message=f"{startup.reason}; nothing was stopped",
                            failure=StartFailure(startup.failure_kind or "refused", startup.reason),
                            stats=stats(), **common)
-    transaction.record(deployment, startup, "ready" if startup.ready else "failed", extra=extra)
-    for text in (checked or {}).get("differences", []):
+    transaction.record(deployment, startup, "ready" if startup.ready else "failed", checked, disagreeing)
+    for text in (checked.differences or ()) if checked else ():
         session.report("warning", text=f"SGLang's check on the host did not foresee this: {text}")
     if startup.ready:
         common["diagnostics"] = [*common["diagnostics"], *kv_cache_findings(loaded, startup.report)]
-        return result_from(startup, exit_code=Exit.READY, status="ready", deployment_id=deployment.id,
-                           message=f"{deployment.id} is ready on {plan.host} after {startup.seconds:.1f} s",
-                           timings=timings(startup, began), stats=stats(), **common)
+        return result_from(startup, ApplyResult(
+            Exit.READY, "ready", deployment_id=deployment.id,
+            message=f"{deployment.id} is ready on {plan.host} after {startup.seconds:.1f} s",
+            timings=timings(startup, began), stats=stats(), **common))
     session.report("failed", reason=startup.reason, explain=startup.explain)
     installed = startup.failure_kind != "gpus_busy"
-    failed = result_from(startup, exit_code=Exit.NOTHING_HEALTHY, status="failed",
-                         deployment_id=deployment.id if installed else None,
-                         message=f"{deployment.id} failed on {plan.host}: {startup.reason}", **common)
+    failed = result_from(startup, ApplyResult(
+        Exit.NOTHING_HEALTHY, "failed", deployment_id=deployment.id if installed else None,
+        message=f"{deployment.id} failed on {plan.host}: {startup.reason}", **common))
     return restore(transaction, failed, deployment, previous, installed)
 
 
@@ -324,35 +332,51 @@ def _probe_baseline(session: HostSession, plan: Plan) -> dict[str, Any] | None:
 
 
 # --------------------------------------------------------------------------- sgdeploy probe
-def probe_unit(name: str, entry: HostEntry, unit: str, min_ratio: float | None) -> tuple[int, dict[str, Any]]:
+@dataclass(frozen=True)
+class ProbeReport:
+    """What `sgdeploy probe` found on one host: how it exits, the deployment measured, the
+    measurement against the recorded figure (None: nothing was measured) and what it means."""
+
+    exit_code: int
+    host: str
+    unit: str
+    message: str
+    deployment_id: str | None = None
+    outcome: ProbeOutcome | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.outcome is None:
+            return {"host": self.host, "unit": self.unit, "message": self.message}
+        return {"host": self.host, "unit": self.unit, "deployment_id": self.deployment_id,
+                "probe": self.outcome.result.as_dict(), "verdict": self.outcome.verdict.as_dict(),
+                "message": self.message}
+
+
+def probe_unit(name: str, entry: HostEntry, unit: str, min_ratio: float | None) -> ProbeReport:
     """`sgdeploy probe`: measure the running deployment and compare with its recorded figure."""
     try:
         remote = connect(name, entry)
     except ConnectError as exc:
-        return int(Exit.REFUSED), {"host": name, "unit": unit, "message": str(exc)}
+        return ProbeReport(Exit.REFUSED, name, unit, str(exc))
     with remote:
         try:
             return _probe(HostSession(remote), name, unit, min_ratio)
         except ConnectionLost as exc:
-            return int(Exit.REFUSED), {"host": name, "unit": unit, "message": f"{exc}; nothing was measured"}
+            return ProbeReport(Exit.REFUSED, name, unit, f"{exc}; nothing was measured")
 
 
-def _probe(session: HostSession, name: str, unit: str, min_ratio: float | None) -> tuple[int, dict[str, Any]]:
-    facts, _ = session.facts(unit, "/bin/true", "/nonexistent", 1)
+def _probe(session: HostSession, name: str, unit: str, min_ratio: float | None) -> ProbeReport:
+    facts = session.facts(unit, "/bin/true", "/nonexistent", 1).facts
     if facts.last_good is None:
-        return int(Exit.REFUSED), {"host": name, "unit": unit,
-                                   "message": f"no deployment of {unit} is recorded on {name}"}
+        return ProbeReport(Exit.REFUSED, name, unit, f"no deployment of {unit} is recorded on {name}")
     files = session.read_record(state_dir(unit), facts.last_good)
     deployment = None if files is None else deployment_from_files(unit, facts.last_good, files)
     if deployment is None or files is None:
-        return int(Exit.REFUSED), {"host": name, "unit": unit,
-                                   "message": f"the record of {facts.last_good} is incomplete"}
+        return ProbeReport(Exit.REFUSED, name, unit, f"the record of {facts.last_good} is incomplete")
     settings = ProbeSettings.model_validate(deployment.probe_settings or {})
     measured = probe_remote(session.remote, deployment.port, settings, api_key_for(session.remote, deployment))
     verdict = compare(measured, recorded_probe(files), min_ratio or 0.0)
     failed = not measured.ok or (min_ratio is not None and not verdict.ok)
-    return int(Exit.ROLLED_BACK if failed else Exit.READY), {
-        "host": name, "unit": unit, "deployment_id": facts.last_good,
-        "probe": measured.as_dict(), "verdict": verdict.as_dict(),
-        "message": ProbeOutcome(measured, verdict).text,
-    }
+    outcome = ProbeOutcome(measured, verdict)
+    return ProbeReport(Exit.ROLLED_BACK if failed else Exit.READY, name, unit, outcome.text,
+                       facts.last_good, outcome)

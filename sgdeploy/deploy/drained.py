@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sgdeploy.deploy import multinode
 from sgdeploy.deploy.apply import apply_profile
@@ -47,6 +47,7 @@ from sgdeploy.deploy.gateway import (
     ABSENT,
     GatewayClient,
     GatewayError,
+    WorkerStatus,
     WorkerView,
     models_labels,
     registration,
@@ -183,18 +184,18 @@ def planned_view(views: Sequence[WorkerView], url: str) -> WorkerView:
     return moved[0] if len(moved) == 1 else exact
 
 
-def plan_rollout(hosts: Sequence[FleetHost], urls: dict[str, str], gateways: dict[str, str],
-                 views: dict[str, list[WorkerView]], drain_timeouts: dict[str, float], max_unavailable: int,
-                 parallel: int = 1, canary: bool = True, on_timeouts: dict[str, str] | None = None) -> RolloutPlan:
-    """The rollout as data: hosts whose worker is out of rotation first, then the rest in order."""
+def plan_rollout(hosts: Sequence[FleetHost], front: Fronted, views: dict[str, list[WorkerView]],
+                 max_unavailable: int, parallel: int = 1, canary: bool = True) -> RolloutPlan:
+    """The rollout as data: hosts whose worker is out of rotation first, then the rest in order.
+    `front` gives each host's gateway, worker URL and that gateway's drain timeout and policy."""
     rotations: dict[str, Rotation] = {}
     for host in hosts:
-        if host.name not in gateways:
+        if host.name not in front.gateways:
             continue
-        gateway, url = gateways[host.name], urls[host.name]
+        gateway, url = front.gateways[host.name], front.urls[host.name]
         view = planned_view(views[gateway], url)
         rotations[host.name] = Rotation(host.name, gateway, url, view, host_steps(
-            view, gateway, url, drain_timeouts[gateway], (on_timeouts or {}).get(gateway, REFUSE)))
+            view, gateway, url, front.drain_timeouts[gateway], front.on_timeouts.get(gateway, REFUSE)))
     order = tuple(sorted((h.name for h in hosts), key=lambda n: n not in rotations or rotations[n].before.routed))
     step = max(1, min(parallel, max_unavailable))
     rest = list(order)
@@ -237,6 +238,13 @@ def fronted(inventory: Inventory, hosts: Sequence[str], port: int, settings: Dra
         on_timeouts={n: settings.on_drain_timeout or entries[n].on_drain_timeout for n in names})
 
 
+class PreparedRollout(NamedTuple):
+    """A rollout behind gateways, before anything changed: the gateways and the plan."""
+
+    front: Fronted
+    plan: RolloutPlan
+
+
 def views_of(front: Fronted) -> dict[str, list[WorkerView]]:
     """Every gateway's workers (one GET each); GatewayError when one does not answer."""
     return {name: client.workers() for name, client in front.clients.items()}
@@ -271,7 +279,7 @@ def routed_ranks(nodes: Sequence[FleetHost], views: dict[str, list[WorkerView]],
 
 def prepare(loaded: LoadedProfile, hosts: Sequence[FleetHost], inventory: Inventory, settings: DrainSettings,
             parallel: int = 1, canary: bool = True,
-            client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry) -> tuple[Fronted, RolloutPlan]:
+            client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry) -> PreparedRollout:
     """The gateways of `hosts` and the rollout plan, from one look at each gateway.
 
     GatewayError, before anything changed: a key is missing, a gateway does not answer, or a
@@ -292,25 +300,23 @@ def prepare(loaded: LoadedProfile, hosts: Sequence[FleetHost], inventory: Invent
         raise GatewayError(f"{'; '.join(stray)}: the inventory gives {'it' if len(stray) == 1 else 'them'} no "
                            "gateway, so its server would be restarted without draining; give it its gateway "
                            "(`gateway = NAME` on the host, or the host or its group in the gateway's `hosts`)")
-    plan = plan_rollout(workers, front.urls, front.gateways, views, front.drain_timeouts, settings.max_unavailable,
-                        parallel, canary, front.on_timeouts)
+    plan = plan_rollout(workers, front, views, settings.max_unavailable, parallel, canary)
     if len(workers) < len(hosts):
         plan = dataclasses.replace(plan, order=tuple(h.name for h in hosts), batches=(tuple(h.name for h in hosts),),
                                    others=NODE_STEP)
-    return front, plan
+    return PreparedRollout(front, plan)
 
 
 def prepare_rollback(inventory: Inventory, host: FleetHost, settings: DrainSettings,
                      client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry
-                     ) -> tuple[Fronted, RolloutPlan] | None:
+                     ) -> PreparedRollout | None:
     """`sgdeploy rollback` of a host behind a gateway (None: it has none). Its port is known only
     on the host: the plan names the worker the gateway lists on it."""
     front = fronted(inventory, [host.name], DEFAULT_PORT, settings, client)
     if front is None:
         return None
-    plan = plan_rollout([host], front.urls, front.gateways, views_of(front), front.drain_timeouts,
-                        settings.max_unavailable, canary=False, on_timeouts=front.on_timeouts)
-    return front, plan
+    plan = plan_rollout([host], front, views_of(front), settings.max_unavailable, canary=False)
+    return PreparedRollout(front, plan)
 
 
 def profile_port(loaded: LoadedProfile) -> int:
@@ -318,29 +324,28 @@ def profile_port(loaded: LoadedProfile) -> int:
 
 
 def worker_states(inventory: Inventory, hosts: Sequence[str], port: int,
-                  client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry) -> dict[str, dict[str, Any]]:
+                  client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry) -> dict[str, WorkerStatus]:
     """What each fronted host's gateway thinks of its worker (`status`), or why it cannot tell."""
     gateways = {h: g for h in hosts if (g := inventory.gateway_of(h))}
-    states: dict[str, dict[str, Any]] = {}
+    states: dict[str, WorkerStatus] = {}
     for name in sorted(set(gateways.values())):
         mine = [h for h in hosts if gateways.get(h) == name]
         urls = {h: worker_url(inventory.hosts[h], port) for h in mine}
         try:
             listed = client(name, inventory.gateways[name]).workers()
             views = {h: planned_view(listed, u) for h, u in urls.items()}
-            states.update({h: {"gateway": name, **v.as_dict(), "problem": None} for h, v in views.items()})
+            states.update({h: WorkerStatus(name, v) for h, v in views.items()})
         except GatewayError as exc:
-            states.update({h: {"gateway": name, **WorkerView(u, "unknown").as_dict(), "problem": str(exc)}
-                           for h, u in urls.items()})
+            states.update({h: WorkerStatus(name, WorkerView(u, "unknown"), str(exc)) for h, u in urls.items()})
     return states
 
 
-def rotation_problem(state: dict[str, Any]) -> str | None:
+def rotation_problem(state: WorkerStatus) -> str | None:
     """A status problem when the gateway does not route to the host's worker."""
-    if state["problem"]:
-        return f"gateway '{state['gateway']}': {state['problem']}"
-    if state["state"] != "ready":
-        return (f"not in rotation at gateway '{state['gateway']}': {state['url']} is {state['state']}; "
+    if state.problem:
+        return f"gateway '{state.gateway}': {state.problem}"
+    if state.view.state != "ready":
+        return (f"not in rotation at gateway '{state.gateway}': {state.view.url} is {state.view.state}; "
                 "`sgdeploy apply` puts it back")
     return None
 
@@ -682,10 +687,17 @@ def run_drained_multinode(loaded: LoadedProfile, hosts: Sequence[FleetHost], opt
     return fleet
 
 
-def rollback_drained(name: str, entry: HostEntry, unit: str, to: str | None, options: ApplyOptions, front: Fronted,
-                     plan: RolloutPlan, report: Reporter) -> tuple[ApplyResult, dict[str, Any]]:
+class DrainedRollback(NamedTuple):
+    """A rollback behind a gateway: its result, and its worker's rotation record (`RotationResult`)."""
+
+    result: ApplyResult
+    rotation: dict[str, Any]
+
+
+def rollback_drained(name: str, entry: HostEntry, unit: str, to: str | None, options: ApplyOptions,
+                     prepared: PreparedRollout, report: Reporter) -> DrainedRollback:
     """`sgdeploy rollback` of a host behind a gateway: drained before the stop, registered again
-    as it was for the restored server once it is ready. Its result and its rotation record."""
-    run = DrainedRollout(front, plan, lambda _: report)
+    as it was for the restored server once it is ready."""
+    run = DrainedRollout(prepared.front, prepared.plan, lambda _: report)
     result = rollback_unit(name, entry, unit, to, run.options_for(name, options), report)
-    return result, run.rotations_now()[name]
+    return DrainedRollback(result, run.rotations_now()[name])

@@ -109,6 +109,18 @@ class WorkerView:
         return f"{self.state}{'' if self.routed else ' (not routed to)'}{load}"
 
 
+@dataclass(frozen=True)
+class WorkerStatus:
+    """What `status` learns of a host's worker from its gateway, or why the gateway could not tell."""
+
+    gateway: str
+    view: WorkerView
+    problem: str | None = None  # the gateway did not answer
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gateway": self.gateway, **self.view.as_dict(), "problem": self.problem}
+
+
 def same_url(a: str, b: str) -> bool:
     return normal_url(a) == normal_url(b)
 

@@ -295,12 +295,10 @@ def _deploy_all_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResu
         return fleet
     ready = all(r.ready for r in results)
     for node, result in zip(nodes, results, strict=True):
-        fleet.results[node.host.name] = result_from(
-            result, exit_code=Exit.READY if ready else Exit.NOTHING_HEALTHY,
-            status="ready" if ready else "failed", host=node.host.name, unit=unit,
-            deployment_id=deployments[0].id,
-            message=f"node {node.rank}: " + ("ready" if result.ready and ready else result.reason or "failed"),
-            plan=node.plan)
+        fleet.results[node.host.name] = result_from(result, ApplyResult(
+            Exit.READY if ready else Exit.NOTHING_HEALTHY, "ready" if ready else "failed", node.host.name, unit,
+            f"node {node.rank}: " + ("ready" if result.ready and ready else result.reason or "failed"),
+            deployment_id=deployments[0].id, plan=node.plan))
     if ready:
         return fleet
     fleet.stopped_at = next((n.host.name for n, r in zip(nodes, results, strict=True)

@@ -49,6 +49,7 @@ from sgdeploy.sglang.secrets import redact_document
 from sgdeploy.sglang.versions import parse_version
 
 if TYPE_CHECKING:
+    from sgdeploy.deploy.gateway import WorkerStatus
     from sgdeploy.host.remote import RemoteHost
     from sgdeploy.profile.inventory import HostEntry
     from sgdeploy.profile.model import LoadedProfile
@@ -534,7 +535,7 @@ class Status:
     health: HealthCheck | None
     sglang_version: str | None  # installed on the host
     notes: tuple[str, ...] = ()
-    gateway: dict[str, Any] | None = None  # what the host's gateway thinks of its worker (sgdeploy.deploy.drained)
+    gateway: WorkerStatus | None = None  # what the host's gateway thinks of its worker (sgdeploy.deploy.drained)
 
     @property
     def exit_code(self) -> int:
@@ -591,7 +592,7 @@ class Status:
                 for p in self.gpu_processes
             ],
             "health": self.health.as_dict() if self.health else None,
-            **({"gateway": self.gateway} if self.gateway is not None else {}),
+            **({"gateway": self.gateway.as_dict()} if self.gateway is not None else {}),
             "sglang_version": self.sglang_version,
             "notes": list(self.notes),
         }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.deploy.journal import StartupResult
@@ -20,13 +20,12 @@ from sgdeploy.deploy.session import BackgroundCheck, HostSession
 from sgdeploy.logs.report import Adjustment
 from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.sglang.check.verdict import (
+    CheckReport,
+    Disagreement,
     HostVerdict,
     covering_text,
-    differences,
     disagreements,
-    predicted,
     site_for,
-    summary,
 )
 
 REFUSED_BEFORE_STOP = frozenset({"sglang_refused", "gpus_held", "drain_refused"})
@@ -55,8 +54,15 @@ def start_check(session: HostSession, plan: Plan, timeout_s: float, enabled: boo
     return begun or BackgroundCheck(session, request, timeout_s)
 
 
+class Judged(NamedTuple):
+    """The plan with SGLang's own verdict, and the refusal before the stop (None: go on)."""
+
+    plan: Plan
+    refusal: StartupResult | None
+
+
 def pre_stop(session: HostSession, plan: Plan, check: BackgroundCheck | None, loaded: LoadedProfile,
-             wait_for_gpus_s: float | None) -> tuple[Plan, StartupResult | None]:
+             wait_for_gpus_s: float | None) -> Judged:
     """What must hold before the stop: strangers gone from the GPUs (--wait-for-gpus) and
     SGLang's own verdict. The plan with that verdict, and the refusal (None: go on)."""
     deployment = plan.deployment
@@ -70,8 +76,8 @@ def pre_stop(session: HostSession, plan: Plan, check: BackgroundCheck | None, lo
     if judged.refused and verdict is not None:
         why = (f"SGLang {verdict.sglang_version or deployment.sglang_version} on {plan.host} refuses the "
                f"launch ({verdict.stage})" if verdict.refused else "SGLang's own check did not answer in time")
-        return judged, StartupResult(False, reason=why, failure_kind="sglang_refused")
-    return judged, held
+        return Judged(judged, StartupResult(False, reason=why, failure_kind="sglang_refused"))
+    return Judged(judged, held)
 
 
 def before_stop_gate(session: HostSession, hook: BeforeStop | None, handover: Handover) -> StartupResult | None:
@@ -125,20 +131,15 @@ def judged_plan(plan: Plan, verdict: HostVerdict, loaded: LoadedProfile) -> Plan
     return dataclasses.replace(plan, sglang_check=verdict, refusals=refusals, notes=notes)
 
 
-def check_doc(plan: Plan, seen: list[Adjustment] | None = None) -> dict[str, Any] | None:
+def check_report(plan: Plan, seen: list[Adjustment] | None = None) -> CheckReport | None:
     """`sglang_check` of a result or record: the verdict, its prediction, what the start showed."""
     verdict = plan.sglang_check
     if verdict is None:
         return None
-    server = plan.deployment.server
-    doc = {**verdict.as_dict(), "summary": summary(verdict, plan.host, server),
-           "predicted": predicted(verdict, server) if verdict.status == "accepted" else []}
-    if seen is not None and verdict.status == "accepted":
-        doc["differences"] = differences(doc["predicted"], [a.as_dict() for a in seen])
-    return doc
+    return CheckReport.of(verdict, plan.host, plan.deployment.server, seen)
 
 
-def disagreements_of(plan: Plan) -> list[dict[str, Any]]:
+def disagreements_of(plan: Plan) -> list[Disagreement]:
     """Where SGLang's own verdict and the offline rules disagree (recorded, shown by history)."""
     verdict = plan.sglang_check
     if verdict is None:

@@ -94,7 +94,7 @@ def launch_words(profile: Profile, catalog: Catalog) -> list[list[str]]:
         # A deprecated alias renders as the option of the field it feeds, with the value SGLang
         # would store; an option SGLang ignores, or a switch left off, renders to nothing.
         seen = as_sglang_sees_it(catalog, key, value)
-        words = flag_args(catalog.flags[seen[0]], seen[1]) if seen else []
+        words = flag_args(catalog.flags[seen.field], seen.value) if seen else []
         if words:
             groups.append(words)
     return groups

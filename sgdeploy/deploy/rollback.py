@@ -192,13 +192,12 @@ def _rolled_back(session: HostSession, startup: StartupResult, deployment: Deplo
         return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{startup.reason}; the running server was not "
                            "touched", stats=stats)
     if startup.ready:
-        return result_from(startup, exit_code=Exit.READY, status="ready", host=name, unit=unit,
-                           deployment_id=deployment.id,
-                           message=f"rolled back to {target} (recorded as {deployment.id}); ready after "
-                           f"{startup.seconds:.1f} s", timings=timings(startup, began), stats=stats)
+        return result_from(startup, ApplyResult(
+            Exit.READY, "ready", name, unit, f"rolled back to {target} (recorded as {deployment.id}); ready after "
+            f"{startup.seconds:.1f} s", deployment_id=deployment.id, timings=timings(startup, began), stats=stats))
     session.stop(unit)
     again = "; run it again once they are free" if startup.failure_kind == "gpus_busy" else ""
-    return result_from(startup, exit_code=Exit.NOTHING_HEALTHY, status="failed", host=name, unit=unit,
-                       deployment_id=deployment.id,
-                       message=f"the rollback to {target} failed: {startup.reason}; nothing healthy is running{again}",
-                       stats=session.remote.stats.as_dict())
+    return result_from(startup, ApplyResult(
+        Exit.NOTHING_HEALTHY, "failed", name, unit,
+        f"the rollback to {target} failed: {startup.reason}; nothing healthy is running{again}",
+        deployment_id=deployment.id, stats=session.remote.stats.as_dict()))

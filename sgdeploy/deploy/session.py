@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sgdeploy.deploy.journal import JournalFollower, Reporter, StartupResult
 from sgdeploy.deploy.plan import DEFAULT_PORT, UNIT_DIR, Deployment, Takeover, deployment_meta, server_port, who
@@ -26,6 +26,8 @@ from sgdeploy.host.facts import (
     GPU_OWNERS_SH,
     GPU_QUERY_FIELDS,
     GpuHolder,
+    GpuInfo,
+    GpuProcess,
     HostFacts,
     IdleVerdict,
     facts_command,
@@ -52,6 +54,9 @@ from sgdeploy.host.systemd import stop_sh
 from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.sglang.check.verdict import CheckRequest, HostVerdict
 from sgdeploy.sglang.secrets import redact, redact_data
+
+if TYPE_CHECKING:  # for the annotations only: the reader of running servers loads when it is used
+    from sgdeploy.host.running import HostServers
 
 LOCKED_MARKER = "@@sgdeploy:locked@@"
 LOCK_BUSY_RC = 75
@@ -84,6 +89,45 @@ SWAP_WINDOW_S = 5.0  # how long `HostSession.swap` waits on the host for the GPU
 def quiet(*_: Any, **__: Any) -> None:
     return None
 
+
+
+class FactsKey(NamedTuple):
+    """What `HostSession.facts` is asked for a profile (`facts_key`)."""
+
+    unit: str
+    python: str
+    model_path: str
+    port: int
+    user: str | None
+    files: tuple[str, ...]
+
+
+class FactsRead(NamedTuple):
+    """The host's facts and the text of the unit file installed now (None: there is none)."""
+
+    facts: HostFacts
+    unit_text: str | None
+
+
+class Launched(NamedTuple):
+    """A start of the unit: the command's result and the systemd invocation it started (None: none)."""
+
+    result: CommandResult
+    invocation: str | None
+
+
+class GpuState(NamedTuple):
+    """The host's GPUs and their compute processes, each with its user and cgroup."""
+
+    gpus: tuple[GpuInfo, ...]
+    processes: tuple[GpuProcess, ...]
+
+
+class Watched(NamedTuple):
+    """Whether a server passed a health check or its settle time, and what was seen."""
+
+    ok: bool
+    detail: str
 
 
 @dataclass
@@ -120,7 +164,7 @@ class HostSession:
         self.report = report
         self._records: dict[tuple[str, str], dict[str, str] | None] = {}
         self._health_paths: dict[str, str] = {}  # deployment id -> /health where /ready is missing
-        self._facts_ahead: dict[tuple[Any, ...], tuple[HostFacts, str | None]] = {}  # `read_ahead`
+        self._facts_ahead: dict[FactsKey, FactsRead] = {}  # `read_ahead`
         self.checks_ahead: list[BackgroundCheck] = []  # SGLang's checks begun before the plan (sgdeploy.deploy.early)
 
     def read_ahead(self, loaded: LoadedProfile) -> None:
@@ -130,10 +174,10 @@ class HostSession:
 
     # -- facts --------------------------------------------------------------------------
     def facts(self, unit: str, python: str, model_path: str, port: int,
-              user: str | None = None, files: tuple[str, ...] = ()) -> tuple[HostFacts, str | None]:
+              user: str | None = None, files: tuple[str, ...] = ()) -> FactsRead:
         """Host facts and the current unit file text, in one round trip; the interpreter, the
         model and `files` are probed as `user` (the unit's User=, None: root)."""
-        ahead = self._facts_ahead.pop((unit, python, model_path, port, user, files), None)
+        ahead = self._facts_ahead.pop(FactsKey(unit, python, model_path, port, user, files), None)
         if ahead is not None:
             return ahead
         script = facts_command(unit, python, model_path, port, user=user, files=files)
@@ -155,7 +199,7 @@ class HostSession:
         last_good, _, record_files = record.partition("\n")
         if facts.last_good and last_good.strip() == facts.last_good:
             self._records[(state, facts.last_good)] = split_files(record_files)
-        return facts, (None if unit_text == "@@none@@" else unit_text)
+        return FactsRead(facts, None if unit_text == "@@none@@" else unit_text)
 
     # -- lock ----------------------------------------------------------------------------
     def lock(self, state_dir: str, unit: str | None = None, stage: Deployment | None = None) -> UnitLock:
@@ -213,14 +257,14 @@ class HostSession:
             self.report("step", step="stop", pid=other.pid, unit=other.unit or "(outside systemd)")
         return self.remote.run(takeover_command(takeover), timeout=600)
 
-    def running_servers(self) -> Any:
+    def running_servers(self) -> HostServers:
         """Every SGLang launch on the host (sgdeploy.host.running), in one round trip."""
         # imported here: early.py's connection thread imports this module while the CLI validates
         from sgdeploy.host.running import read_servers
 
         return read_servers(self.remote)
 
-    def gpu_state(self) -> tuple[Any, Any]:
+    def gpu_state(self) -> GpuState:
         """The GPUs and their compute processes with each one's user and cgroup (one round trip)."""
         # the two queries run side by side: this is polled while the old server lets go of the GPUs
         command = (f"a=$(mktemp) || exit; nvidia-smi --query-compute-apps={','.join(APPS_QUERY_FIELDS)} "
@@ -319,7 +363,7 @@ class HostSession:
         self.remote.stats.uploads += len(files)
         return write_files_command(files)
 
-    def install_and_start(self, deployment: Deployment, start: bool = True) -> tuple[CommandResult, str | None]:
+    def install_and_start(self, deployment: Deployment, start: bool = True) -> Launched:
         """Move the staged unit into place (an atomic rename), daemon-reload and start it (or,
         with `start=False`, leave it stopped: the GPUs are not free for it)."""
         self.report("step", step="install", path=deployment.unit_path)
@@ -332,7 +376,7 @@ class HostSession:
         if start:
             self.report("step", step="start", unit=deployment.unit)
         result = self.remote.run(command)
-        return result, _invocation(result.stdout)
+        return Launched(result, _invocation(result.stdout))
 
     def swap(self, deployment: Deployment, stop_first: bool, window_s: float) -> Swapped:
         """Install the staged unit (rename, daemon-reload) while the old server still serves; then,
@@ -378,14 +422,14 @@ class HostSession:
             started, invocation = "", ""
         return Swapped(result, True, verdict, bool(started), invocation.strip() or None)
 
-    def start_installed(self, deployment: Deployment) -> tuple[CommandResult, str | None]:
+    def start_installed(self, deployment: Deployment) -> Launched:
         """Start the unit `swap` installed and left stopped (its GPUs were freed later)."""
         self.report("step", step="start", unit=deployment.unit)
         unit_q = shlex.quote(f"{deployment.unit}.service")
         result = self.remote.run(f"set -e; systemctl reset-failed {unit_q} 2>/dev/null || true; "
                                  f"systemctl start {unit_q}; echo @@invocation@@; "
                                  f"systemctl show -p InvocationID --value {unit_q}")
-        return result, _invocation(result.stdout)
+        return Launched(result, _invocation(result.stdout))
 
     def follow(self, deployment: Deployment, invocation: str, expected: list[str] | None,
                stop: threading.Event | None = None) -> StartupResult:
@@ -408,7 +452,7 @@ class HostSession:
             status = self.remote.http_get(deployment.port, "/health").status
         return status
 
-    def check_health(self, deployment: Deployment, timeout_s: float) -> tuple[bool, str]:
+    def check_health(self, deployment: Deployment, timeout_s: float) -> Watched:
         self.report("step", step="check_health", path=self.health_path(deployment))
         deadline = time.monotonic() + timeout_s
         last = "no answer"
@@ -416,17 +460,17 @@ class HostSession:
             try:
                 status = self.get_health(deployment)
                 if status == 200:
-                    return True, "200"
+                    return Watched(True, "200")
                 last = f"HTTP {status}"
             except ConnectionRefusedError as exc:
                 last = str(exc)
             time.sleep(0.5)
-        return False, f"{self.health_path(deployment)} did not return 200 within {timeout_s:.0f} s ({last})"
+        return Watched(False, f"{self.health_path(deployment)} did not return 200 within {timeout_s:.0f} s ({last})")
 
-    def settle(self, deployment: Deployment, seconds: float) -> tuple[bool, str]:
+    def settle(self, deployment: Deployment, seconds: float) -> Watched:
         """Watch a ready server for `seconds`: same main process, no restart, still healthy."""
         if seconds <= 0:
-            return True, "not watched"
+            return Watched(True, "not watched")
         self.report("step", step="settle", seconds=seconds)
         unit_q = shlex.quote(f"{deployment.unit}.service")
         probe = f"systemctl show -p MainPID,NRestarts,ActiveState --no-pager {unit_q}"
@@ -436,14 +480,15 @@ class HostSession:
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
             now = self.remote.run(probe).stdout
             if now != first:
-                return False, f"the server died after becoming ready ({' '.join(now.split())})"
+                return Watched(False, f"the server died after becoming ready ({' '.join(now.split())})")
         try:
             status = self.get_health(deployment)
         except ConnectionRefusedError:
             status = 0
         if status != 200:
-            return False, f"{self.health_path(deployment)} answered {status or 'nothing'} {seconds:.0f} s after ready"
-        return True, "stable"
+            return Watched(False, f"{self.health_path(deployment)} answered {status or 'nothing'} "
+                           f"{seconds:.0f} s after ready")
+        return Watched(True, "stable")
 
     def journal_tail(self, unit: str, lines: int = 15) -> list[str]:
         out = self.remote.run(f"journalctl -u {shlex.quote(unit + '.service')} -o cat -n {lines} --no-pager").stdout
@@ -500,12 +545,13 @@ def _invocation(stdout: str) -> str | None:
     return stdout.partition("@@invocation@@\n")[2].strip() or None
 
 
-def _gpu_sections(out: str) -> tuple[Any, Any]:
+def _gpu_sections(out: str) -> GpuState:
     """The GPUs and their compute processes (with each one's owner) from `nvidia-smi` output
     printed as GPUS `@@apps@@` APPS `@@owners@@` OWNERS."""
     gpus_text, _, rest = out.partition("@@apps@@\n")
     apps_text, _, owners_text = rest.partition("@@owners@@\n")
-    return parse_query_gpu(gpus_text), with_owners(parse_compute_apps(apps_text), parse_gpu_owners(owners_text))
+    return GpuState(parse_query_gpu(gpus_text),
+                    with_owners(parse_compute_apps(apps_text), parse_gpu_owners(owners_text)))
 
 
 def healthy_now(session: HostSession, unit: str) -> str | None:
@@ -556,7 +602,7 @@ class BackgroundCheck:
         return self._value
 
 
-def facts_key(loaded: LoadedProfile) -> tuple[str, str, str, int, str | None, tuple[str, ...]]:
+def facts_key(loaded: LoadedProfile) -> FactsKey:
     """What `HostSession.facts` is asked for a profile: unit, python, model path, port, user and
     the host files the launch opens (SGD713)."""
     # imported here: early.py's connection thread imports this module while the CLI validates
@@ -564,5 +610,5 @@ def facts_key(loaded: LoadedProfile) -> tuple[str, str, str, int, str | None, tu
 
     profile = loaded.model
     assert profile is not None
-    return (profile.deploy.unit, profile.deploy.python, str(profile.server.get("model_path", "")),
-            server_port(profile.server), profile.deploy.run_as, host_file_paths(loaded))
+    return FactsKey(profile.deploy.unit, profile.deploy.python, str(profile.server.get("model_path", "")),
+                    server_port(profile.server), profile.deploy.run_as, host_file_paths(loaded))

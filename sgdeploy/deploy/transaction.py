@@ -11,10 +11,11 @@ checked against the host before it is reported (`confirmed`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +25,13 @@ from sgdeploy.deploy.plan import Deployment, Plan, Takeover, deployment_meta
 from sgdeploy.deploy.prestop import BeforeStop
 from sgdeploy.deploy.probe import ProbeOutcome, compare, probe_remote
 from sgdeploy.deploy.secret_args import api_key_for
-from sgdeploy.deploy.session import SWAP_WINDOW_S, HostSession, healthy_now
+from sgdeploy.deploy.session import SWAP_WINDOW_S, HostSession, Watched, healthy_now
 from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost, RemoteError, RemoteHost
 from sgdeploy.logs import LogReport, settings_changed
 from sgdeploy.logs.report import Adjustment
 from sgdeploy.profile.inventory import HostEntry
 from sgdeploy.profile.model import ProbeSettings
+from sgdeploy.sglang.check.verdict import CheckReport, Disagreement
 from sgdeploy.sglang.secrets import redact_document
 
 
@@ -120,8 +122,8 @@ class ApplyResult:
     plan: Plan | None = None
     timings: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
-    sglang_check: dict[str, Any] | None = None  # SGLang's own verdict on the host, its prediction and what differed
-    disagreements: list[dict[str, Any]] = field(default_factory=list)  # host verdict vs offline rules
+    sglang_check: CheckReport | None = None  # SGLang's own verdict on the host, its prediction and what differed
+    disagreements: tuple[Disagreement, ...] = ()  # host verdict vs offline rules
     unreachable: bool = False  # could not connect: `plan` exits 2 for it, not 1 (would refuse); not in the JSON
 
     def as_dict(self) -> dict[str, Any]:
@@ -144,8 +146,8 @@ class ApplyResult:
             "steps": [s.as_dict() for s in self.plan.steps] if self.plan else [],
             "timings": self.timings,
             "ssh": self.stats,
-            "sglang_check": self.sglang_check,
-            "disagreements": self.disagreements,
+            "sglang_check": self.sglang_check.as_dict() if self.sglang_check else None,
+            "disagreements": [d.as_dict() for d in self.disagreements],
         })
 
 
@@ -208,12 +210,10 @@ class Transaction:
         startup.seconds = time.monotonic() - began
         return startup
 
-    def serving(self, deployment: Deployment) -> tuple[bool, str]:
+    def serving(self, deployment: Deployment) -> Watched:
         """A ready server's health: answering, then still up and healthy after the settle time."""
-        healthy, why = self.session.check_health(deployment, self.options.health_timeout_s)
-        if healthy:
-            healthy, why = self.session.settle(deployment, self.options.settle_s)
-        return healthy, why
+        answered = self.session.check_health(deployment, self.options.health_timeout_s)
+        return self.session.settle(deployment, self.options.settle_s) if answered.ok else answered
 
     def _server_info(self, deployment: Deployment, into: list[dict[str, Any] | None]) -> None:
         with contextlib.suppress(RemoteError):  # none: the adjustments come from the log alone
@@ -268,7 +268,9 @@ class Transaction:
             startup.ready, startup.failure_kind, startup.reason = False, "throughput_regression", verdict.message
 
     def record(self, deployment: Deployment, startup: StartupResult, outcome: str,
-               extra: dict[str, Any] | None = None, unstage: bool = False) -> None:
+               check: CheckReport | None = None, disagreements: Sequence[Disagreement] = (),
+               unstage: bool = False) -> None:
+        """Write the outcome's record, with SGLang's own check and its disagreements when there are."""
         report = startup.report
         meta = deployment_meta(
             deployment, outcome,
@@ -280,7 +282,8 @@ class Transaction:
             auto_adjusted=[a.as_dict() for a in startup.auto_adjusted],
             failure={"kind": startup.failure_kind, "reason": startup.reason} if not startup.ready else None,
             probe=startup.probe.as_dict() if startup.probe else None,
-            **{k: v for k, v in (extra or {}).items() if v},
+            **({"sglang_check": check.as_dict()} if check else {}),
+            **({"disagreements": [d.as_dict() for d in disagreements]} if disagreements else {}),
         )
         self.session.record(deployment, meta, last_good=outcome == "ready", keep=self.options.keep, unstage=unstage)
 
@@ -294,7 +297,9 @@ def adjustments(report: LogReport | None, info: dict[str, Any] | None, server: d
     return list(found.values())
 
 
-def result_from(startup: StartupResult, **kwargs: Any) -> ApplyResult:
+def result_from(startup: StartupResult, result: ApplyResult) -> ApplyResult:
+    """`result` with what the start showed: its phase times, KV cache, what SGLang changed on its
+    own, the failure and the log lines that explain it, the probe."""
     report = startup.report
     failure: StartFailure | None = None
     if not startup.ready:
@@ -304,14 +309,14 @@ def result_from(startup: StartupResult, **kwargs: Any) -> ApplyResult:
             # what the log reader weighed: how sure, and the later errors it set aside
             confidence=f.confidence if f else None,
             consequences=tuple((n, text) for n, text in f.consequences) if f else None)
-    return ApplyResult(
+    return dataclasses.replace(
+        result,
         phase_times=report.phase_times() if report and startup.ready else {},
         kv_cache_tokens=report.kv_cache_tokens if report else None,
         auto_adjusted=startup.auto_adjusted,
         failure=failure,
         explain=startup.explain,
         probe=startup.probe,
-        **kwargs,
     )
 
 

@@ -86,13 +86,14 @@ def apply_text(result: ApplyResult) -> str:
     if result.auto_adjusted:
         lines.append("settings SGLang changed on its own:")
         lines.extend(f"  {a.field} = {json.dumps(a.value, default=str)}  ({a.reason})" for a in result.auto_adjusted)
-    check = getattr(result, "sglang_check", None)
-    if check and check["status"] != "refused":
-        lines.append(f"SGLang's own check: {check['summary']}")
-        lines.extend(f"  not foreseen: {text}" for text in check.get("differences", []))
-    for d in getattr(result, "disagreements", None) or []:
-        lines.append(f"recorded in {result.deployment_id} as a disagreement: SGLang says {d['host']}, the offline "
-                     f"rules said {d['offline'] if isinstance(d['offline'], str) else ', '.join(d['offline'])}")
+    check = result.sglang_check
+    if check and not check.verdict.refused:
+        lines.append(f"SGLang's own check: {check.summary}")
+        lines.extend(f"  not foreseen: {text}" for text in check.differences or ())
+    for disagreement in result.disagreements:
+        offline = disagreement.offline
+        lines.append(f"recorded in {result.deployment_id} as a disagreement: SGLang says {disagreement.host}, the "
+                     f"offline rules said {offline if isinstance(offline, str) else ', '.join(offline)}")
     if result.explain:
         lines.append("the log lines that explain it:")
         lines.extend(f"  | {text}" for text in result.explain)
@@ -245,11 +246,11 @@ def status_text(status: Status) -> str:
         answer = f"HTTP {h.status}" if h.status else (h.detail or "no answer")
         lines.append(f"health: GET {h.path} on port {h.port}: {answer}")
     lines.append(f"SGLang on the host: {status.sglang_version or 'unknown'}")
-    g = getattr(status, "gateway", None)
-    if g is not None:
-        load = "" if g["load"] is None else f", {g['load']} in flight"
-        lines.append(f"gateway '{g['gateway']}': {g['url']} {g['state']}{load}"
-                     + (f" ({g['problem']})" if g["problem"] else ""))
+    worker = status.gateway
+    if worker is not None:
+        load = "" if worker.view.load is None else f", {worker.view.load} in flight"
+        lines.append(f"gateway '{worker.gateway}': {worker.view.url} {worker.view.state}{load}"
+                     + (f" ({worker.problem})" if worker.problem else ""))
     lines.extend(f"note: {n}" for n in status.notes)
     return redact("\n".join(lines) + "\n")
 

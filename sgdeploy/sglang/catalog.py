@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sgdeploy.sglang.versions import Version, format_version, parse_version
 
@@ -290,27 +290,35 @@ def _read_catalog(path: Path) -> Any:
         return json.load(handle)
 
 
-def flag_history(field_name: str) -> tuple[str | None, str | None]:
+class FlagHistory(NamedTuple):
+    """The bundled releases that know a flag: the last that accepts it, the first that has it
+    (both None: none does)."""
+
+    last: str | None
+    first: str | None
+
+
+def flag_history(field_name: str) -> FlagHistory:
     """(last version that had the flag, first version that has it) across bundled catalogs.
 
     Used to explain a flag that is unknown to the target version: removed earlier, or added
     later. Loads every catalog, so call it only on the error path.
     """
-    return _flag_index().get(field_name, (None, None))
+    return _flag_index().get(field_name, FlagHistory(None, None))
 
 
 @cache
-def _flag_index() -> dict[str, tuple[str, str]]:
+def _flag_index() -> dict[str, FlagHistory]:
     """key -> (last version that accepts it, first version with it), over every bundled catalog."""
-    index: dict[str, tuple[str, str]] = {}
+    index: dict[str, FlagHistory] = {}
     for version in available_versions():
         path = _catalog_path(version)
         rows = _read_catalog(path)["flags"] if path else []  # raw rows: no Flag objects on this path
         accepted = {_row_key(r["field"], r.get("flags") or (), bool(r.get("deprecated")))
                     for r in rows if not r.get("error_message")}
         for name in accepted:
-            first = index[name][1] if name in index else version
-            index[name] = (version, first)
+            first = index[name].first if name in index else version
+            index[name] = FlagHistory(version, first)
     return index
 
 

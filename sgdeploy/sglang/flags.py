@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sgdeploy.sglang.catalog import NOT_GIVEN, Catalog, Flag, flag_history, load_catalog
 from sgdeploy.sglang.versions import ALL_VERSIONS, VersionRange, parse_version
@@ -272,16 +272,23 @@ def stored_problem(catalog: Catalog, alias: Flag, value: Any) -> str | None:
     return value_problem(target, stored) or choice_problem(target, stored)
 
 
-def as_sglang_sees_it(catalog: Catalog, key: str, value: Any) -> tuple[str, Any] | None:
+class Stored(NamedTuple):
+    """The field SGLang stores a `[server]` entry in, and the value it stores."""
+
+    field: str
+    value: Any
+
+
+def as_sglang_sees_it(catalog: Catalog, key: str, value: Any) -> Stored | None:
     """(field, value) that SGLang stores for one `[server]` entry, following its own aliases;
     None when SGLang never stores it (a switch left off, an option it accepts and ignores)."""
     flag = catalog.lookup(key)
     if flag is None or flag.ignored or (flag.refusal is not None and value):
         return None
     if not flag.is_alias:
-        return (key, value) if flag.refusal is None else None
+        return Stored(key, value) if flag.refusal is None else None
     stored = flag.stored(value)
-    return None if stored is NOT_GIVEN else (flag.field, stored)
+    return None if stored is NOT_GIVEN else Stored(flag.field, stored)
 
 
 def removed_switch_off(catalog: Catalog, key: str, value: Any) -> str | None:
@@ -313,5 +320,5 @@ def valid_server_values(raw: Mapping[str, Any], catalog: Catalog) -> dict[str, A
             continue
         seen = as_sglang_sees_it(catalog, key, value)
         if seen is not None:
-            clean[seen[0]] = seen[1]
+            clean[seen.field] = seen.value
     return clean

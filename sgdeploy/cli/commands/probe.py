@@ -30,9 +30,9 @@ def run(args: argparse.Namespace) -> int:
     from sgdeploy.deploy.apply import probe_unit
 
     target = unit_target(args)
-    code, document = probe_unit(target.name, target.entry, target.unit, args.min_ratio)
+    found = probe_unit(target.name, target.entry, target.unit, args.min_ratio)
     if args.json:
-        out(json.dumps(document, indent=2, default=str) + "\n")
+        out(json.dumps(found.as_dict(), indent=2, default=str) + "\n")
     else:
-        out(f"{document['host']} {document['unit']}: {document['message']}\n")
-    return code
+        out(f"{found.host} {found.unit}: {found.message}\n")
+    return int(found.exit_code)

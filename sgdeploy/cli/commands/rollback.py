@@ -19,7 +19,7 @@ from sgdeploy.cli.progress import Progress, emit
 from sgdeploy.cli.targets import unit_target
 
 if TYPE_CHECKING:
-    from sgdeploy.deploy.drained import Fronted, RolloutPlan
+    from sgdeploy.deploy.drained import PreparedRollout
 
 
 def register(sub: Subparsers) -> None:
@@ -69,9 +69,8 @@ def run(args: argparse.Namespace) -> int:
         emit(args.json, result.as_dict, progress, lambda: report.apply_text(result))
         return int(result.exit_code)
     # behind a gateway: drained before the stop, back in rotation once ready
-    front, plan = gateway
     result, rotation = rollback_drained(target.name, target.entry, target.unit, args.to, options,
-                                        front, plan, progress)
+                                        gateway, progress)
     emit(args.json, lambda: {**result.as_dict(), "gateway": rotation}, progress,
          lambda: report.apply_text(result)
          + "\n".join(report.rotation_lines({target.name: rotation})) + "\n")
@@ -80,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _gateway_in_front(args: argparse.Namespace,
-                      name: str) -> tuple[Fronted, RolloutPlan] | None:
+                      name: str) -> PreparedRollout | None:
     """(gateways, plan) when a gateway fronts the host of a rollback; None when none does."""
     # imported when the command runs: Fabric loads only for a command that connects
     from sgdeploy.deploy.drained import prepare_rollback

@@ -4,19 +4,20 @@ GPUs, health, and what a gateway in front of the host thinks of it."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from sgdeploy.cli.arguments import Subparsers, add_command, add_unit_arguments
 from sgdeploy.cli.targets import per_host, unit_targets
 
 if TYPE_CHECKING:
+    from sgdeploy.deploy.gateway import WorkerStatus
     from sgdeploy.deploy.operate import Status
 
 
 class WorkerState(NamedTuple):
     """What a host's gateway thinks of its worker, and the problem that is (None: routed to)."""
 
-    state: dict[str, Any]
+    state: WorkerStatus
     problem: str | None
 
 

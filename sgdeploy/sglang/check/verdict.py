@@ -7,6 +7,7 @@
     parse_verdict(...)    the command's output -> HostVerdict (accepted, refused, unavailable)
     predicted(...)        what SGLang will change on its own, in the shape apply reports after start
     differences(...)      predicted vs what the started server showed
+    CheckReport.of(...)   the verdict with its summary, prediction and differences (`sglang_check`)
     disagreements(...)    the host's verdict vs the offline rules, for the deployment record
 """
 
@@ -16,11 +17,13 @@ import base64
 import json
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sgdeploy.logs import settings_changed
+from sgdeploy.logs.report import Adjustment
 from sgdeploy.logs.settings import BEHAVIOUR_FIELDS
 from sgdeploy.sglang import checksites
 
@@ -180,9 +183,9 @@ def _why_no_answer(stderr: str, exit_code: int) -> str:
 
 
 # --------------------------------------------------------------------------- what it means
-def predicted(verdict: HostVerdict, server: dict[str, Any]) -> list[dict[str, Any]]:
+def predicted(verdict: HostVerdict, server: dict[str, Any]) -> list[Adjustment]:
     """What SGLang will change on its own, as `apply` reports it after a start (field, value, reason)."""
-    return [a.as_dict() for a in settings_changed(server, verdict.resolved(), SOURCE)]
+    return settings_changed(server, verdict.resolved(), SOURCE)
 
 
 def summary(verdict: HostVerdict, host: str, server: dict[str, Any]) -> str:
@@ -223,10 +226,10 @@ def _norm(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str).lower()
 
 
-def differences(expected: list[dict[str, Any]], seen: list[dict[str, Any]]) -> list[str]:
+def differences(expected: Sequence[Adjustment], seen: Sequence[Adjustment]) -> list[str]:
     """Where the started server differs from SGLang's prediction, one sentence each."""
-    want = {a["field"]: a.get("value") for a in expected}
-    got = {a["field"]: a.get("value") for a in seen}
+    want = {a.field: a.value for a in expected}
+    got = {a.field: a.value for a in seen}
     out = []
     for name, value in want.items():
         if name not in got:
@@ -238,29 +241,88 @@ def differences(expected: list[dict[str, Any]], seen: list[dict[str, Any]]) -> l
     return out
 
 
+@dataclass(frozen=True)
+class CheckReport:
+    """`sglang_check` of a result or record: SGLang's verdict on the host, the line that says it,
+    what it predicts SGLang will change on its own and, after a start, what differed from that."""
+
+    verdict: HostVerdict
+    summary: str
+    predicted: tuple[Adjustment, ...] = ()
+    differences: tuple[str, ...] | None = None  # None: not compared with a start
+
+    def as_dict(self) -> dict[str, Any]:
+        doc = {**self.verdict.as_dict(), "summary": self.summary,
+               "predicted": [a.as_dict() for a in self.predicted]}
+        if self.differences is not None:
+            doc["differences"] = list(self.differences)
+        return doc
+
+    @classmethod
+    def of(cls, verdict: HostVerdict, host: str, server: dict[str, Any],
+           seen: Sequence[Adjustment] | None = None) -> CheckReport:
+        """The verdict with its summary and prediction; with `seen` (what a start showed), the
+        differences between the two."""
+        expected = tuple(predicted(verdict, server)) if verdict.status == ACCEPTED else ()
+        compared = tuple(differences(expected, seen)) if seen is not None and verdict.status == ACCEPTED else None
+        return cls(verdict, summary(verdict, host, server), expected, compared)
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """Where the host's verdict and the offline rules disagree: SGLang refused what the rules
+    passed (`host_refused`) or accepted what they refused (`host_accepted`)."""
+
+    kind: str
+    host: str  # SGLang's message, or "accepted"
+    offline: str | tuple[str, ...]  # what the offline rules said: a word, or the rules that refused
+    stage: str | None = None
+    site: str | None = None
+    rules: tuple[str, ...] = ()
+    category: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        offline = self.offline if isinstance(self.offline, str) else list(self.offline)
+        doc = {"kind": self.kind, "host": self.host, "stage": self.stage, "offline": offline,
+               "site": self.site, "rules": list(self.rules), "category": self.category}
+        if self.kind == "host_accepted":  # its records have always listed the stage after the rules
+            doc = {key: doc[key] for key in ("kind", "host", "offline", "site", "rules", "stage", "category")}
+        return doc
+
+
 def disagreements(verdict: HostVerdict, offline_errors: list[str], offline_checked: bool,
-                  covering: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The host's verdict against the offline rules, as data for the deployment record.
+                  covering: CoveringSite | None) -> list[Disagreement]:
+    """The host's verdict against the offline rules, for the deployment record.
 
     `covering` is the check site SGLang's message matches and the rules that decide it
     (`site_for`); a refusal those rules did not flag means one of them is wrong for this version.
     """
     if verdict.refused and not offline_errors:
-        rules = list(covering["rules"]) if covering and covering.get("rules") else []
-        return [{"kind": "host_refused", "host": verdict.message, "stage": verdict.stage,
-                 "offline": "accepted" if offline_checked else "not checked (no catalog for this version)",
-                 "site": covering["key"] if covering else None, "rules": rules,
-                 "category": covering["category"] if covering else None}]
+        return [Disagreement("host_refused", verdict.message,
+                             "accepted" if offline_checked else "not checked (no catalog for this version)",
+                             stage=verdict.stage, site=covering.key if covering else None,
+                             rules=covering.rules if covering else (),
+                             category=covering.category if covering else None)]
     if verdict.status == ACCEPTED and offline_errors:
-        return [{"kind": "host_accepted", "host": "accepted", "offline": offline_errors, "site": None,
-                 "rules": offline_errors, "stage": None, "category": None}]
+        return [Disagreement("host_accepted", "accepted", tuple(offline_errors), rules=tuple(offline_errors))]
     return []
 
 
 _PLACEHOLDER = re.compile(r"\\\{[^}]*\\\}")
 
 
-def site_for(version: str, message: str) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class CoveringSite:
+    """The check site a refusal of SGLang's matches, and what decides it: the offline rules that
+    should catch it, or the category that says why none can."""
+
+    key: str
+    category: str
+    rules: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def site_for(version: str, message: str) -> CoveringSite | None:
     """The check site of SGLang `version` whose message matches `message`, and what decides it."""
     if not message or version not in checksites.inventoried_versions():
         return None
@@ -271,18 +333,18 @@ def site_for(version: str, message: str) -> dict[str, Any] | None:
         pattern = _PLACEHOLDER.sub(".*?", re.escape(" ".join(template.split())))
         if re.search(pattern, " ".join(message.split())):
             decision = checksites.decide(site["key"])
-            return {"key": site["key"], "category": decision.category if decision else "unmapped",
-                    "rules": list(decision.rules) if decision else [],
-                    "reason": decision.reason if decision else ""}
+            if decision is None:
+                return CoveringSite(site["key"], "unmapped")
+            return CoveringSite(site["key"], decision.category, tuple(decision.rules), decision.reason)
     return None
 
 
-def covering_text(covering: dict[str, Any] | None) -> str:
+def covering_text(covering: CoveringSite | None) -> str:
     """What the offline rules say about a refusal SGLang made, for the refusal message."""
     if covering is None:
         return "no offline rule covers this refusal (it is not one of the check sites sgdeploy inventories)"
-    if covering["rules"]:
-        return f"offline rule {', '.join(covering['rules'])} should have caught it (check site {covering['key']})"
-    if covering["category"] == "host":
-        return f"no offline rule can decide it: {covering['reason']}"
-    return f"no offline rule decides it yet (check site {covering['key']}: {covering['category']})"
+    if covering.rules:
+        return f"offline rule {', '.join(covering.rules)} should have caught it (check site {covering.key})"
+    if covering.category == "host":
+        return f"no offline rule can decide it: {covering.reason}"
+    return f"no offline rule decides it yet (check site {covering.key}: {covering.category})"
