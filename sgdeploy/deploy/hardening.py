@@ -43,6 +43,25 @@ class UnitSandbox:
         writes = ", ".join((self.cache_directory, *self.read_write_paths))
         return f"strict sandbox: runs as {self.user}, writes only {writes} (and its private /tmp)"
 
+    def properties(self) -> tuple[tuple[str, str], ...]:
+        """The unit's sandbox as systemd properties, in the order the unit file lists them; SGLang's
+        own check on the host runs under the same ones (`systemd-run --property`)."""
+        fixed = [("NoNewPrivileges", "yes"), ("CapabilityBoundingSet", ""), ("AmbientCapabilities", ""),
+                 *((f"Protect{what}", "yes") for what in
+                   ("KernelTunables", "KernelModules", "KernelLogs", "ControlGroups", "Clock", "Hostname")),
+                 ("ProtectProc", "invisible"), ("RestrictNamespaces", "yes"), ("RestrictRealtime", "yes"),
+                 ("RestrictSUIDSGID", "yes"), ("LockPersonality", "yes"), ("RemoveIPC", "yes"),
+                 ("KeyringMode", "private"), ("SystemCallArchitectures", "native"),
+                 ("RestrictAddressFamilies", " ".join(ADDRESS_FAMILIES))]
+        return (
+            ("CacheDirectory", self.cache_directory_setting), ("CacheDirectoryMode", "0700"), ("UMask", "0077"),
+            ("ProtectSystem", "strict"), *(("ReadWritePaths", f"-{path}") for path in self.read_write_paths),
+            ("ProtectHome", self.protect_home), ("PrivateTmp", "yes"), ("DevicePolicy", "closed"),
+            *(("DeviceAllow", f"char-{group} rw") for group in self.device_groups),
+            *(("DeviceAllow", f"{path} rw") for path in self.device_paths),
+            *fixed,
+        )
+
     @property
     def cache_directory_setting(self) -> str:
         """CacheDirectory= takes the folder relative to /var/cache."""
