@@ -24,6 +24,18 @@ from sgdeploy.sglang.sandbox import (
 )
 
 ADDRESS_FAMILIES = ("AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK")  # NETLINK: getifaddrs (NCCL, gloo)
+# What every strict unit gets whatever the launch: no privileges, the kernel's and systemd's own
+# state out of reach. Not here, on purpose: MemoryDenyWriteExecute (every JIT), SystemCallFilter,
+# PrivateDevices, PrivateUsers (docs/hardening.md says why).
+_LOCKED_DOWN = (
+    ("NoNewPrivileges", "yes"), ("CapabilityBoundingSet", ""), ("AmbientCapabilities", ""),
+    *((f"Protect{what}", "yes") for what in
+      ("KernelTunables", "KernelModules", "KernelLogs", "ControlGroups", "Clock", "Hostname")),
+    ("ProtectProc", "invisible"), ("RestrictNamespaces", "yes"), ("RestrictRealtime", "yes"),
+    ("RestrictSUIDSGID", "yes"), ("LockPersonality", "yes"), ("RemoveIPC", "yes"),
+    ("KeyringMode", "private"), ("SystemCallArchitectures", "native"),
+    ("RestrictAddressFamilies", " ".join(ADDRESS_FAMILIES)),
+)
 
 
 @dataclass(frozen=True)
@@ -39,27 +51,20 @@ class UnitSandbox:
     environment: tuple[tuple[str, str], ...]  # cache variables the profile's [env] does not set
 
     def describe(self) -> str:
-        """What `plan` says of it: `strict: runs as sglang, writes only /var/cache/...`."""
+        """What `plan` says of it: `strict sandbox: runs as sglang, writes only /var/cache/...`."""
         writes = ", ".join((self.cache_directory, *self.read_write_paths))
         return f"strict sandbox: runs as {self.user}, writes only {writes} (and its private /tmp)"
 
     def properties(self) -> tuple[tuple[str, str], ...]:
         """The unit's sandbox as systemd properties, in the order the unit file lists them; SGLang's
         own check on the host runs under the same ones (`systemd-run --property`)."""
-        fixed = [("NoNewPrivileges", "yes"), ("CapabilityBoundingSet", ""), ("AmbientCapabilities", ""),
-                 *((f"Protect{what}", "yes") for what in
-                   ("KernelTunables", "KernelModules", "KernelLogs", "ControlGroups", "Clock", "Hostname")),
-                 ("ProtectProc", "invisible"), ("RestrictNamespaces", "yes"), ("RestrictRealtime", "yes"),
-                 ("RestrictSUIDSGID", "yes"), ("LockPersonality", "yes"), ("RemoveIPC", "yes"),
-                 ("KeyringMode", "private"), ("SystemCallArchitectures", "native"),
-                 ("RestrictAddressFamilies", " ".join(ADDRESS_FAMILIES))]
         return (
             ("CacheDirectory", self.cache_directory_setting), ("CacheDirectoryMode", "0700"), ("UMask", "0077"),
             ("ProtectSystem", "strict"), *(("ReadWritePaths", f"-{path}") for path in self.read_write_paths),
             ("ProtectHome", self.protect_home), ("PrivateTmp", "yes"), ("DevicePolicy", "closed"),
             *(("DeviceAllow", f"char-{group} rw") for group in self.device_groups),
             *(("DeviceAllow", f"{path} rw") for path in self.device_paths),
-            *fixed,
+            *_LOCKED_DOWN,
         )
 
     @property
@@ -68,7 +73,7 @@ class UnitSandbox:
         return self.cache_directory.removeprefix("/var/cache/")
 
 
-def multi_node(profile: Profile) -> bool:
+def _multi_node(profile: Profile) -> bool:
     nnodes = profile.server.get("nnodes", 1)
     return (isinstance(nnodes, int) and nnodes > 1) or any(k.startswith("NCCL_IB_") for k in profile.env)
 
@@ -85,7 +90,7 @@ def unit_sandbox(profile: Profile) -> UnitSandbox | None:
     reads = read_paths(profile.server, deploy.python, deploy.working_directory,
                        (deploy.env_file, profile.secrets.file if profile.secrets else None))
     homes = any(under_home(p) for p in [*reads, *writes])
-    rdma = multi_node(profile)
+    rdma = _multi_node(profile)
     return UnitSandbox(
         user=deploy.run_as or "root",
         cache_directory=cache,
