@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from sgdeploy.sglang.gpus import gpu_memory_gib_for
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import TBO_NEEDS_A2A, TBO_UNCHECKED, attention_dp, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
@@ -1314,3 +1315,84 @@ refusal_rule("SGD121", "a2a-backend-requirements",
              "What an MoE all-to-all backend (DeepEP v2, FlashInfer MegaMOE, MegaMoE, FlashInfer dispatch types) and "
              "some attention backends (CuteDSL MLA, Flex Attention) require.",
              "set what SGLang's message names, or choose another backend", A2A_REQUIREMENTS)
+
+
+# The chunked-prefill size SGLang picks from the GPU's memory (_handle_gpu_memory_settings), by the
+# GPU's memory in GiB: the tiers from 35 GiB up are the same in every release that has an all-to-all
+# token budget (0.5.9+); below that the releases differ (2048 or 4096), so no default is assumed.
+CHUNKED_PREFILL_BY_MEMORY = ((35, None), (60, 4096), (160, 8192), (None, 16384))
+
+
+def default_chunked_prefill_size(ctx: LaunchContext) -> int | None:
+    """The chunked_prefill_size SGLang derives from the host's GPU memory; None when unknown."""
+    host = ctx.host
+    memory = host.gpu_memory_gib if host and host.gpu_memory_gib else (
+        gpu_memory_gib_for(host.gpu) if host and host.gpu else None)
+    if not memory:
+        return None
+    return next(size for ceiling, size in CHUNKED_PREFILL_BY_MEMORY if ceiling is None or memory < ceiling)
+
+
+def chunked_prefill_per_rank(ctx: LaunchContext) -> int | None:
+    """The chunked_prefill_size the MoE all-to-all checks read: the profile's or the GPU's default, divided
+    over the attention-DP groups (_handle_data_parallelism runs first); None when it cannot be known
+    (the GPU's memory, or a launch whose model or mode switches chunked prefill off)."""
+    if ctx.on("enable_mis") or ctx.on("is_embedding"):
+        return None  # multi-item scoring sets -1; embedding models may switch chunked prefill off
+    given = ctx.get("chunked_prefill_size") if ctx.given("chunked_prefill_size") else None
+    if given is not None and (not isinstance(given, int) or isinstance(given, bool)):
+        return None
+    chunk = given if given is not None else default_chunked_prefill_size(ctx)
+    if chunk is None or chunk <= 0:
+        return chunk
+    return chunk // max(attn_dp_size(ctx), 1)
+
+
+def _env_int(ctx: LaunchContext, name: str, default: int) -> int | None:
+    value = ctx.env.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value.strip())
+    except ValueError:
+        return None
+
+
+MORI_BUDGET = "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
+
+
+def _mori_over_budget(ctx: LaunchContext) -> bool:
+    if moe_a2a(ctx) != "mori" or ctx.get("disaggregation_mode") == "decode":
+        return False
+    chunk, budget = chunked_prefill_per_rank(ctx), _env_int(ctx, MORI_BUDGET, 4096)
+    return chunk is not None and budget is not None and chunk > 0 and chunk > budget
+
+
+def _budget_field(ctx: LaunchContext) -> str:
+    """The chunked-prefill size where the profile sets it, else the backend that checks the budget."""
+    return "chunked_prefill_size" if ctx.given("chunked_prefill_size") else "moe_a2a_backend"
+
+
+def _budget_words(ctx: LaunchContext) -> str:
+    chunk = chunked_prefill_per_rank(ctx)
+    given = ctx.given("chunked_prefill_size")
+    return (f" (chunked_prefill_size per rank {chunk}{'' if given else ', the default for the GPU'}, "
+            f"{MORI_BUDGET} {_env_int(ctx, MORI_BUDGET, 4096)})")
+
+
+A2A_TOKEN_BUDGETS = (
+    Refusal("handle_a2a_moe: SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be larger or equal to "
+            "chunked_prefill_size", _budget_field, _mori_over_budget,
+            lambda ctx: "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be larger or equal to "
+                        "chunked_prefill_size" + _budget_words(ctx), VersionRange(since="0.5.9", until="0.5.15")),
+    Refusal("handle_a2a_moe: SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be >= the per-rank "
+            "MoRI dispatch tokens (chunked_prefill_size by default)", _budget_field, _mori_over_budget,
+            lambda ctx: "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be >= the per-rank MoRI "
+                        "dispatch tokens (chunked_prefill_size by default)" + _budget_words(ctx),
+            VersionRange(since="0.5.15")),
+)
+refusal_rule("SGD122", "a2a-token-budget",
+             "An MoE all-to-all's per-rank token budget (an environment variable) below the chunked-prefill size "
+             "each rank dispatches, the profile's or the one SGLang derives from the GPU's memory.",
+             "lower chunked_prefill_size to the budget, or raise the budget's environment variable in [env]",
+             A2A_TOKEN_BUDGETS)
