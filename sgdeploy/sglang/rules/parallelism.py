@@ -7,6 +7,7 @@ from typing import Any
 
 from sgdeploy.sglang.gpus import gpu_memory_gib_for
 from sgdeploy.sglang.rule import Finding, LaunchContext
+from sgdeploy.sglang.rules.attention import mla_model
 from sgdeploy.sglang.rules.common import TBO_NEEDS_A2A, TBO_UNCHECKED, attention_dp, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
 from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
@@ -1214,6 +1215,14 @@ def _and(*conditions: Callable[[LaunchContext], bool]) -> Callable[[LaunchContex
 
 
 _DEEPEP_V2 = VersionRange(since="0.5.19")
+def _xpu_prefill(ctx: LaunchContext) -> bool:
+    """The prefill backend is intel_xpu (get_attention_backends); an --attention-backend intel_xpu on --device xpu
+    may fall back to triton first (no XMX on the GPU: not known offline), so that one is not counted."""
+    if ctx.get("prefill_attention_backend"):
+        return bool(ctx.get("prefill_attention_backend") == "intel_xpu")
+    return bool(ctx.get("attention_backend") == "intel_xpu" and ctx.get("device") != "xpu")
+
+
 A2A_REQUIREMENTS: tuple[Refusal, ...] = (
     Refusal("handle_a2a_moe: DeepEP v2 MoE currently supports only --moe-runner-backend deep_gemm. Got {}. Add a "
             "runner adapter before enabling DeepEP v2 with other MoE runners.", "moe_runner_backend",
@@ -1292,6 +1301,14 @@ A2A_REQUIREMENTS: tuple[Refusal, ...] = (
     Refusal("cutedsl_prefill_backend_fill: CuteDSL MLA only supports decoding for now", "prefill_attention_backend",
             lambda ctx: ctx.get("prefill_attention_backend") == "cutedsl_mla",
             "CuteDSL MLA only supports decoding for now", VersionRange(since="0.5.15")),
+    Refusal("handle_attention_backend_compatibility: intel_xpu backend is only supported on decode for MLA models, "
+            "please set --decode-attention-backend to intel_xpu and do not set --attention-backend or "
+            "--prefill-attention-backend to intel_xpu for prefill instead use triton.",
+            lambda ctx: "prefill_attention_backend" if ctx.given("prefill_attention_backend") else "attention_backend",
+            lambda ctx: _xpu_prefill(ctx) and mla_model(ctx) is True,
+            "intel_xpu backend is only supported on decode for MLA models, please set --decode-attention-backend to "
+            "intel_xpu and do not set --attention-backend or --prefill-attention-backend to intel_xpu for prefill "
+            "instead use triton.", VersionRange(since="0.5.11", until="0.5.20")),
     Refusal("handle_attention_backend_compatibility: Speculative decoding is currently not supported with Flex "
             "Attention backend", "attention_backend",
             lambda ctx: ctx.get("attention_backend") == "flex_attention" and bool(ctx.get("speculative_algorithm")),
