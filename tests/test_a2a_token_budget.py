@@ -14,8 +14,9 @@ MODELS = ROOT / "rules" / "models"
 MORI_8192 = 'SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK = "8192"'
 
 
-def errors(tmp_path: Path, host: str, server: str, env: str = "", model_config: str | None = None) -> set[str]:
-    deploy = f'host = "{host}"\nunit = "sglang"\npython = "/opt/sglang/bin/python3"\n'
+def errors(tmp_path: Path, host: str, server: str, env: str = "", model_config: str | None = None,
+           deploy: str = "") -> set[str]:
+    deploy = f'host = "{host}"\nunit = "sglang"\npython = "/opt/sglang/bin/python3"\n{deploy}\n'
     if model_config:
         deploy += f'model_config = "{MODELS / model_config}"\n'
     text = f'[deploy]\n{deploy}\n[server]\nmodel_path = "/models/m"\n{server}\n'
@@ -53,3 +54,17 @@ def test_mori_budget(tmp_path: Path, host: str, server: str, env: str, fires: bo
 def test_intel_xpu_prefill_on_mla(tmp_path: Path, server: str, model: str, fires: bool) -> None:
     found = errors(tmp_path, "h200", f"tp_size = 8\n{server}", model_config=model)
     assert ("SGD121" in found) is fires
+
+
+@pytest.mark.parametrize(("arch", "server", "env", "fires"), [
+    ("Qwen3MoeForCausalLM", "chunked_prefill_size = 16384", "", True),  # 16384 > 8192
+    ("Qwen3MoeForCausalLM", "", "", False),  # the H200's default 8192, aligned to tp 8
+    ("Qwen3MoeForCausalLM", "chunked_prefill_size = 16384",
+     'SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK = "16384"', False),
+    ("DeepseekV3ForCausalLM", "chunked_prefill_size = 16384", "", False),  # has a fused-MoE fallback
+    ("Qwen3MoeForCausalLM", "chunked_prefill_size = 16384\ndp_size = 2\nenable_dp_attention = true", "", False),
+])
+def test_mega_moe_prefill_budget(tmp_path: Path, arch: str, server: str, env: str, fires: bool) -> None:
+    launch = f'tp_size = 8\nmoe_a2a_backend = "megamoe"\n{server}'
+    deploy = f'model_architecture = "{arch}"'
+    assert ("SGD122" in errors(tmp_path, "h200-new", launch, env, deploy=deploy)) is fires

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.gpus import gpu_memory_gib_for
 from sgdeploy.sglang.rule import Finding, LaunchContext
-from sgdeploy.sglang.rules.attention import mla_model
+from sgdeploy.sglang.rules.attention import architecture, mla_model
 from sgdeploy.sglang.rules.common import TBO_NEEDS_A2A, TBO_UNCHECKED, attention_dp, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
 from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
@@ -1397,6 +1398,32 @@ def _budget_words(ctx: LaunchContext) -> str:
             f"{MORI_BUDGET} {_env_int(ctx, MORI_BUDGET, 4096)})")
 
 
+MEGA_MOE_BUDGET = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK"
+
+
+def _mega_moe_prefill_required(ctx: LaunchContext) -> int | None:
+    """The per-rank prefill tokens validate_mega_moe_token_budget requires with pure TP (chunked_prefill_size
+    aligned up to the TP width), for an architecture with no fused-MoE fallback (`mega_moe_no_fallback_archs`);
+    None where it is not checked here: another layout (prefill CP, attention DP, attention CP, PP with dynamic
+    chunking), a PD decode instance, an encoder-only instance or an unknown size."""
+    archs = fact("mega_moe_no_fallback_archs", ctx.version)
+    if moe_a2a(ctx) != "megamoe" or archs is None or architecture(ctx) not in archs or ctx.on("encoder_only"):
+        return None
+    if ctx.get("disaggregation_mode") == "decode" or ctx.on("enable_prefill_cp") or attn_dp_size(ctx) > 1 \
+            or ctx.int("attn_cp_size", 1) > 1 or (ctx.int("pp_size", 1) > 1 and ctx.on("enable_dynamic_chunking")):
+        return None
+    chunk = chunked_prefill_per_rank(ctx)
+    if chunk is None or chunk <= 0:
+        return None
+    alignment = max(ctx.int("tp_size", 1), 1)
+    return -(-chunk // alignment) * alignment
+
+
+def _mega_moe_over_budget(ctx: LaunchContext) -> bool:
+    required, budget = _mega_moe_prefill_required(ctx), _env_int(ctx, MEGA_MOE_BUDGET, 8192)
+    return required is not None and budget is not None and required > budget
+
+
 A2A_TOKEN_BUDGETS = (
     Refusal("handle_a2a_moe: SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be larger or equal to "
             "chunked_prefill_size", _budget_field, _mori_over_budget,
@@ -1407,6 +1434,16 @@ A2A_TOKEN_BUDGETS = (
             lambda ctx: "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be >= the per-rank MoRI "
                         "dispatch tokens (chunked_prefill_size by default)" + _budget_words(ctx),
             VersionRange(since="0.5.15")),
+    Refusal("validate_mega_moe_token_budget: {} with MegaMoE requires "
+            "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK to cover each rank's effective prefill token budget. "
+            "Current values: chunked_prefill_size={}, "
+            "token_partition={}, token_partition_size={}, token_alignment={}, required_per_rank={}, "
+            "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK={}. Set "
+            "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK to at least {}, or lower --chunked-prefill-size "
+            "until the effective per-rank budget fits.", _budget_field, _mega_moe_over_budget,
+            lambda ctx: f"{architecture(ctx)} with MegaMoE requires {MEGA_MOE_BUDGET} to cover each rank's effective "
+                        f"prefill token budget (required_per_rank={_mega_moe_prefill_required(ctx)}, "
+                        f"{MEGA_MOE_BUDGET}={_env_int(ctx, MEGA_MOE_BUDGET, 8192)})", VersionRange(since="0.5.21")),
 )
 refusal_rule("SGD122", "a2a-token-budget",
              "An MoE all-to-all's per-rank token budget (an environment variable) below the chunked-prefill size "
