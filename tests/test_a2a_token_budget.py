@@ -68,3 +68,12 @@ def test_mega_moe_prefill_budget(tmp_path: Path, arch: str, server: str, env: st
     launch = f'tp_size = 8\nmoe_a2a_backend = "megamoe"\n{server}'
     deploy = f'model_architecture = "{arch}"'
     assert ("SGD122" in errors(tmp_path, "h200-new", launch, env, deploy=deploy)) is fires
+
+
+@pytest.mark.parametrize(("server", "fires"), [
+    ("speculative_eagle_topk = 4", True),  # asserted without a speculative algorithm too (0.5.22+)
+    ("speculative_eagle_topk = 1", False),
+])
+def test_unified_memory_tree_topk(tmp_path: Path, server: str, fires: bool) -> None:
+    found = errors(tmp_path, "h200-new", f"tp_size = 8\nenable_unified_memory = true\n{server}")
+    assert ("SGD552" in found) is fires

@@ -377,7 +377,9 @@ UNIFIED_MEMORY = (
             "(--speculative-eagle-topk in {}); tree verify relocates accepted tokens one at a time inside the target "
             "pool, which the unified pool's page-granular move_kv_cache cannot express. Got "
             "--speculative-eagle-topk={}.",
-            "speculative_eagle_topk", _unified(_tree_topk),
+            "speculative_eagle_topk",
+            # asserted on the value as given, with or without a speculative algorithm
+            _unified(lambda ctx: ctx.get("speculative_eagle_topk") not in (None, 1)),
             "--enable-unified-memory supports a linear draft chain only (--speculative-eagle-topk in {None, 1}).",
             VersionRange(since="0.5.22")),
     _s("handle_unified_memory_pool: --enable-unified-memory + EAGLE/EAGLE3 does not support "
