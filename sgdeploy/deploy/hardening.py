@@ -16,6 +16,7 @@ from sgdeploy.sglang.sandbox import (
     NVIDIA_DEVICE_GROUPS,
     RDMA_DEVICE_GROUPS,
     RDMA_DEVICE_PATHS,
+    WrittenPath,
     cache_directory,
     cache_environment,
     read_paths,
@@ -44,7 +45,7 @@ class UnitSandbox:
 
     user: str
     cache_directory: str  # absolute; systemd creates it (CacheDirectory=) owned by `user`
-    read_write_paths: tuple[str, ...]  # besides the cache and runtime folders
+    writable: tuple[WrittenPath, ...]  # besides the cache and runtime folders, with the key that names each
     protect_home: str  # "yes", or "read-only" when the launch reads or writes under a home folder
     device_groups: tuple[str, ...]  # DeviceAllow=char-NAME rw
     device_paths: tuple[str, ...]  # DeviceAllow=PATH rw
@@ -68,6 +69,10 @@ class UnitSandbox:
         )
 
     @property
+    def read_write_paths(self) -> tuple[str, ...]:
+        return tuple(w.path for w in self.writable)
+
+    @property
     def cache_directory_setting(self) -> str:
         """CacheDirectory= takes the folder relative to /var/cache."""
         return self.cache_directory.removeprefix("/var/cache/")
@@ -84,17 +89,19 @@ def unit_sandbox(profile: Profile) -> UnitSandbox | None:
     if deploy.hardening != "strict":
         return None
     env = profile.env_strings()
-    writes = sorted({w.path for w in written_paths(profile.server, env)} | set(deploy.writable_paths))
     cache = cache_directory(deploy.unit)
-    writes = [p for p in writes if not _within(p, cache)]
+    named = [*written_paths(profile.server, env),
+             *(WrittenPath("deploy.writable_paths", path) for path in deploy.writable_paths)]
+    first = {w.path: w for w in reversed(named)}  # a path named twice keeps its first key
+    writes = tuple(first[path] for path in sorted(first) if not _within(path, cache))
     reads = read_paths(profile.server, deploy.python, deploy.working_directory,
                        (deploy.env_file, profile.secrets.file if profile.secrets else None))
-    homes = any(under_home(p) for p in [*reads, *writes])
+    homes = any(under_home(p) for p in [*reads, *(w.path for w in writes)])
     rdma = _multi_node(profile)
     return UnitSandbox(
         user=deploy.run_as or "root",
         cache_directory=cache,
-        read_write_paths=tuple(writes),
+        writable=writes,
         protect_home="read-only" if homes else "yes",
         device_groups=NVIDIA_DEVICE_GROUPS + (RDMA_DEVICE_GROUPS if rdma else ()),
         device_paths=RDMA_DEVICE_PATHS if rdma else (),
