@@ -21,6 +21,7 @@ from sgdeploy.logs import read_log
 from sgdeploy.logs.reader import LogReader
 from sgdeploy.profile.model import load_profile
 from sgdeploy.review.report import logcheck_text
+from sgdeploy.sglang.sandbox import NVIDIA_DEVICE_GROUPS
 
 REAL = Path(__file__).parent / "fixtures" / "h200-real"
 
@@ -128,3 +129,49 @@ def test_a_kv_cache_of_3951_tokens_is_a_ready_server_with_a_warning(tmp_path: Pa
     assert kv_cache_findings(load_profile(profile), big) == []
     refused = real_apply("refused-weights.apply.json")
     assert refused["status"] == "refused" and [d["rule"] for d in refused["diagnostics"]] == ["SGD511"]
+
+
+def test_a_shard_the_strict_units_user_could_not_read_is_named_with_its_fix() -> None:
+    """The first strict start on the GPU: shards saved 0600 by root; safetensors says 'No such file
+    or directory' for a file the process may not open. preflight now refuses it (SGD704,
+    test_hardening_hosts.py); logcheck names the cause of a log that shows it."""
+    for name in ("strict/unreadable-weights.log", "strict/unreadable-weights.journal"):
+        report = read_log(real_lines(name), None, "0.5.11")
+        assert report.failure is not None and report.failure.kind == "model_not_found", name
+        shard = "/opt/models/llama-8b/model-00001-of-00003.safetensors"
+        assert f"No such file or directory: {shard}" in report.failure.message
+        assert "can read it (chmod a+r, or chown)" in report.failure.message
+
+
+def test_a_log_with_a_failed_start_then_the_rollback_reports_the_last_start() -> None:
+    """apply's window of the journal: the partial download's start failed, the rollback's reached
+    ready. Phases, settings and verdict are the last start's; the failure before it is kept."""
+    lines = real_lines("adopt/partial.log")
+    report = read_log(lines, None, "0.5.11")
+    assert report.ready and report.failure is None
+    (earlier,) = report.earlier_failures
+    assert earlier.kind == "model_not_found" and "incomplete metadata" in earlier.message
+    assert all(p.line > earlier.line for p in report.phases), report.phases
+    assert report.phase("args_parsed") is not None
+    assert [(a.field, a.value) for a in report.auto_adjusted] == [("disable_piecewise_cuda_graph", True)]
+    assert report.as_json()["earlier_failures"][0]["kind"] == "model_not_found"
+    text = logcheck_text(report, "partial.log")
+    assert "an earlier start in this log failed: model_not_found at line" in text
+    # the same two starts written by hand (no systemd lines): the second server_args line splits them
+    by_hand = [line for line in lines if not line.startswith(("Start", "Stop", "sglang.service"))]
+    again = read_log(by_hand, None, "0.5.11")
+    assert again.ready and [f.kind for f in again.earlier_failures] == ["model_not_found"]
+
+
+def test_the_strict_unit_on_the_gpu_kept_its_sandbox_and_its_exposure() -> None:
+    """PHASE=5 of bench/h200_real_deploy.sh: what systemd reported for the running strict unit."""
+    exposure = (REAL / "strict/security.txt").read_text(encoding="utf-8").splitlines()[-1]
+    assert float(exposure.split("sglang.service:")[1].split()[0]) <= 4.5, exposure
+    shown = (REAL / "strict/show.txt").read_text(encoding="utf-8")
+    allowed = {line.split("=", 1)[1].split()[0] for line in shown.splitlines() if line.startswith("DeviceAllow=")}
+    assert {f"char-{group}" for group in NVIDIA_DEVICE_GROUPS} <= allowed
+    assert "User=sglang" in shown and "ProtectSystem=strict" in shown
+    for name in ("strict/cold.apply.json", "strict/flag-change.apply.json", "strict/rollback.apply.json"):
+        assert real_apply(name)["status"] == "ready", name
+    for name in ("strict/flag-change.journal", "strict/rollback.journal"):
+        assert read_log(real_lines(name), None, "0.5.11").ready, name

@@ -140,3 +140,47 @@ def test_a_folder_the_strict_unit_writes_must_exist(host: HostSet, profiles: dic
     assert found == [("SGD713", "server.download_dir")], result["diagnostics"]
     assert "must exist before the start" in result["diagnostics"][0]["hint"] or any(
         "must exist before the start" in d["hint"] for d in result["diagnostics"])
+
+
+def test_weights_the_service_user_cannot_read_are_refused_before_the_stop(
+        host: HostSet, profiles: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Found on a real GPU (tests/fixtures/h200-real/strict/unreadable-weights.journal): shards saved
+    0600 by root; the strict unit's user got 'No such file or directory' from safetensors after the
+    stop. Refused at preflight now, with the running server left alone."""
+    host.ssh("ct129", "id -u sglang >/dev/null 2>&1 || useradd --system --no-create-home sglang")
+    code, result = sgdeploy(host, capsys, "apply", str(profiles["a"]))
+    assert code == 0, result
+    before = host.ssh("ct129", "systemctl show -p MainPID --value sglang-strict.service").stdout.strip()
+    shard = f"{MODEL}/model-00001-of-00001.safetensors"
+    host.ssh("ct129", f"chmod 600 {shard}")
+    try:
+        code, result = sgdeploy(host, capsys, "apply", str(profiles["b"]))
+    finally:
+        host.ssh("ct129", f"chmod 644 {shard}")
+    assert (code, result["status"]) == (2, "refused"), result
+    found = [d for d in result["diagnostics"] if d["severity"] == "error"]
+    assert [(d["rule"], d["field"]) for d in found] == [("SGD704", "server.model_path")], found
+    assert "model-00001-of-00001.safetensors" in found[0]["message"] and "user sglang" in found[0]["message"]
+    assert "chmod a+r" in found[0]["hint"]
+    after = host.ssh("ct129", "systemctl show -p MainPID --value sglang-strict.service").stdout.strip()
+    assert after == before != "0"
+
+
+def test_a_shard_cut_short_fails_after_the_start_and_rolls_back(
+        host: HostSet, profiles: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A partial download passes every check (the files are there and readable) and fails when
+    SGLang reads the shard, as the real server did (tests/fixtures/h200-real/adopt/partial.log)."""
+    code, result = sgdeploy(host, capsys, "apply", str(profiles["a"]))
+    assert code == 0, result
+    partial = f"{MODEL}-partial"
+    shard = f"{partial}/model-00001-of-00001.safetensors"
+    # a header that says 4096 bytes follow, in a file of 64
+    host.ssh("ct129", f"rm -rf {partial} && cp -a {MODEL} {partial} && "
+             f"printf '\\000\\020\\000\\000\\000\\000\\000\\000' > {shard} && head -c 56 /dev/zero >> {shard}")
+    cut = tmp_path / "strict-partial.toml"
+    cut.write_text(strict_profile(12).replace(f'"{MODEL}"', f'"{partial}"'))
+    code, result = sgdeploy(host, capsys, "apply", str(cut))
+    assert code == 1, result
+    assert result["failure"]["kind"] == "model_not_found", result["failure"]
+    assert "incomplete metadata" in result["failure"]["reason"], result["failure"]
+    assert result["rollback"]["ready"] is True, result["rollback"]

@@ -88,6 +88,14 @@ def preflight(
         add("SGD704", f"{profile.server.get('model_path')}/config.json on {name} cannot be read by {reader}, "
             f"who runs the server: {unreadable.message}", "server.model_path",
             "make the model readable by deploy.user (or fix deploy.user), or repair config.json")
+    elif (shut := facts.model_unreadable_weights)[0]:
+        reader = f"user {profile.deploy.run_as}" if profile.deploy.run_as else "root"
+        folder = profile.server.get("model_path")
+        more = f" and {shut[0] - len(shut[1])} more" if shut[0] > len(shut[1]) else ""
+        add("SGD704", f"{shut[0]} weight file(s) in {folder} on {name} cannot be read by {reader}, who runs "
+            f"the server ({', '.join(shut[1])}{more}); SGLang would fail after the stop with "
+            "'No such file or directory'", "server.model_path",
+            f"make them readable, e.g. chmod a+r {folder}/* (or chown them to that user)")
     found.extend(_host_file_problems(loaded, name, facts))
     if facts.port_listening and not (facts.unit and facts.unit.active):
         holders = "; ".join(h.describe() for h in facts.port_holders) or "a process"

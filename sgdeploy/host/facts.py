@@ -163,6 +163,8 @@ class HostFacts:
     model_architecture: str | None = None
     model_config_json: str | None = None  # the model's config.json (up to 256 KiB), for rules that read it
     model_weights_bytes: int | None = None  # the checkpoint beside it (safetensors index or files)
+    # How many of the checkpoint's weight files the unit's user cannot open, and the first names
+    model_unreadable_weights: tuple[int, tuple[str, ...]] = (0, ())
     port: int | None = None
     listening_ports: frozenset[int] | None = None
     port_listening: bool | None = None
@@ -501,6 +503,9 @@ def parse_df_available(text: str) -> int:
 
 # --- the facts command ------------------------------------------------------------------------
 
+# The files of a checkpoint that hold its weights (what SGLang reads when the model loads)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
 _MODEL_PROBE = """\
 import json, sys
 try:
@@ -525,7 +530,16 @@ try:
         print("weights_bytes=%d" % size)
 except Exception:
     pass
-"""
+try:
+    # the weight files this user may not open: safetensors reports one as "No such file"
+    shut = sorted(n for n in os.listdir(folder) if n.endswith(@WEIGHT_SUFFIXES@)
+                  and not os.access(os.path.join(folder, n), os.R_OK))
+    if shut:
+        print("unreadable_count=%d" % len(shut))
+        print("unreadable_weights=" + json.dumps(shut[:3]))
+except Exception:
+    pass
+""".replace("@WEIGHT_SUFFIXES@", repr(WEIGHT_SUFFIXES))
 
 _SGLANG_PROBE = f"""\
 import importlib.metadata as m, sys
@@ -917,6 +931,9 @@ def _facts_model(b: _Builder) -> None:
         b.values["model_config_json"] = kv["config_json"]
     if kv.get("weights_bytes", "").isdigit():
         b.values["model_weights_bytes"] = int(kv["weights_bytes"])
+    if kv.get("unreadable_count", "").isdigit():
+        b.values["model_unreadable_weights"] = (int(kv["unreadable_count"]),
+                                                tuple(json.loads(kv.get("unreadable_weights", "[]"))))
 
 
 def _facts_files(b: _Builder) -> None:

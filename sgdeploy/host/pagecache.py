@@ -14,9 +14,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from sgdeploy.host.facts import parse_key_values
+from sgdeploy.host.facts import WEIGHT_SUFFIXES, parse_key_values
 
-WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
+WEIGHT_PATTERNS = tuple(f"*{suffix}" for suffix in WEIGHT_SUFFIXES)
 MAX_SHARE_OF_AVAILABLE = 0.5
 WARM_TIMEOUT_S = 600  # the read's bound; it only costs wall time, the old server still serves
 

@@ -60,6 +60,13 @@ class LogReader:
         self._finished = False
         self._starts: list[str] = []  # the first timestamp of each start of the server
         self._new_start = True
+        self._earlier: list[Failure] = []  # how earlier starts in the same log failed
+        self._last_t: str | None = None
+        self._tail: deque[tuple[int, str]] = deque(maxlen=CONTEXT_FRAMES)
+        self._begin_start()
+
+    def _begin_start(self) -> None:
+        """What one start of the server has shown; a log with several starts reports the last."""
         self._primary: dict[str, Phase] = {}
         self._any: dict[str, Phase] = {}
         self._per_rank: dict[str, dict[str, int]] = {}
@@ -73,13 +80,23 @@ class LogReader:
         self._begun: dict[str, int] = {}  # first line any rank began dist init / weights / read all shards
         self._segmenter = Segmenter()
         self._book = IncidentBook()
-        self._book.settings = server
-        self._last_t: str | None = None
+        self._book.settings = self.server
         self._ready_line: int | None = None
         self._last_failure: tuple[str, int] | None = None
         self._emitted_adjust: set[str] = set()
         self._progressed: set[str] = set()
-        self._tail: deque[tuple[int, str]] = deque(maxlen=CONTEXT_FRAMES)
+
+    def _next_start(self) -> None:
+        """The server starts again in the same log (the unit's Started line, a second server_args
+        dump): the report is about the new start; a failure of the one before is kept beside it."""
+        if not (self._any or self._dump is not None or self._book.incidents):
+            return
+        for tb in self._segmenter.close():
+            self._book.unterminated(tb, self._is_capturing(tb.stream, tb.rank))
+        failure = self._book.failure(self._ready_line or 0)
+        if failure is not None:
+            self._earlier.append(failure)
+        self._begin_start()
 
     # -- public ---------------------------------------------------------------------------
 
@@ -104,7 +121,13 @@ class LogReader:
             self._last_t = p.t
             self._stamp(p.t)
         elif _UNIT_START.match(text):  # a window of the journal that began with the last server's lines
+            self._next_start()
             self._new_start = True
+        if text.startswith("server_args=") and self._dump is not None:  # started again, by hand
+            self._next_start()
+            self._new_start = p.t is None
+            if p.t is not None:
+                self._starts.append(p.t)
         if self._segmenter.idle and text.startswith(QUIET_STARTS):  # a long run of request lines
             if "100%" in text and SHARDS_DONE.match(text):
                 self._begun.setdefault("shards_read", self._n)
@@ -144,6 +167,7 @@ class LogReader:
             started=self._started(chosen.get("ready")),
             server_args=dict(self._dump) if self._dump is not None else None,
             context_len=self._context_len,
+            earlier_failures=tuple(self._earlier),
         )
 
     def _stamp(self, t: str) -> None:

@@ -86,6 +86,12 @@ _UNKNOWN_TYPE = re.compile(
     r"[Mm]odel type [`'\"]?(?P<type2>[\w.-]+)[`'\"]? (?:is )?not (?:recognized|supported)"
 )
 _CONFIG_MAPPING = re.compile(r"configuration_auto\.py:")
+# safetensors' reading of a shard whose bytes end before its header says they do
+_CUT_SHARD = re.compile(r"incomplete metadata|file not fully covered|header too (?:large|small)|"
+                        r"invalid header|MetadataIncompleteBuffer")
+# safetensors' open of a shard: a file the process may not read is "No such file" too
+_WEIGHT_FILE = re.compile(
+    r"(?:No such file or directory|Permission denied)\b.*?(?P<path>/\S+\.(?:safetensors|bin|pt|gguf))\b")
 
 
 def remedy(
@@ -97,6 +103,7 @@ def remedy(
         _missing_package(short, msg, settings)
         or _bad_environment(short, msg, tb)
         or _unsupported_model(short, msg, tb)
+        or _unopenable_weights(short, msg)
     )
 
 
@@ -177,3 +184,15 @@ def _unsupported_model(short: str, msg: str, tb: Traceback | None) -> Remedy | N
     return Remedy("bad_argument", f"transformers here does not know {what}: upgrade transformers "
                                   "(or SGLang), or pass --trust-remote-code if the checkpoint "
                                   "ships its own code")
+
+
+def _unopenable_weights(short: str, msg: str) -> Remedy | None:
+    if short == "SafetensorError" and _CUT_SHARD.search(msg):
+        return Remedy("model_not_found", "a weight file of the checkpoint is cut short or damaged (a partial "
+                                         "download or copy): fetch it again and compare its size with the source")
+    if short not in ("FileNotFoundError", "PermissionError", "OSError") or (m := _WEIGHT_FILE.search(msg)) is None:
+        return None
+    return Remedy("model_not_found", f"SGLang could not open {m.group('path').rsplit('/', 1)[-1]}: check that the "
+                                     "file exists and that the unit's user (deploy.user; 'sglang' in a strict unit) "
+                                     "can read it (chmod a+r, or chown); safetensors reports an unreadable "
+                                     "file as missing")

@@ -97,6 +97,7 @@ class LogReport:
     started: str | None = None  # first timestamp of the start that reached ready
     server_args: Mapping[str, Any] | None = None  # the parsed server_args dump
     context_len: int | None = None  # the longest request, as the scheduler's summary line says
+    earlier_failures: tuple[Failure, ...] = ()  # how earlier starts in the same log ended
 
     @property
     def kv_cache_below_context(self) -> bool:
@@ -161,6 +162,7 @@ class LogReport:
             "phases": [p.as_dict() for p in self.phases],
             "kv_cache_tokens": self.kv_cache_tokens,
             "auto_adjusted": [a.as_dict() for a in self.auto_adjusted],
+            **({"earlier_failures": [f.as_dict() for f in self.earlier_failures]} if self.earlier_failures else {}),
         }
 
 

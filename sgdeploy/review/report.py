@@ -143,6 +143,9 @@ def _since(start: str | None, t: str | None) -> str:
 def logcheck_text(report: LogReport, source: str) -> str:
     """`sgdeploy logcheck`: verdict, phases with times, KV cache, the failure and its lines, changes."""
     lines = [f"{source}: {report.verdict}"]
+    lines.extend(f"an earlier start in this log failed: {f.headline}" for f in report.earlier_failures)
+    if report.earlier_failures:
+        lines.append("what follows is the last start:")
     if report.phases:
         lines.append("phases:")
         for p in report.phases:

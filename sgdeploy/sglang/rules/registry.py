@@ -46,7 +46,8 @@ STRUCTURAL_RULES = {
     "SGD701": ("python-missing", "deploy.python does not exist or does not run on the host."),
     "SGD702": ("sglang-missing", "SGLang is not installed for deploy.python."),
     "SGD703": ("no-catalog-for-host-version", "The host runs an SGLang version with no bundled catalog."),
-    "SGD704": ("model-path-missing", "server.model_path has no config.json on the host."),
+    "SGD704": ("model-path-missing", "server.model_path has no config.json on the host, or the unit's user "
+                "cannot read its config.json or weight files."),
     "SGD705": ("port-in-use", "Another process already listens on the server's port."),
     "SGD706": ("no-gpus", "nvidia-smi is missing or lists no GPU."),
     "SGD707": ("inventory-mismatch", "The host's GPUs or SGLang differ from what the inventory says."),

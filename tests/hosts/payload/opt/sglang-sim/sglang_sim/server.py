@@ -717,6 +717,41 @@ class Rank:
         time.sleep(30)
         os._exit(1)
 
+    # 0.5.11 on an H100, a shard the unit's user could not open (tests/fixtures/h200-real/strict/)
+    SHARD_FRAMES = (
+        ("sglang/srt/model_executor/model_runner.py", 1380, "load_model", "self.model = self.loader.load_model("),
+        ("sglang/srt/model_loader/loader.py", 704, "load_model", "self.load_weights_and_postprocess("),
+        ("sglang/srt/model_loader/loader.py", 713, "load_weights_and_postprocess", "model.load_weights(weights)"),
+        ("sglang/srt/model_loader/loader.py", 588, "_get_all_weights",
+         "yield from self._get_weights_iterator(primary_weights)"),
+        ("sglang/srt/model_loader/weight_utils.py", 971, "_load_file",
+         'with safetensors.safe_open(st_file, framework="pt", device="cpu") as f:'),
+    )
+
+    def read_shards(self) -> None:
+        """Open each safetensors shard as the real loader does: one this process may not read is
+        "No such file or directory" (safetensors says so for EACCES too); one whose bytes end before
+        its header says is "incomplete metadata" (a partial download)."""
+        folder = str(self.args.get("model_path") or "")
+        if not os.path.isdir(folder):
+            return
+        for name in sorted(n for n in os.listdir(folder) if n.endswith(".safetensors")):
+            path = os.path.join(folder, name)
+            try:
+                with open(path, "rb") as f:
+                    head = f.read(8)
+                    size = os.fstat(f.fileno()).st_size
+            except OSError:
+                final = f"FileNotFoundError: No such file or directory: {path}\n"
+            else:
+                declared = int.from_bytes(head, "little") if len(head) == 8 else size
+                if 8 + declared <= size:
+                    continue
+                final = ("safetensors._safetensors_rust.SafetensorError: Error while deserializing header: "
+                         "incomplete metadata, file not fully covered\n")
+            frames = [(f"{PKG}/{file}", line, func, src) for file, line, func, src in self.SHARD_FRAMES]
+            self.hit_exception(frames, final)
+
     def peer_lost(self) -> None:
         """Another node of the process group went away: what torch.distributed raises in the
         scheduler (gloo, the CPU group that carries requests to the other ranks)."""
@@ -876,6 +911,7 @@ class Rank:
                 time.sleep(3600)
         t0 = time.monotonic()
         self.phase_sleep(0.3)
+        self.read_shards()
         if self.failure == "cuda_oom" or avail0 < weights:
             self.hit_exception(
                 [
