@@ -32,6 +32,7 @@ from sgdeploy.deploy.adopt import (
     import_launch,
     import_text,
     observed_from_command,
+    sglang_env,
     split_launch,
 )
 from sgdeploy.host.running import parse_servers, script
@@ -541,3 +542,13 @@ def test_a_server_that_exits_during_the_import_is_a_clear_result() -> None:
     assert found.complete and all(s.process.pid != gone.pid for s in found.servers)
     with pytest.raises(LaunchError, match=rf"pid {gone.pid} on h is no SGLang server \(or it exited during"):
         choose_server(found, "h", gone.pid, None)
+
+
+def test_import_keeps_the_variables_that_keep_nvlink_multicast_off() -> None:
+    """The real hand launch (tests/fixtures/h200-real/adopt/hand-launch.txt) set all three; the first
+    real import kept two, and the adopted unit ran without NVSHMEM_DISABLE_NVLS."""
+    environ = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+               "GLOO_SOCKET_IFNAME": "eth0", "TORCHINDUCTOR_CACHE_DIR": "/var/cache/x", "HOME": "/root",
+               "SSH_CONNECTION": "10.0.0.1 22", "TERM": "xterm"}
+    assert sorted(sglang_env(environ)) == ["GLOO_SOCKET_IFNAME", "NCCL_NVLS_ENABLE", "NVSHMEM_DISABLE_NVLS",
+                                           "TORCHINDUCTOR_CACHE_DIR", "TORCH_SYMM_MEM_DISABLE_MULTICAST"]

@@ -42,7 +42,13 @@ from sgdeploy.sglang.secrets import (
 )
 
 # Environment variables SGLang and the libraries under it read; nothing else is imported.
-ENV_PREFIXES = ("SGLANG_", "SGL_", "CUDA_", "NCCL_", "HF_", "HUGGING_FACE_", "TORCH_", "PYTORCH_")
+# The variables a server's libraries read, kept by import: SGLang, CUDA and NCCL, NVSHMEM (DeepEP;
+# NVSHMEM_DISABLE_NVLS keeps NVLink multicast off, and a real import once dropped it), gloo's and
+# UCX's interfaces between nodes, the hub and tokenizers, torch, Triton's, TorchInductor's,
+# FlashInfer's and DeepGEMM's JIT caches, OpenMP's threads, mooncake
+ENV_PREFIXES = ("SGLANG_", "SGL_", "CUDA_", "NCCL_", "NVSHMEM_", "GLOO_", "UCX_", "HF_", "HUGGING_FACE_",
+                "TRANSFORMERS_", "TOKENIZERS_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TRITON_",
+                "FLASHINFER_", "DG_", "OMP_", "MOONCAKE_", "MC_")
 _PYTHON = re.compile(r"^python[0-9.]*$")
 # Interpreter options that take the next word as their value.
 _PYTHON_OPTIONS_WITH_VALUE = {"-X", "-W", "-c", "--check-hash-based-pycs"}
