@@ -245,6 +245,26 @@ def quantization_methods(files: dict[str, str]) -> list[str] | None:
     return sorted(keys)
 
 
+MEGA_MOE_HOOK = "sglang/srt/arg_groups/mega_moe_hook.py"
+
+
+def mega_moe_no_fallback_archs(files: dict[str, str]) -> list[str] | None:
+    """The architectures whose MoE has no fused fallback under megamoe (`MEGA_MOE_NO_FALLBACK_ARCHS`,
+    0.5.21+): validate_mega_moe_token_budget_for_model checks their per-rank token budget."""
+    tree = _tree(files, MEGA_MOE_HOOK)
+    if tree is None:
+        return None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "MEGA_MOE_NO_FALLBACK_ARCHS" for t in node.targets)):
+            value = node.value
+            if isinstance(value, ast.Call) and value.args:  # frozenset({...})
+                value = value.args[0]
+            if isinstance(value, ast.Set | ast.List | ast.Tuple):
+                return sorted(e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return None
+
+
 _DEEPEP_V2_CHECK = "validate_deepep_v2_model_architecture"
 
 
@@ -493,6 +513,7 @@ EXTRACTORS: dict[str, Callable[[dict[str, str]], Any]] = {
     "mla_archs": mla_archs,
     "quantization_methods": quantization_methods,
     "deepep_v2_archs": deepep_v2_archs,
+    "mega_moe_no_fallback_archs": mega_moe_no_fallback_archs,
 }
 
 

@@ -86,6 +86,8 @@ def test_the_strict_unit_runs_sandboxed_restarts_and_rolls_back(
              "--home-dir /nonexistent --shell /usr/sbin/nologin sglang")
     code, first = sgdeploy(host, capsys, "apply", str(profiles["a"]))
     assert (code, first["status"]) == (0, "ready"), first.get("message")
+    # SGLang's own check ran in the unit's sandbox, as its user, and accepted the launch
+    assert first["sglang_check"]["status"] == "accepted", first["sglang_check"]
     # the weights were read into the page cache before the stop, as the service user would need
     warmed = [e for e in first["events"] if e["event"] == "page_cache"]
     assert [e["outcome"] for e in warmed] == ["warmed"], warmed

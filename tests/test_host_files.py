@@ -88,3 +88,9 @@ def test_preflight_refuses_a_missing_or_unreadable_file() -> None:
     }
     fine = HostFacts(python_ok=True, host_files={"/etc/sglang/key.pem": "ok", "/etc/sglang/cert.pem": "ok"})
     assert not [d for d in preflight(profile, "gpu1", fine, None)[0] if d.rule == "SGD713"]
+
+
+def test_a_watermark_config_is_a_host_file_unless_it_is_inline_json() -> None:
+    assert [f.path for f in host_files({"watermark_config": "wm.json"}, "/srv")] == ["/srv/wm.json"]
+    assert host_files({"watermark_config": ' {"key": "k"}'}, None) == []
+    assert host_files({"watermark_config": ""}, None) == []

@@ -82,10 +82,12 @@ def build_deployment(
     assert profile is not None
     # A release without a bundled catalog (newer, a dev build) renders with the closest older one.
     unit = render_unit(loaded, load_catalog(nearest_version(sglang_version)), host)
+    sandbox = unit_sandbox(profile)  # a strict unit: the check runs in the same sandbox
     check = CheckRequest(python=unit.argv[0], argv=tuple(check_argv(profile, list(unit.argv[3:]))),
-                         environment=unit.environment,
+                         environment=(*(sandbox.environment if sandbox else ()), *unit.environment),
                          user=profile.deploy.run_as, working_directory=profile.deploy.working_directory,
-                         env_file=profile.deploy.env_file)
+                         env_file=profile.deploy.env_file,
+                         properties=tuple(f"{k}={v}" for k, v in sandbox.properties()) if sandbox else ())
     return Deployment(
         id=new_deployment_id(loaded.sha256),
         unit=profile.deploy.unit,
@@ -100,7 +102,7 @@ def build_deployment(
         rollback_of=rollback_of,
         probe_settings=profile.probe.model_dump(mode="json") if profile.probe else None,
         check=check,
-        sandbox=sandbox.describe() if (sandbox := unit_sandbox(profile)) else None,
+        sandbox=sandbox.describe() if sandbox else None,
     )
 
 

@@ -16,6 +16,7 @@ from sgdeploy.sglang.sandbox import (
     NVIDIA_DEVICE_GROUPS,
     RDMA_DEVICE_GROUPS,
     RDMA_DEVICE_PATHS,
+    WrittenPath,
     cache_directory,
     cache_environment,
     read_paths,
@@ -24,6 +25,18 @@ from sgdeploy.sglang.sandbox import (
 )
 
 ADDRESS_FAMILIES = ("AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK")  # NETLINK: getifaddrs (NCCL, gloo)
+# What every strict unit gets whatever the launch: no privileges, the kernel's and systemd's own
+# state out of reach. Not here, on purpose: MemoryDenyWriteExecute (every JIT), SystemCallFilter,
+# PrivateDevices, PrivateUsers (docs/hardening.md says why).
+_LOCKED_DOWN = (
+    ("NoNewPrivileges", "yes"), ("CapabilityBoundingSet", ""), ("AmbientCapabilities", ""),
+    *((f"Protect{what}", "yes") for what in
+      ("KernelTunables", "KernelModules", "KernelLogs", "ControlGroups", "Clock", "Hostname")),
+    ("ProtectProc", "invisible"), ("RestrictNamespaces", "yes"), ("RestrictRealtime", "yes"),
+    ("RestrictSUIDSGID", "yes"), ("LockPersonality", "yes"), ("RemoveIPC", "yes"),
+    ("KeyringMode", "private"), ("SystemCallArchitectures", "native"),
+    ("RestrictAddressFamilies", " ".join(ADDRESS_FAMILIES)),
+)
 
 
 @dataclass(frozen=True)
@@ -32,16 +45,32 @@ class UnitSandbox:
 
     user: str
     cache_directory: str  # absolute; systemd creates it (CacheDirectory=) owned by `user`
-    read_write_paths: tuple[str, ...]  # besides the cache and runtime folders
+    writable: tuple[WrittenPath, ...]  # besides the cache and runtime folders, with the key that names each
     protect_home: str  # "yes", or "read-only" when the launch reads or writes under a home folder
     device_groups: tuple[str, ...]  # DeviceAllow=char-NAME rw
     device_paths: tuple[str, ...]  # DeviceAllow=PATH rw
     environment: tuple[tuple[str, str], ...]  # cache variables the profile's [env] does not set
 
     def describe(self) -> str:
-        """What `plan` says of it: `strict: runs as sglang, writes only /var/cache/...`."""
+        """What `plan` says of it: `strict sandbox: runs as sglang, writes only /var/cache/...`."""
         writes = ", ".join((self.cache_directory, *self.read_write_paths))
         return f"strict sandbox: runs as {self.user}, writes only {writes} (and its private /tmp)"
+
+    def properties(self) -> tuple[tuple[str, str], ...]:
+        """The unit's sandbox as systemd properties, in the order the unit file lists them; SGLang's
+        own check on the host runs under the same ones (`systemd-run --property`)."""
+        return (
+            ("CacheDirectory", self.cache_directory_setting), ("CacheDirectoryMode", "0700"), ("UMask", "0077"),
+            ("ProtectSystem", "strict"), *(("ReadWritePaths", f"-{path}") for path in self.read_write_paths),
+            ("ProtectHome", self.protect_home), ("PrivateTmp", "yes"), ("DevicePolicy", "closed"),
+            *(("DeviceAllow", f"char-{group} rw") for group in self.device_groups),
+            *(("DeviceAllow", f"{path} rw") for path in self.device_paths),
+            *_LOCKED_DOWN,
+        )
+
+    @property
+    def read_write_paths(self) -> tuple[str, ...]:
+        return tuple(w.path for w in self.writable)
 
     @property
     def cache_directory_setting(self) -> str:
@@ -49,7 +78,7 @@ class UnitSandbox:
         return self.cache_directory.removeprefix("/var/cache/")
 
 
-def multi_node(profile: Profile) -> bool:
+def _multi_node(profile: Profile) -> bool:
     nnodes = profile.server.get("nnodes", 1)
     return (isinstance(nnodes, int) and nnodes > 1) or any(k.startswith("NCCL_IB_") for k in profile.env)
 
@@ -60,17 +89,19 @@ def unit_sandbox(profile: Profile) -> UnitSandbox | None:
     if deploy.hardening != "strict":
         return None
     env = profile.env_strings()
-    writes = sorted({w.path for w in written_paths(profile.server, env)} | set(deploy.writable_paths))
     cache = cache_directory(deploy.unit)
-    writes = [p for p in writes if not _within(p, cache)]
+    named = [*written_paths(profile.server, env),
+             *(WrittenPath("deploy.writable_paths", path) for path in deploy.writable_paths)]
+    first = {w.path: w for w in reversed(named)}  # a path named twice keeps its first key
+    writes = tuple(first[path] for path in sorted(first) if not _within(path, cache))
     reads = read_paths(profile.server, deploy.python, deploy.working_directory,
                        (deploy.env_file, profile.secrets.file if profile.secrets else None))
-    homes = any(under_home(p) for p in [*reads, *writes])
-    rdma = multi_node(profile)
+    homes = any(under_home(p) for p in [*reads, *(w.path for w in writes)])
+    rdma = _multi_node(profile)
     return UnitSandbox(
         user=deploy.run_as or "root",
         cache_directory=cache,
-        read_write_paths=tuple(writes),
+        writable=writes,
         protect_home="read-only" if homes else "yes",
         device_groups=NVIDIA_DEVICE_GROUPS + (RDMA_DEVICE_GROUPS if rdma else ()),
         device_paths=RDMA_DEVICE_PATHS if rdma else (),

@@ -7,6 +7,8 @@ adds the checks only a live host can answer (interpreter, model path, port, nvid
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.deploy.hardening import unit_sandbox
 from sgdeploy.host.facts import GpuHolder, HostFacts, gpu_strangers
@@ -15,7 +17,6 @@ from sgdeploy.profile.validate import check_launch
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
 from sgdeploy.sglang.hostfiles import HostFile, host_files
 from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, parse_model_config
-from sgdeploy.sglang.sandbox import written_paths
 from sgdeploy.sglang.target import HostTarget
 
 
@@ -118,23 +119,31 @@ def preflight(
     return found, target, version
 
 
-def launch_host_files(loaded: LoadedProfile) -> list[HostFile]:
+class CheckedPath(NamedTuple):
+    """A path the facts round trip checks as the unit's user, and the key that names it."""
+
+    dotted: str
+    file: HostFile
+    written: bool  # a folder a strict unit writes (ReadWritePaths=), not a file SGLang reads
+
+
+def launch_paths(loaded: LoadedProfile) -> list[CheckedPath]:
     """The host files the launch opens (sgdeploy.sglang.hostfiles) and, for a strict unit, the
-    folders it may write (ReadWritePaths=): a missing one would leave SGLang a read-only file system."""
+    folders it may write: a missing one would leave SGLang a read-only file system."""
     profile = loaded.model
     assert profile is not None
-    files = host_files(profile.server, profile.deploy.working_directory)
+    paths = [CheckedPath(f"server.{f.key}", f, False)
+             for f in host_files(profile.server, profile.deploy.working_directory)]
     sandbox = unit_sandbox(profile)
     if sandbox is not None:
-        writes = {w.path: w.field for w in written_paths(profile.server, profile.env_strings())}
-        files += [HostFile(writes.get(path, "deploy.writable_paths"), path, path) for path in sandbox.read_write_paths]
-    return files
+        paths += [CheckedPath(w.field, HostFile(w.field, w.path, w.path), True) for w in sandbox.writable]
+    return paths
 
 
 def host_file_paths(loaded: LoadedProfile) -> tuple[str, ...]:
     """The absolute paths the facts round trip checks for this launch; a path no file can have (a
     newline, a NUL byte) is left to SGLang's own error."""
-    return tuple(f.path for f in launch_host_files(loaded) if "\n" not in f.path and "\0" not in f.path)
+    return tuple(p.file.path for p in launch_paths(loaded) if "\n" not in p.file.path and "\0" not in p.file.path)
 
 
 def _host_file_problems(loaded: LoadedProfile, name: str, facts: HostFacts) -> list[Diagnostic]:
@@ -143,17 +152,16 @@ def _host_file_problems(loaded: LoadedProfile, name: str, facts: HostFacts) -> l
     assert profile is not None
     reader = f"user {profile.deploy.run_as}" if profile.deploy.run_as else "root"
     found = []
-    for host_file in launch_host_files(loaded):
+    for dotted, host_file, written in launch_paths(loaded):
         status = facts.host_files.get(host_file.path)
         if status not in ("missing", "unreadable"):
             continue
         shown = host_file.path if host_file.path == host_file.value else f"{host_file.value!r} ({host_file.path})"
         what = "does not exist" if status == "missing" else f"cannot be read by {reader}, who runs the server"
-        dotted = host_file.key if "." in host_file.key else f"server.{host_file.key}"
         found.append(loaded.diagnostic(
             "SGD713", f"{host_file.key}: {shown} {what} on {name}", dotted=dotted,
             hint="copy the file to the host, fix the path, or make it readable by deploy.user"
-            + ("; a folder a strict unit writes must exist before the start" if "." in host_file.key else "")))
+            + ("; a folder a strict unit writes must exist before the start" if written else "")))
     return found
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 
 from sgdeploy import __version__
-from sgdeploy.deploy.hardening import ADDRESS_FAMILIES, unit_sandbox
+from sgdeploy.deploy.hardening import unit_sandbox
 from sgdeploy.deploy.secret_args import EnvReference, unit_parts
 from sgdeploy.profile.model import LoadedProfile, Profile
 from sgdeploy.sglang.argv import LAUNCH_MODULE
@@ -234,7 +234,6 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
         sglang_version=catalog.version,
         user=profile.deploy.run_as,
         sandbox=unit_sandbox(profile),
-        address_families=" ".join(ADDRESS_FAMILIES),
         working_directory=profile.deploy.working_directory,
         environment=environment,
         env_file=profile.deploy.env_file,

@@ -331,9 +331,9 @@ class HostSession:
         self.report("step", step="warm_page_cache", path=model_path)
         try:
             result = self.remote.run(warm_command(model_path, WARM_TIMEOUT_S), timeout=WARM_TIMEOUT_S + 30)
+            warmth = parse_warmth(result.stdout)
         except CommandTimeout:
-            return PageCacheWarmth("failed", reason=f"no answer within {WARM_TIMEOUT_S + 30} s")
-        warmth = parse_warmth(result.stdout)
+            warmth = PageCacheWarmth("failed", reason=f"no answer within {WARM_TIMEOUT_S + 30} s")
         self.report("page_cache", outcome=warmth.outcome, text=warmth.describe())
         return warmth
 

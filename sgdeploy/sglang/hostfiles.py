@@ -4,7 +4,7 @@ Read from the wheels' flag catalogs: the options whose help names a path or file
 never a name, a hub id or inline JSON. Excluded on purpose: `model_path`, `tokenizer_path`,
 `speculative_draft_model_path`, `lora_paths`, `uno_lora_path` (hub ids), `chat_template` and
 `completion_template` (built-in names), `decrypted_config_file` (a file of the model folder),
-`watermark_config` and `deepep_config` (a path or inline JSON), and the folders SGLang writes
+`deepep_config` (a path or inline JSON, read when the model loads), and the folders SGLang writes
 (`crash_dump_folder`, `export_metrics_to_file_dir`, `download_dir`, ...).
 
 A unit runs in `WorkingDirectory=` (`deploy.working_directory`; `/` when unset), so a relative
@@ -33,6 +33,9 @@ HOST_FILE_OPTIONS = (
     "modelopt_checkpoint_restore_path",  # 0.5.3.post2+
     "kt_weight_path", "kt_amx_weight_path",
 )
+# A path or inline JSON: the value is JSON when it starts with "{" (after spaces), else a host file
+# (0.5.2x check_watermark_server_args reads it at start: "failed to read watermark config JSON").
+JSON_OR_FILE_OPTIONS = ("watermark_config",)
 
 
 @dataclass(frozen=True)
@@ -55,5 +58,9 @@ def host_files(server: Mapping[str, object], working_directory: str | None) -> l
     for key in HOST_FILE_OPTIONS:
         value = server.get(key)
         if isinstance(value, str) and value:
+            found.append(HostFile(key, value, posixpath.normpath(posixpath.join(base, value))))
+    for key in JSON_OR_FILE_OPTIONS:
+        value = server.get(key)
+        if isinstance(value, str) and value.strip() and not value.lstrip().startswith("{"):
             found.append(HostFile(key, value, posixpath.normpath(posixpath.join(base, value))))
     return found

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from sgdeploy.sglang.hostfiles import host_files
 
-HARDENING_LEVELS = ("none", "strict")
 DEFAULT_SERVICE_USER = "sglang"
 
 # Environment variables whose value is a folder the server (or a library it loads) writes to.

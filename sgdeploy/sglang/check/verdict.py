@@ -50,6 +50,7 @@ class CheckRequest:
     user: str | None = None
     working_directory: str | None = None
     env_file: str | None = None
+    properties: tuple[str, ...] = ()  # further unit settings, `Key=value` (a strict unit's sandbox)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ def check_command(request: CheckRequest, limit_s: float = DEFAULT_LIMIT_S) -> st
         props.append(f"User={request.user}")
     if request.working_directory:
         props.append(f"WorkingDirectory={request.working_directory}")
+    props += list(request.properties)
     props += [f"Environment={_c_quoted(pair)}" for pair in request.environment]
     if request.env_file:
         props.append(f"EnvironmentFile={request.env_file}")

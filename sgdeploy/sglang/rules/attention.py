@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import LaunchContext
 from sgdeploy.sglang.rules.common import algorithm
 from sgdeploy.sglang.versions import VersionRange
@@ -110,6 +111,18 @@ def uses_mla(ctx: LaunchContext) -> bool | None:
     if not arch:
         return None
     return arch.startswith(_MLA_PREFIXES)
+
+
+def mla_model(ctx: LaunchContext) -> bool | None:
+    """The model uses MLA: kv_lora_rank in config.json. Without one, from the declared
+    architecture: False for one that no MLA branch of the release's ModelConfig names
+    (`mla_archs`), None for one it names (some branches read the config too) or none declared."""
+    if ctx.model_config is not None:
+        return ctx.model_config.value("kv_lora_rank") is not None
+    archs = fact("mla_archs", ctx.version)
+    if not ctx.architecture or archs is None:
+        return None
+    return None if ctx.architecture in archs else False
 
 
 def _major(ctx: LaunchContext) -> int | None:

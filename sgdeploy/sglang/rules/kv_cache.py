@@ -16,7 +16,7 @@ from collections.abc import Callable
 from sgdeploy.sglang import models
 from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import LaunchContext
-from sgdeploy.sglang.rules.attention import resolve
+from sgdeploy.sglang.rules.attention import mla_model, resolve
 from sgdeploy.sglang.rules.common import algorithm, radix_cache_off
 from sgdeploy.sglang.rules.sites import Condition, Refusal, both, given, on, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
@@ -34,16 +34,7 @@ def _spec(ctx: LaunchContext) -> bool:
     return algorithm(ctx) is not None
 
 
-def _mla(ctx: LaunchContext) -> bool | None:
-    """The model uses MLA: kv_lora_rank in config.json. Without one, from the declared
-    architecture: False for one that no MLA branch of the release's ModelConfig names
-    (`mla_archs`), None for one it names (some branches read the config too) or none declared."""
-    if ctx.model_config is not None:
-        return ctx.model_config.value("kv_lora_rank") is not None
-    archs = fact("mla_archs", ctx.version)
-    if not ctx.architecture or archs is None:
-        return None
-    return None if ctx.architecture in archs else False
+_mla = mla_model
 
 
 def _env_on(name: str) -> Condition:
@@ -386,7 +377,9 @@ UNIFIED_MEMORY = (
             "(--speculative-eagle-topk in {}); tree verify relocates accepted tokens one at a time inside the target "
             "pool, which the unified pool's page-granular move_kv_cache cannot express. Got "
             "--speculative-eagle-topk={}.",
-            "speculative_eagle_topk", _unified(_tree_topk),
+            "speculative_eagle_topk",
+            # asserted on the value as given, with or without a speculative algorithm
+            _unified(lambda ctx: ctx.get("speculative_eagle_topk") not in (None, 1)),
             "--enable-unified-memory supports a linear draft chain only (--speculative-eagle-topk in {None, 1}).",
             VersionRange(since="0.5.22")),
     _s("handle_unified_memory_pool: --enable-unified-memory + EAGLE/EAGLE3 does not support "

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from sgdeploy.sglang.facts import fact
+from sgdeploy.sglang.gpus import gpu_memory_gib_for
 from sgdeploy.sglang.rule import Finding, LaunchContext
+from sgdeploy.sglang.rules.attention import architecture, mla_model
 from sgdeploy.sglang.rules.common import TBO_NEEDS_A2A, TBO_UNCHECKED, attention_dp, server_field
 from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
 from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
@@ -1213,6 +1216,14 @@ def _and(*conditions: Callable[[LaunchContext], bool]) -> Callable[[LaunchContex
 
 
 _DEEPEP_V2 = VersionRange(since="0.5.19")
+def _xpu_prefill(ctx: LaunchContext) -> bool:
+    """The prefill backend is intel_xpu (get_attention_backends); an --attention-backend intel_xpu on --device xpu
+    may fall back to triton first (no XMX on the GPU: not known offline), so that one is not counted."""
+    if ctx.get("prefill_attention_backend"):
+        return bool(ctx.get("prefill_attention_backend") == "intel_xpu")
+    return bool(ctx.get("attention_backend") == "intel_xpu" and ctx.get("device") != "xpu")
+
+
 A2A_REQUIREMENTS: tuple[Refusal, ...] = (
     Refusal("handle_a2a_moe: DeepEP v2 MoE currently supports only --moe-runner-backend deep_gemm. Got {}. Add a "
             "runner adapter before enabling DeepEP v2 with other MoE runners.", "moe_runner_backend",
@@ -1291,6 +1302,14 @@ A2A_REQUIREMENTS: tuple[Refusal, ...] = (
     Refusal("cutedsl_prefill_backend_fill: CuteDSL MLA only supports decoding for now", "prefill_attention_backend",
             lambda ctx: ctx.get("prefill_attention_backend") == "cutedsl_mla",
             "CuteDSL MLA only supports decoding for now", VersionRange(since="0.5.15")),
+    Refusal("handle_attention_backend_compatibility: intel_xpu backend is only supported on decode for MLA models, "
+            "please set --decode-attention-backend to intel_xpu and do not set --attention-backend or "
+            "--prefill-attention-backend to intel_xpu for prefill instead use triton.",
+            lambda ctx: "prefill_attention_backend" if ctx.given("prefill_attention_backend") else "attention_backend",
+            lambda ctx: _xpu_prefill(ctx) and mla_model(ctx) is True,
+            "intel_xpu backend is only supported on decode for MLA models, please set --decode-attention-backend to "
+            "intel_xpu and do not set --attention-backend or --prefill-attention-backend to intel_xpu for prefill "
+            "instead use triton.", VersionRange(since="0.5.11", until="0.5.20")),
     Refusal("handle_attention_backend_compatibility: Speculative decoding is currently not supported with Flex "
             "Attention backend", "attention_backend",
             lambda ctx: ctx.get("attention_backend") == "flex_attention" and bool(ctx.get("speculative_algorithm")),
@@ -1314,3 +1333,120 @@ refusal_rule("SGD121", "a2a-backend-requirements",
              "What an MoE all-to-all backend (DeepEP v2, FlashInfer MegaMOE, MegaMoE, FlashInfer dispatch types) and "
              "some attention backends (CuteDSL MLA, Flex Attention) require.",
              "set what SGLang's message names, or choose another backend", A2A_REQUIREMENTS)
+
+
+# The chunked-prefill size SGLang picks from the GPU's memory (_handle_gpu_memory_settings), by the
+# GPU's memory in GiB: the tiers from 35 GiB up are the same in every release that has an all-to-all
+# token budget (0.5.9+); below that the releases differ (2048 or 4096), so no default is assumed.
+CHUNKED_PREFILL_BY_MEMORY = ((35, None), (60, 4096), (160, 8192), (None, 16384))
+
+
+def default_chunked_prefill_size(ctx: LaunchContext) -> int | None:
+    """The chunked_prefill_size SGLang derives from the host's GPU memory; None when unknown."""
+    host = ctx.host
+    memory = host.gpu_memory_gib if host and host.gpu_memory_gib else (
+        gpu_memory_gib_for(host.gpu) if host and host.gpu else None)
+    if not memory:
+        return None
+    return next(size for ceiling, size in CHUNKED_PREFILL_BY_MEMORY if ceiling is None or memory < ceiling)
+
+
+def chunked_prefill_per_rank(ctx: LaunchContext) -> int | None:
+    """The chunked_prefill_size the MoE all-to-all checks read: the profile's or the GPU's default, divided
+    over the attention-DP groups (_handle_data_parallelism runs first); None when it cannot be known
+    (the GPU's memory, or a launch whose model or mode switches chunked prefill off)."""
+    if ctx.on("enable_mis") or ctx.on("is_embedding"):
+        return None  # multi-item scoring sets -1; embedding models may switch chunked prefill off
+    given = ctx.get("chunked_prefill_size") if ctx.given("chunked_prefill_size") else None
+    if given is not None and (not isinstance(given, int) or isinstance(given, bool)):
+        return None
+    chunk = given if given is not None else default_chunked_prefill_size(ctx)
+    if chunk is None or chunk <= 0:
+        return chunk
+    return chunk // max(attn_dp_size(ctx), 1)
+
+
+def _env_int(ctx: LaunchContext, name: str, default: int) -> int | None:
+    value = ctx.env.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value.strip())
+    except ValueError:
+        return None
+
+
+MORI_BUDGET = "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
+
+
+def _mori_over_budget(ctx: LaunchContext) -> bool:
+    if moe_a2a(ctx) != "mori" or ctx.get("disaggregation_mode") == "decode":
+        return False
+    chunk, budget = chunked_prefill_per_rank(ctx), _env_int(ctx, MORI_BUDGET, 4096)
+    return chunk is not None and budget is not None and chunk > 0 and chunk > budget
+
+
+def _budget_field(ctx: LaunchContext) -> str:
+    """The chunked-prefill size where the profile sets it, else the backend that checks the budget."""
+    return "chunked_prefill_size" if ctx.given("chunked_prefill_size") else "moe_a2a_backend"
+
+
+def _budget_words(ctx: LaunchContext) -> str:
+    chunk = chunked_prefill_per_rank(ctx)
+    given = ctx.given("chunked_prefill_size")
+    return (f" (chunked_prefill_size per rank {chunk}{'' if given else ', the default for the GPU'}, "
+            f"{MORI_BUDGET} {_env_int(ctx, MORI_BUDGET, 4096)})")
+
+
+MEGA_MOE_BUDGET = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK"
+
+
+def _mega_moe_prefill_required(ctx: LaunchContext) -> int | None:
+    """The per-rank prefill tokens validate_mega_moe_token_budget requires with pure TP (chunked_prefill_size
+    aligned up to the TP width), for an architecture with no fused-MoE fallback (`mega_moe_no_fallback_archs`);
+    None where it is not checked here: another layout (prefill CP, attention DP, attention CP, PP with dynamic
+    chunking), a PD decode instance, an encoder-only instance or an unknown size."""
+    archs = fact("mega_moe_no_fallback_archs", ctx.version)
+    if moe_a2a(ctx) != "megamoe" or archs is None or architecture(ctx) not in archs or ctx.on("encoder_only"):
+        return None
+    if ctx.get("disaggregation_mode") == "decode" or ctx.on("enable_prefill_cp") or attn_dp_size(ctx) > 1 \
+            or ctx.int("attn_cp_size", 1) > 1 or (ctx.int("pp_size", 1) > 1 and ctx.on("enable_dynamic_chunking")):
+        return None
+    chunk = chunked_prefill_per_rank(ctx)
+    if chunk is None or chunk <= 0:
+        return None
+    alignment = max(ctx.int("tp_size", 1), 1)
+    return -(-chunk // alignment) * alignment
+
+
+def _mega_moe_over_budget(ctx: LaunchContext) -> bool:
+    required, budget = _mega_moe_prefill_required(ctx), _env_int(ctx, MEGA_MOE_BUDGET, 8192)
+    return required is not None and budget is not None and required > budget
+
+
+A2A_TOKEN_BUDGETS = (
+    Refusal("handle_a2a_moe: SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be larger or equal to "
+            "chunked_prefill_size", _budget_field, _mori_over_budget,
+            lambda ctx: "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be larger or equal to "
+                        "chunked_prefill_size" + _budget_words(ctx), VersionRange(since="0.5.9", until="0.5.15")),
+    Refusal("handle_a2a_moe: SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be >= the per-rank "
+            "MoRI dispatch tokens (chunked_prefill_size by default)", _budget_field, _mori_over_budget,
+            lambda ctx: "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096) must be >= the per-rank MoRI "
+                        "dispatch tokens (chunked_prefill_size by default)" + _budget_words(ctx),
+            VersionRange(since="0.5.15")),
+    Refusal("validate_mega_moe_token_budget: {} with MegaMoE requires "
+            "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK to cover each rank's effective prefill token budget. "
+            "Current values: chunked_prefill_size={}, "
+            "token_partition={}, token_partition_size={}, token_alignment={}, required_per_rank={}, "
+            "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK={}. Set "
+            "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK to at least {}, or lower --chunked-prefill-size "
+            "until the effective per-rank budget fits.", _budget_field, _mega_moe_over_budget,
+            lambda ctx: f"{architecture(ctx)} with MegaMoE requires {MEGA_MOE_BUDGET} to cover each rank's effective "
+                        f"prefill token budget (required_per_rank={_mega_moe_prefill_required(ctx)}, "
+                        f"{MEGA_MOE_BUDGET}={_env_int(ctx, MEGA_MOE_BUDGET, 8192)})", VersionRange(since="0.5.21")),
+)
+refusal_rule("SGD122", "a2a-token-budget",
+             "An MoE all-to-all's per-rank token budget (an environment variable) below the chunked-prefill size "
+             "each rank dispatches, the profile's or the one SGLang derives from the GPU's memory.",
+             "lower chunked_prefill_size to the budget, or raise the budget's environment variable in [env]",
+             A2A_TOKEN_BUDGETS)
