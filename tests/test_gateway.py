@@ -3,6 +3,7 @@ decisions and executor (the hosts' transaction replaced at its seam)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -299,8 +300,11 @@ def test_each_worker_is_drained_then_put_back(tmp_path: Path, mocker: Any) -> No
     assert fleet.exit_code == 0 and fleet.stopped_at is None
     for host in "abc":
         g = fleet.gateway[host]
-        assert g["taken_out"] and g["back"] and g["after"] == "ready"
-        assert g["steps"] == ["gateway_remove", "wait_drained", "gateway_add", "wait_routed"]
+        assert g.taken_out and g.back and g.after == "ready"
+        assert g.steps == ["gateway_remove", "wait_drained", "gateway_add", "wait_routed"]
+    document = json.loads(json.dumps(fleet.as_dict()))  # the records' JSON: made by RotationResult.as_dict
+    assert [row["gateway"] for row in document["hosts"]] == [document["gateway"][h] for h in "abc"]
+    assert document["gateway"]["a"] == dataclasses.asdict(fleet.gateway["a"])
 
 
 def test_a_rolled_back_host_is_put_back_and_the_rollout_stops(tmp_path: Path, mocker: Any) -> None:
@@ -308,22 +312,22 @@ def test_a_rolled_back_host_is_put_back_and_the_rollout_stops(tmp_path: Path, mo
     double = Hosts({"b": Exit.ROLLED_BACK}, fake)
     fleet = run(tmp_path, mocker, fake, double)
     assert fleet.exit_code == 1 and fleet.stopped_at == "b" and double.order == ["a", "b"]
-    assert fleet.gateway["b"]["back"] and fleet.gateway["c"]["after"] == "ready"
-    assert not fleet.gateway["c"]["taken_out"]
+    assert fleet.gateway["b"].back and fleet.gateway["c"].after == "ready"
+    assert not fleet.gateway["c"].taken_out
 
 
 def test_a_host_left_with_nothing_healthy_stays_out(tmp_path: Path, mocker: Any) -> None:
     fake = FakeGateway(["http://10.0.0.1:30000", "http://b.lan:31000", "http://10.0.0.3:30000"])
     fleet = run(tmp_path, mocker, fake, Hosts({"a": Exit.NOTHING_HEALTHY}, fake))
     assert fleet.exit_code == 3 and fleet.stopped_at == "a"
-    assert fleet.gateway["a"]["after"] in (ABSENT, "draining") and "nothing healthy" in fleet.gateway["a"]["problem"]
+    assert fleet.gateway["a"].after in (ABSENT, "draining") and "nothing healthy" in fleet.gateway["a"].problem
 
 
 def test_the_gateway_lost_after_a_host_stops_the_rollout_and_says_so(tmp_path: Path, mocker: Any) -> None:
     fake = FakeGateway(["http://10.0.0.1:30000", "http://b.lan:31000", "http://10.0.0.3:30000"])
     fleet = run(tmp_path, mocker, fake, Hosts({}, fake, lose_gateway_after="a"))
     assert fleet.exit_code == 1 and fleet.stopped_at == "a"
-    assert all(g["after"] == "unknown" and "does not answer" in g["problem"] for g in fleet.gateway.values())
+    assert all(g.after == "unknown" and "does not answer" in g.problem for g in fleet.gateway.values())
     assert fleet.rows()[1]["status"] == "not started"
 
 
@@ -332,8 +336,8 @@ def test_workers_out_of_rotation_go_first_and_are_added(tmp_path: Path, mocker: 
     double = Hosts({}, fake)
     fleet = run(tmp_path, mocker, fake, double)
     assert double.order == ["b", "c", "a"]
-    assert fleet.exit_code == 0 and fleet.gateway["a"]["taken_out"] and not fleet.gateway["b"]["taken_out"]
-    assert all(g["after"] == "ready" for g in fleet.gateway.values())
+    assert fleet.exit_code == 0 and fleet.gateway["a"].taken_out and not fleet.gateway["b"].taken_out
+    assert all(g.after == "ready" for g in fleet.gateway.values())
 
 
 def test_the_last_worker_is_refused_before_its_server_stops(tmp_path: Path, mocker: Any) -> None:
@@ -341,7 +345,7 @@ def test_the_last_worker_is_refused_before_its_server_stops(tmp_path: Path, mock
     fleet = run(tmp_path, mocker, fake, Hosts({}, fake), names=("a",))
     assert fleet.exit_code == 2 and fleet.stopped_at == "a"
     assert "last worker" in fleet.results["a"].message and "nothing was stopped" in fleet.results["a"].message
-    assert fleet.gateway["a"]["after"] == "ready" and not fleet.gateway["a"]["taken_out"]
+    assert fleet.gateway["a"].after == "ready" and not fleet.gateway["a"].taken_out
     assert not any(method == "DELETE" for method, _ in fake.calls)
 
 
@@ -378,8 +382,8 @@ def test_a_port_change_drains_the_running_url_and_registers_the_new_one_as_it_wa
     fleet = run(tmp_path, mocker, fake, Hosts({}, fake, port=30001), names=("a", "c"), port=30001)
     assert fleet.exit_code == 0, fleet.gateway
     a = fleet.gateway["a"]
-    assert a["removed_url"] == "http://10.0.0.1:30000" and a["worker_url"] == "http://10.0.0.1:30001"
-    assert a["after"] == "ready" and a["restored"] == OPERATOR
+    assert a.removed_url == "http://10.0.0.1:30000" and a.worker_url == "http://10.0.0.1:30001"
+    assert a.after == "ready" and a.restored == OPERATOR
     posted = {p["url"]: p for p in fake.posted}
     assert set(posted) == {"http://10.0.0.1:30001", "http://10.0.0.3:30001"}
     assert posted["http://10.0.0.1:30001"] == {**OPERATOR, "url": "http://10.0.0.1:30001"}
@@ -395,7 +399,7 @@ def test_the_drain_timeout_puts_the_worker_back_and_refuses_the_host(tmp_path: P
     assert "3 request(s) running after the drain timeout" in message and "put back in rotation" in message
     assert "nothing was stopped" in message
     a = fleet.gateway["a"]
-    assert a["taken_out"] and a["back"] and a["after"] == "ready" and a["problem"] is None
+    assert a.taken_out and a.back and a.after == "ready" and a.problem is None
     assert fake.posted == [{**OPERATOR, "url": "http://10.0.0.1:30000"}]
 
 
@@ -404,7 +408,7 @@ def test_the_drain_timeout_stops_anyway_when_told_to(tmp_path: Path, mocker: Any
     settings = DrainSettings(drain_timeout_s=0.0, on_drain_timeout="stop")
     fleet = run(tmp_path, mocker, fake, Hosts({}, fake), settings=settings, in_flight=3)
     assert fleet.exit_code == 0
-    assert all(g["in_flight_left"] == 3 and g["after"] == "ready" for g in fleet.gateway.values())
+    assert all(g.in_flight_left == 3 and g.after == "ready" for g in fleet.gateway.values())
 
 
 def test_hosts_without_a_gateway_are_restarted_plainly(tmp_path: Path, mocker: Any) -> None:
@@ -454,9 +458,9 @@ def test_a_rollback_behind_the_gateway_is_drained_and_put_back(tmp_path: Path, m
     assert prepared is not None and prepared.plan.rotations["a"].before.url == "http://10.0.0.1:30000"
     result, rotation = drained.rollback_drained("a", inv.hosts["a"], "sglang", None, ApplyOptions(), prepared,
                                                 report=lambda *a, **k: None)
-    assert result.exit_code == 0 and rotation["back"] and rotation["worker_url"] == "http://10.0.0.1:30002"
+    assert result.exit_code == 0 and rotation.back and rotation.worker_url == "http://10.0.0.1:30002"
     assert fake.posted == [{**OPERATOR, "url": "http://10.0.0.1:30002", "api_key": "worker-key"}]
-    assert rotation["worker_api_key"] and "worker-key" not in json.dumps(rotation)
+    assert rotation.worker_api_key and "worker-key" not in json.dumps(rotation.as_dict())
 
 
 def test_a_multinode_launch_behind_the_gateway_drains_rank_0(tmp_path: Path, mocker: Any) -> None:
@@ -490,7 +494,7 @@ def test_a_multinode_launch_behind_the_gateway_drains_rank_0(tmp_path: Path, moc
     assert plan.order == ("a", "b") and set(plan.rotations) == {"a"}  # rank 0 alone is a worker
     fleet = drained.run_drained_multinode(loaded, hosts, ApplyOptions(), front, plan)
     assert fleet.exit_code == 0 and set(fleet.gateway) == {"a"}
-    assert fleet.gateway["a"]["taken_out"] and fleet.gateway["a"]["after"] == "ready"
+    assert fleet.gateway["a"].taken_out and fleet.gateway["a"].after == "ready"
 
 
 def test_a_worker_draining_already_is_not_removed_twice(tmp_path: Path, mocker: Any) -> None:
@@ -502,4 +506,4 @@ def test_a_worker_draining_already_is_not_removed_twice(tmp_path: Path, mocker: 
     fleet = run(tmp_path, mocker, fake, Hosts({}, fake))
     assert fleet.exit_code == 0 and fleet.rows()[0]["host"] == "a"
     assert ("DELETE", "/workers/id-0") not in fake.calls
-    assert fleet.gateway["a"]["after"] == "ready" and fleet.gateway["a"]["restored"] == OPERATOR
+    assert fleet.gateway["a"].after == "ready" and fleet.gateway["a"].restored == OPERATOR

@@ -4,6 +4,7 @@ rollout over a group, or a rollout drained behind a gateway (`plan` shows what e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import TYPE_CHECKING
 
@@ -81,7 +82,7 @@ def _apply_one_host(args: argparse.Namespace, loaded: LoadedProfile, target: Hos
     result = apply_profile(loaded, target.name, entry, target, apply_options(args, dry_run),
                            progress, begun=begun.take(target.name))
     if dry_run:
-        result.exit_code = plan_exit(result)
+        result = dataclasses.replace(result, exit_code=plan_exit(result))
     args._port_in_use = any(d.rule == "SGD705" for d in result.diagnostics)
     plan = result.plan
     connection = connection_report(args, target.name, entry)
@@ -198,8 +199,7 @@ def run_behind_gateway(args: argparse.Namespace, loaded: LoadedProfile, targets:
         results = [apply_profile(node, h.name, h.entry, h.target, apply_options(args, True),
                                  progress.for_host(h.name))
                    for node, h in zip(each, hosts, strict=True)]
-        for result in results:
-            result.exit_code = plan_exit(result)
+        results = [dataclasses.replace(r, exit_code=plan_exit(r)) for r in results]
         emit(args.json,
              lambda: {"rollout": plan.as_dict(), "hosts": [r.as_dict() for r in results]},
              progress, lambda: report.drained_plan_text(plan, results))

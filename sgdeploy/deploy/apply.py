@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
@@ -131,7 +131,8 @@ def _apply(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     if isinstance(decided, ApplyResult):
         held = None if options.dry_run else session.lock_held(state_dir(decided.unit))
         if held is not None:  # another apply is mid-way: the state it leaves half-done refused this one
-            decided.message = f"another apply holds the lock on this unit: {held}; nothing was changed"
+            return replace(
+                decided, message=f"another apply holds the lock on this unit: {held}; nothing was changed")
         return decided
     plan, current_unit = decided
     if options.dry_run:

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from sgdeploy.deploy import multinode
@@ -47,6 +47,7 @@ from sgdeploy.deploy.gateway import (
     ABSENT,
     GatewayClient,
     GatewayError,
+    RotationResult,
     WorkerStatus,
     WorkerView,
     models_labels,
@@ -414,28 +415,6 @@ def parse_in_flight(body: bytes) -> int | None:
 
 # --------------------------------------------------------------------------- executing
 @dataclass
-class RotationResult:
-    """What happened to one host's worker at the gateway."""
-
-    gateway: str
-    worker_url: str  # where it is registered now (or was to be)
-    before: str
-    taken_out: bool = False
-    removed_url: str | None = None  # the URL taken out, when the server moved to another port (or is out)
-    drained_s: float | None = None
-    in_flight_left: int | None = None
-    back: bool = False
-    after: str | None = None
-    restored: dict[str, Any] | None = None  # the operator's registration sent again (never the key)
-    worker_api_key: bool = False  # the server's own API key went with the registration
-    problem: str | None = None
-    steps: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass
 class _Worker:
     """One host's worker during its turn: what the hooks learn and need."""
 
@@ -622,7 +601,7 @@ class DrainedRollout:
         worker = self.workers.get(host)
         return result.exit_code != Exit.READY or (worker is not None and worker.rotation.problem is not None)
 
-    def rotations_now(self) -> dict[str, dict[str, Any]]:
+    def rotations_now(self) -> dict[str, RotationResult]:
         """Each fronted host's rotation record, with the gateway's view of its worker now."""
         out = {}
         for host, worker in self.workers.items():
@@ -632,7 +611,7 @@ class DrainedRollout:
             except GatewayError as exc:
                 rotation.after = "unknown"
                 rotation.problem = rotation.problem or str(exc)
-            out[host] = rotation.as_dict()
+            out[host] = dataclasses.replace(rotation, steps=list(rotation.steps))  # a record of now
         return out
 
 
@@ -688,10 +667,10 @@ def run_drained_multinode(loaded: LoadedProfile, hosts: Sequence[FleetHost], opt
 
 
 class DrainedRollback(NamedTuple):
-    """A rollback behind a gateway: its result, and its worker's rotation record (`RotationResult`)."""
+    """A rollback behind a gateway: its result, and its worker's rotation record."""
 
     result: ApplyResult
-    rotation: dict[str, Any]
+    rotation: RotationResult
 
 
 def rollback_drained(name: str, entry: HostEntry, unit: str, to: str | None, options: ApplyOptions,

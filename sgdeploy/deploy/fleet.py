@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdeploy.deploy.apply import apply_profile
+from sgdeploy.deploy.gateway import RotationResult
 from sgdeploy.deploy.journal import Reporter
 from sgdeploy.deploy.transaction import ApplyOptions, ApplyResult, Exit
 from sgdeploy.profile.inventory import HostEntry
@@ -38,7 +39,7 @@ class FleetResult:
     hosts: list[str]
     results: dict[str, ApplyResult] = field(default_factory=dict)
     stopped_at: str | None = None
-    gateway: dict[str, dict[str, Any]] | None = None  # per host: its worker at the gateway (sgdeploy.deploy.drained)
+    gateway: dict[str, RotationResult] | None = None  # per host: its worker at the gateway (sgdeploy.deploy.drained)
 
     @property
     def exit_code(self) -> int:
@@ -74,7 +75,8 @@ class FleetResult:
             })
         if self.gateway is not None:
             for row in rows:
-                row["gateway"] = self.gateway.get(row["host"])
+                rotation = self.gateway.get(row["host"])
+                row["gateway"] = rotation.as_dict() if rotation is not None else None
         return rows
 
     def as_dict(self) -> dict[str, Any]:
@@ -82,7 +84,8 @@ class FleetResult:
             "exit_code": self.exit_code,
             "stopped_at": self.stopped_at,
             "hosts": self.rows(),
-            **({"gateway": self.gateway} if self.gateway is not None else {}),
+            **({"gateway": {host: r.as_dict() for host, r in self.gateway.items()}}
+               if self.gateway is not None else {}),
             "results": {name: result.as_dict() for name, result in self.results.items()},
         }
 

@@ -29,6 +29,7 @@ GatewayError
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import urllib.error
@@ -119,6 +120,30 @@ class WorkerStatus:
 
     def as_dict(self) -> dict[str, Any]:
         return {"gateway": self.gateway, **self.view.as_dict(), "problem": self.problem}
+
+
+@dataclass
+class RotationResult:
+    """What happened to one host's worker at the gateway: filled in by a drained rollout
+    (`sgdeploy.deploy.drained`) as it goes, then carried by `FleetResult.gateway` and
+    `DrainedRollback.rotation`; its JSON is `as_dict`."""
+
+    gateway: str
+    worker_url: str  # where it is registered now (or was to be)
+    before: str
+    taken_out: bool = False
+    removed_url: str | None = None  # the URL taken out, when the server moved to another port (or is out)
+    drained_s: float | None = None
+    in_flight_left: int | None = None
+    back: bool = False
+    after: str | None = None
+    restored: dict[str, Any] | None = None  # the operator's registration sent again (never the key)
+    worker_api_key: bool = False  # the server's own API key went with the registration
+    problem: str | None = None
+    steps: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 def same_url(a: str, b: str) -> bool:

@@ -131,10 +131,10 @@ def _confirmed(nodes: list[Node], fleet: FleetResult) -> FleetResult:
     first = fleet.results.get(nodes[0].host.name)
     if first is None or first.exit_code != Exit.NOTHING_HEALTHY:
         return fleet
-    checked = confirmed(nodes[0].session, first)
-    for result in fleet.results.values():
+    fleet.results[nodes[0].host.name] = checked = confirmed(nodes[0].session, first)
+    for name, result in list(fleet.results.items()):
         if result.exit_code == Exit.NOTHING_HEALTHY:
-            result.exit_code = checked.exit_code
+            fleet.results[name] = replace(result, exit_code=checked.exit_code)
     return fleet
 
 
@@ -308,28 +308,30 @@ def _deploy_all_nodes(nodes: list[Node], options: ApplyOptions, fleet: FleetResu
         for node, deployment in zip(nodes, deployments, strict=True):
             node.session.stop(deployment.unit)
         why = "--no-rollback was given" if not options.rollback else "a node has no previous deployment"
-        for outcome in fleet.results.values():
-            outcome.message += f"; {why}, so nothing healthy is running"
+        for name, outcome in list(fleet.results.items()):
+            fleet.results[name] = replace(outcome, message=f"{outcome.message}; {why}, so nothing healthy is running")
         return fleet
     unusable = _unrestorable(nodes)
     if unusable is not None:  # checked before any node starts its previous deployment again
         for node, deployment in zip(nodes, deployments, strict=True):
             node.session.stop(deployment.unit)
-        for outcome in fleet.results.values():
-            outcome.rollback = RollbackOutcome(None, False, unusable)
-            outcome.message += f"; the rollback was not started ({unusable}); every node is stopped"
+        for name, outcome in list(fleet.results.items()):
+            fleet.results[name] = replace(outcome, rollback=RollbackOutcome(None, False, unusable), message=(
+                f"{outcome.message}; the rollback was not started ({unusable}); every node is stopped"))
         return fleet
     restored = _start_all(nodes, [p for p in previous if p is not None], options, stop_first=True,
                           best_effort_idle=True)
     back = all(r.ready for r in restored)
-    for node, outcome, again in zip(nodes, fleet.results.values(), restored, strict=True):
-        outcome.rollback = RollbackOutcome(node.previous.rollback_of if node.previous else None, again.ready,
-                                           again.reason)
+    for node, (name, outcome), again in zip(nodes, list(fleet.results.items()), restored, strict=True):
+        rollback = RollbackOutcome(node.previous.rollback_of if node.previous else None, again.ready,
+                                   again.reason)
         if back:
-            outcome.exit_code, outcome.status = Exit.ROLLED_BACK, "rolled_back"
-            outcome.message += "; every node was rolled back to its previous deployment"
+            fleet.results[name] = replace(
+                outcome, rollback=rollback, exit_code=Exit.ROLLED_BACK, status="rolled_back",
+                message=f"{outcome.message}; every node was rolled back to its previous deployment")
         else:
-            outcome.message += f"; the rollback failed too: {again.reason or 'another node failed'}"
+            fleet.results[name] = replace(outcome, rollback=rollback, message=(
+                f"{outcome.message}; the rollback failed too: {again.reason or 'another node failed'}"))
     return fleet
 
 

@@ -8,6 +8,7 @@ is not usable on the host (`unrestorable`, asked before anything stops).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from sgdeploy.deploy.journal import Reporter, StartupResult
@@ -74,32 +75,33 @@ def restore(transaction: Transaction, failed: ApplyResult, deployment: Deploymen
             session.stop(deployment.unit)
         why = ("--no-rollback was given" if not transaction.options.rollback
                else "there is no previous deployment to restore")
-        failed.message += f"; {why}, so nothing healthy is running"
-        failed.stats = session.remote.stats.as_dict()
-        return failed
+        return dataclasses.replace(failed, message=f"{failed.message}; {why}, so nothing healthy is running",
+                                   stats=session.remote.stats.as_dict())
     session.report("step", step="rollback", to=previous.rollback_of)
     unusable = unrestorable(session, previous, host)
     if unusable is not None:
         session.stop(deployment.unit)  # stopped, not left restarting into the same failure
-        failed.rollback = RollbackOutcome(previous.rollback_of, False, unusable, startup_s=0.0)
-        failed.message += f"; the rollback to {previous.rollback_of} was not started: {unusable}; the unit is stopped"
-        failed.stats = session.remote.stats.as_dict()
-        return failed
+        return dataclasses.replace(
+            failed, rollback=RollbackOutcome(previous.rollback_of, False, unusable, startup_s=0.0),
+            message=f"{failed.message}; the rollback to {previous.rollback_of} was not started: {unusable}; "
+            "the unit is stopped", stats=session.remote.stats.as_dict())
     restored = transaction.start(previous, stop_first=True, best_effort_idle=True)
     transaction.record(previous, restored, "ready" if restored.ready else "failed")
-    failed.rollback = RollbackOutcome(previous.rollback_of, restored.ready, restored.reason, previous.id,
-                                      round(restored.seconds, 2))
-    failed.stats = session.remote.stats.as_dict()
+    failed = dataclasses.replace(
+        failed, rollback=RollbackOutcome(previous.rollback_of, restored.ready, restored.reason, previous.id,
+                                         round(restored.seconds, 2)),
+        stats=session.remote.stats.as_dict())
     if restored.ready:
-        failed.exit_code, failed.status = Exit.ROLLED_BACK, "rolled_back"
-        failed.message += f"; rolled back to {previous.rollback_of} (now {previous.id}), which is ready"
-    elif restored.failure_kind == "gpus_busy":
-        failed.message += (f"; the rollback to {previous.rollback_of} was not started: {restored.reason}; "
-                           "run `sgdeploy rollback` once they are free")
-    else:
-        session.stop(previous.unit)  # stopped, not left restarting into the same failure
-        failed.message += f"; the rollback to {previous.rollback_of} failed too: {restored.reason}; the unit is stopped"
-    return failed
+        return dataclasses.replace(
+            failed, exit_code=Exit.ROLLED_BACK, status="rolled_back",
+            message=f"{failed.message}; rolled back to {previous.rollback_of} (now {previous.id}), which is ready")
+    if restored.failure_kind == "gpus_busy":
+        return dataclasses.replace(
+            failed, message=f"{failed.message}; the rollback to {previous.rollback_of} was not started: "
+            f"{restored.reason}; run `sgdeploy rollback` once they are free")
+    session.stop(previous.unit)  # stopped, not left restarting into the same failure
+    return dataclasses.replace(failed, message=f"{failed.message}; the rollback to {previous.rollback_of} failed "
+                               f"too: {restored.reason}; the unit is stopped")
 
 
 def rollback_unit(

@@ -103,8 +103,11 @@ class RollbackOutcome:
                 "reason": self.reason, "startup_s": self.startup_s}
 
 
-@dataclass
+@dataclass(frozen=True)
 class ApplyResult:
+    """What an apply or rollback of one host ended in; a later stage that changes it (the
+    rollback, the check again before reporting, `plan`'s exit code) returns a new one."""
+
     exit_code: int
     status: str
     host: str
@@ -367,12 +370,11 @@ def confirmed(session: HostSession, result: ApplyResult) -> ApplyResult:
     try:
         healthy = healthy_now(session, result.unit)
     except RemoteError as exc:
-        result.message += f" (the host could not be checked again: {exc})"
+        return dataclasses.replace(result, message=f"{result.message} (the host could not be checked again: {exc})")
+    if healthy is None:
         return result
-    if healthy is not None:
-        result.exit_code = Exit.ROLLED_BACK
-        result.message += f"; checked again before reporting: {healthy}, so a healthy server does run"
-    return result
+    return dataclasses.replace(result, exit_code=Exit.ROLLED_BACK, message=f"{result.message}; checked again "
+                               f"before reporting: {healthy}, so a healthy server does run")
 
 
 def connection_lost(name: str, entry: HostEntry, unit: str, what: str, exc: ConnectionLost,
@@ -386,6 +388,6 @@ def connection_lost(name: str, entry: HostEntry, unit: str, what: str, exc: Conn
         with RemoteHost(name, entry, connect_timeout=5.0).connect() as again:
             return confirmed(HostSession(again), result)
     except RemoteError as error:
-        result.message += f" (the host could not be reached again to check what runs: {error})"
-        return result
+        return dataclasses.replace(
+            result, message=f"{result.message} (the host could not be reached again to check what runs: {error})")
 

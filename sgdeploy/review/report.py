@@ -17,6 +17,7 @@ from sgdeploy.sglang.secrets import redact, redact_data
 if TYPE_CHECKING:  # for the annotations only: validate's output path loads none of these
     from sgdeploy.deploy.drained import RolloutPlan
     from sgdeploy.deploy.fleet import FleetResult
+    from sgdeploy.deploy.gateway import RotationResult
     from sgdeploy.deploy.operate import History, Status
     from sgdeploy.deploy.plan import Plan, Step
     from sgdeploy.deploy.transaction import ApplyResult
@@ -278,22 +279,22 @@ def rollout_text(fleet: FleetResult) -> str:
     return redact("\n".join(lines) + "\n")
 
 
-def rotation_lines(gateway: dict[str, dict[str, Any]]) -> list[str]:
+def rotation_lines(gateway: dict[str, RotationResult]) -> list[str]:
     """Each host's worker at its gateway after a rollout: in rotation or not, and why."""
     lines = ["workers at the gateway now:"]
     for host, r in gateway.items():
-        state = r["after"] or r["before"]
+        state = r.after or r.before
         where = "in rotation" if state == "ready" else f"NOT in rotation ({state})"
-        drained = f", drained in {r['drained_s']:.1f} s" if r.get("drained_s") is not None else ""
-        moved = f" (moved from {r['removed_url']})" if r.get("removed_url") and state == "ready" else ""
-        lines.append(f"  {host}: {r['worker_url']} at '{r['gateway']}': {where}{drained}{moved}")
-        if r.get("restored"):
-            kept = ", ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in r["restored"].items())
-            lines.append(f"    registered again with {kept}" + (" and its server's API key" if r.get(
-                "worker_api_key") else ""))
-        if r.get("problem"):
-            lines.append(f"    {r['problem']}; re-run apply to put it back (it converges)"
-                         if state != "ready" else f"    {r['problem']}")
+        drained = f", drained in {r.drained_s:.1f} s" if r.drained_s is not None else ""
+        moved = f" (moved from {r.removed_url})" if r.removed_url and state == "ready" else ""
+        lines.append(f"  {host}: {r.worker_url} at '{r.gateway}': {where}{drained}{moved}")
+        if r.restored:
+            kept = ", ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in r.restored.items())
+            lines.append(f"    registered again with {kept}"
+                         + (" and its server's API key" if r.worker_api_key else ""))
+        if r.problem:
+            lines.append(f"    {r.problem}; re-run apply to put it back (it converges)"
+                         if state != "ready" else f"    {r.problem}")
     return lines
 
 

@@ -71,10 +71,10 @@ def run(args: argparse.Namespace) -> int:
     # behind a gateway: drained before the stop, back in rotation once ready
     result, rotation = rollback_drained(target.name, target.entry, target.unit, args.to, options,
                                         gateway, progress)
-    emit(args.json, lambda: {**result.as_dict(), "gateway": rotation}, progress,
+    emit(args.json, lambda: {**result.as_dict(), "gateway": rotation.as_dict()}, progress,
          lambda: report.apply_text(result)
          + "\n".join(report.rotation_lines({target.name: rotation})) + "\n")
-    out_of_rotation = result.exit_code == Exit.READY and rotation["problem"]
+    out_of_rotation = result.exit_code == Exit.READY and rotation.problem
     return int(Exit.ROLLED_BACK) if out_of_rotation else int(result.exit_code)
 
 
