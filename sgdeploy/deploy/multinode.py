@@ -19,7 +19,7 @@ from typing import TypeVar
 from sgdeploy.deploy.apply import decide
 from sgdeploy.deploy.fleet import FleetHost, FleetResult
 from sgdeploy.deploy.journal import Reporter, StartupResult
-from sgdeploy.deploy.plan import Deployment, Plan, deployment_meta, new_deployment_id
+from sgdeploy.deploy.plan import DIST_INIT_PORT, Deployment, Plan, deployment_meta, new_deployment_id
 from sgdeploy.deploy.prestop import REFUSED_BEFORE_STOP, Handover, before_stop_gate, pre_stop, start_check
 from sgdeploy.deploy.records import running_port
 from sgdeploy.deploy.rollback import previous_deployment, unrestorable
@@ -37,8 +37,6 @@ from sgdeploy.deploy.transaction import (
 )
 from sgdeploy.host.remote import ConnectError, ConnectionLost, RemoteHost
 from sgdeploy.profile.model import LoadedProfile
-
-DIST_INIT_PORT = 50000  # torch.distributed rendezvous on rank 0 when the profile names none
 
 T = TypeVar("T")
 R = TypeVar("R")

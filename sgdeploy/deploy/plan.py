@@ -29,6 +29,7 @@ UNIT_DIR = "/etc/systemd/system"
 READY_ENDPOINT_SINCE = (0, 5, 20, 0)  # `/ready` exists from 0.5.20 (http_server.py); older: `/health`
 
 DEFAULT_PORT = 30000  # SGLang's own default --port
+DIST_INIT_PORT = 50000  # torch.distributed rendezvous on rank 0 of a multi-node launch when the profile names none
 
 
 class StepKind(enum.StrEnum):

@@ -1,7 +1,9 @@
-"""The inventory (`inventory.toml`): GPU hosts, their facts, and groups of them."""
+"""The inventory (`inventory.toml`): GPU hosts, their facts, groups of them, SGLang's gateways in
+front of them, and Kubernetes clusters (`[clusters.NAME]`) a profile is exported to."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -12,7 +14,7 @@ from sgdeploy.core.explain import problem, shaped, shown, toml_key
 from sgdeploy.core.tomlfile import TomlDocument, did_you_mean, read_toml
 from sgdeploy.host.sshconfig import OVERRIDE_FIELDS
 from sgdeploy.profile.inventory_file import placed
-from sgdeploy.profile.model import EnvName
+from sgdeploy.profile.model import AbsolutePath, EnvName
 from sgdeploy.sglang.gpus import compute_capability_for, gpu_model_for
 from sgdeploy.sglang.target import HostTarget
 
@@ -105,6 +107,110 @@ class GatewayEntry(BaseModel):
         return self
 
 
+# --------------------------------------------------------------------------- Kubernetes clusters
+DNS_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+DnsLabel = Annotated[str, shaped(
+    DNS_LABEL, "a Kubernetes name (lower-case letters, digits and '-', starting with a letter, at "
+    "most 63 characters)", "write it as kubectl shows it, e.g. default or llm-serving")]
+DnsSubdomain = Annotated[str, shaped(
+    r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", "a Kubernetes object name (lower-case letters, digits, "
+    "'-' and '.', at most 253 characters)", "write it as kubectl shows it, e.g. models")]
+LabelValue = Annotated[str, shaped(
+    r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", "a Kubernetes label value (letters, digits "
+    "and -_., at most 63 characters)", "write the value of the node label nvidia.com/gpu.product as "
+    "kubectl get nodes -L nvidia.com/gpu.product shows it, e.g. NVIDIA-H100-80GB-HBM3")]
+Image = Annotated[str, shaped(
+    r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$", "a container image reference "
+    "(registry/name:tag, no spaces, no credentials)",
+    "write it as docker pull takes it, e.g. lmsysorg/sglang:v0.5.11-cu129")]
+# An SGLang image's tag names its release: v0.5.11, v0.5.11-cu129, 0.5.4.post1-cu126.
+_IMAGE_RELEASE = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)(?:[-_+].*)?$")
+
+
+def image_sglang_version(image: str) -> str | None:
+    """The SGLang release an image's tag names (`lmsysorg/sglang:v0.5.11-cu129` -> 0.5.11), or None."""
+    name = image.split("@", 1)[0]
+    tail = name.rsplit("/", 1)[-1]
+    if ":" not in tail:
+        return None
+    match = _IMAGE_RELEASE.match(tail.rsplit(":", 1)[1])
+    return match.group(1) if match else None
+
+
+class ModelStorage(BaseModel):
+    """`[clusters.NAME.models]`: where the pods find the model's files, mounted at `mount_path`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pvc: DnsSubdomain | None = None  # a PersistentVolumeClaim of the namespace
+    host_path: AbsolutePath | None = None  # a folder on every GPU node
+    # where the pods see it; default: the folder of server.model_path (so the flag stays as written)
+    mount_path: AbsolutePath | None = None
+    read_only: bool = True
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelStorage:
+        if (self.pvc is None) == (self.host_path is None):
+            raise problem("give exactly one of pvc and host_path",
+                          "pvc = \"models\" (a PersistentVolumeClaim) or host_path = \"/data/models\" "
+                          "(a folder on every GPU node)")
+        return self
+
+
+class ClusterEntry(BaseModel):
+    """`[clusters.NAME]`: a Kubernetes cluster's GPU nodes, as `sgdeploy export` targets them.
+
+    Validation treats it like a host: `gpu`, `compute_capability`, `gpu_count` (per node) and
+    `gpu_memory_gib` are the facts the rules check, and the SGLang release is the image's (its tag,
+    or `sglang_version`). The rest says how the manifests run it (docs/kubernetes.md).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: Image = Field(max_length=512, examples=["lmsysorg/sglang:v0.5.11-cu129"])
+    sglang_version: str | None = None  # default: the image's tag
+    python: str = Field(default="python3", min_length=1, pattern=r"^[^\s]+$")  # the image's interpreter
+    gpu: str = Field(min_length=1)  # as nvidia-smi names it: "NVIDIA H100 80GB HBM3"
+    compute_capability: ComputeCapability | None = None
+    gpu_count: int = Field(ge=1, le=1024, strict=True)  # GPUs of one node
+    gpu_memory_gib: float | None = Field(default=None, gt=0, strict=True)
+    gpu_product: LabelValue | None = None  # node label nvidia.com/gpu.product; default: gpu, '-' for ' '
+    nodes: int | None = Field(default=None, ge=1, le=100000, strict=True)  # GPU nodes a launch may use
+    replicas: int = Field(default=1, ge=1, le=1000, strict=True)  # servers (or multi-node groups)
+    namespace: DnsLabel = "default"
+    shm_size_gib: int = Field(default=32, ge=1, le=4096, strict=True)  # /dev/shm of a pod
+    models: ModelStorage | None = None
+    gateway: str | None = None  # a [gateways.NAME] whose Deployment `export` writes too
+    gateway_image: Image | None = Field(default=None, max_length=512)  # an image with smg in it
+
+    @model_validator(mode="after")
+    def _release_known(self) -> ClusterEntry:
+        tagged = image_sglang_version(self.image)
+        if self.sglang_version is None and tagged is None:
+            raise problem(f"the image {self.image} names no SGLang release in its tag, and "
+                          "sglang_version is not set", "pin a release tag (lmsysorg/sglang:v0.5.11-cu129) "
+                          "or set sglang_version = \"0.5.11\": validation checks the launch against it")
+        if self.sglang_version is not None and tagged is not None and tagged != self.sglang_version:
+            raise problem(f"sglang_version = \"{self.sglang_version}\" but the image's tag names {tagged}",
+                          "drop sglang_version (the tag says it) or correct the image")
+        if self.gateway is not None and self.gateway_image is None:
+            raise problem(f"gateway = \"{self.gateway}\" without gateway_image",
+                          "set gateway_image to an image that runs SGLang's gateway (smg)")
+        return self
+
+    @property
+    def release(self) -> str:
+        """The SGLang release of the image: `sglang_version`, else the tag's."""
+        release = self.sglang_version or image_sglang_version(self.image)
+        assert release is not None  # _release_known
+        return release
+
+    @property
+    def product_label(self) -> str:
+        """The value of the node label `nvidia.com/gpu.product` (GPU feature discovery's)."""
+        return self.gpu_product or re.sub(r"[^-A-Za-z0-9_.]", "-", self.gpu.strip()).strip("-_.")[:63]
+
+
 class Inventory(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -112,6 +218,7 @@ class Inventory(BaseModel):
     hosts: dict[HostName, HostEntry] = Field(default_factory=dict)
     groups: dict[HostName, list[str]] = Field(default_factory=dict)
     gateways: dict[HostName, GatewayEntry] = Field(default_factory=dict)
+    clusters: dict[HostName, ClusterEntry] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -129,7 +236,9 @@ class Inventory(BaseModel):
 
     @model_validator(mode="after")
     def _facts_agree_with_the_gpu(self) -> Inventory:
-        errors = [error for name, entry in self.hosts.items() for error in _contradictions(name, entry)]
+        errors = [error for name, entry in self.hosts.items() for error in _contradictions(("hosts", name), entry)]
+        errors += [error for name, entry in self.clusters.items()
+                   for error in _contradictions(("clusters", name), entry)]
         if errors:
             raise ValidationError.from_exception_data("Inventory", errors)
         return self
@@ -142,6 +251,10 @@ class Inventory(BaseModel):
         errors += [_unknown_member(("groups", group, i), member, list(self.hosts))
                    for group, members in self.groups.items() for i, member in enumerate(members)
                    if member not in self.hosts]
+        errors += [_located(("clusters", name), name, f"cluster '{name}' has the same name as a "
+                            f"{'host' if name in self.hosts else 'group'}",
+                            "rename the cluster: deploy.host must say which it means")
+                   for name in self.clusters if name in self.hosts or name in self.groups]
         if errors:
             raise ValidationError.from_exception_data("Inventory", errors)
         return self
@@ -152,6 +265,10 @@ class Inventory(BaseModel):
                            f"[gateways] (known: {', '.join(self.gateways) or 'none'})",
                            f"add [gateways.{entry.gateway}] or name one of [gateways]")
                   for name, entry in self.hosts.items() if entry.gateway and entry.gateway not in self.gateways]
+        errors += [_located(("clusters", name, "gateway"), entry.gateway, f"no gateway '{entry.gateway}' in "
+                            f"[gateways] (known: {', '.join(self.gateways) or 'none'})",
+                            f"add [gateways.{entry.gateway}] or name one of [gateways]")
+                   for name, entry in self.clusters.items() if entry.gateway and entry.gateway not in self.gateways]
         claimed: dict[str, str] = {name: e.gateway for name, e in self.hosts.items() if e.gateway}
         for gateway, gw in self.gateways.items():
             for i, member in enumerate(gw.hosts):
@@ -199,7 +316,7 @@ Loc = tuple[str | int, ...]
 MEMORY_SLACK = 1.1
 
 
-def _contradictions(name: str, entry: HostEntry) -> list[InitErrorDetails]:
+def _contradictions(where: Loc, entry: HostEntry | ClusterEntry) -> list[InitErrorDetails]:
     """Facts the GPU model named in `gpu` rules out: another compute capability, more memory."""
     model = gpu_model_for(entry.gpu) if entry.gpu else None
     if model is None:
@@ -207,14 +324,14 @@ def _contradictions(name: str, entry: HostEntry) -> list[InitErrorDetails]:
     found = []
     capability = entry.compute_capability
     if capability is not None and capability != model.compute_capability:
-        found.append(_located(("hosts", name, "compute_capability"), capability,
+        found.append(_located((*where, "compute_capability"), capability,
                               f"{entry.gpu} is compute capability {model.compute_capability}, not {capability}",
                               f"write compute_capability = \"{model.compute_capability}\" or correct gpu "
                               "(nvidia-smi --query-gpu=name,compute_cap --format=csv)"))
     memory = entry.gpu_memory_gib
     if memory is not None and memory > max(model.memory_gib) * MEMORY_SLACK:
         sizes = " or ".join(f"{size} GiB" for size in model.memory_gib)
-        found.append(_located(("hosts", name, "gpu_memory_gib"), memory,
+        found.append(_located((*where, "gpu_memory_gib"), memory,
                               f"{entry.gpu} has {sizes} of memory, not {memory:g} GiB",
                               "write the memory of one GPU in GiB (nvidia-smi --query-gpu=memory.total "
                               "--format=csv, MiB / 1024) or correct gpu"))
@@ -259,6 +376,18 @@ def host_target(name: str, entry: HostEntry) -> HostTarget:
         gpu_memory_gib=entry.gpu_memory_gib,
         sglang_version=entry.sglang_version,
         address=entry.address,
+    )
+
+
+def cluster_target(name: str, entry: ClusterEntry) -> HostTarget:
+    """What validation knows of a cluster: one of its GPU nodes as a host, with the image's SGLang."""
+    return HostTarget(
+        name=name,
+        gpu=entry.gpu,
+        compute_capability=entry.compute_capability or compute_capability_for(entry.gpu),
+        gpu_count=entry.gpu_count,
+        gpu_memory_gib=entry.gpu_memory_gib,
+        sglang_version=entry.release,
     )
 
 

@@ -18,7 +18,8 @@ from sgdeploy.core.diagnostics import Diagnostic, Severity, finding_line
 from sgdeploy.core.explain import shown
 from sgdeploy.core.files import path_problem
 from sgdeploy.core.tomlfile import RULE_UNREADABLE, TomlDocument, did_you_mean
-from sgdeploy.profile.inventory import Inventory, host_target, load_inventory
+from sgdeploy.profile.cluster import cluster_findings, nnodes
+from sgdeploy.profile.inventory import Inventory, cluster_target, host_target, load_inventory
 from sgdeploy.profile.model import LoadedProfile, load_profile
 from sgdeploy.sglang.catalog import Catalog, UnknownVersionError, load_catalog, nearest_version, newest_version
 from sgdeploy.sglang.flags import valid_server_values
@@ -114,12 +115,14 @@ class TargetVerdict:
 
 
 def validate_loaded(
-    loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None
+    loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None,
+    cluster: str | None = None,
 ) -> ValidationResult:
-    """Validate a profile already read, against every host of its target. `model_config` (a model
-    folder or config.json, e.g. from --model-config) wins over the profile's deploy.model_config."""
-    result = ValidationResult(path=loaded.path, host=loaded.model.deploy.host if loaded.model else None)
-    found, verdicts = verdicts_by_target(loaded, inventory, sglang, model_config)
+    """Validate a profile already read, against every host of its target (or, with `cluster`, the
+    inventory's `[clusters.NAME]` instead). `model_config` (a model folder or config.json, e.g.
+    from --model-config) wins over the profile's deploy.model_config."""
+    result = ValidationResult(path=loaded.path, host=cluster or (loaded.model.deploy.host if loaded.model else None))
+    found, verdicts = verdicts_by_target(loaded, inventory, sglang, model_config, cluster)
     result.diagnostics.extend(found)
     result.diagnostics.extend(_across_group(verdicts) if len(verdicts) > 1 else
                               [d for v in verdicts for d in v.diagnostics])
@@ -165,21 +168,30 @@ def _hint_for_every_member(hint: str, verdicts: list[TargetVerdict], catalogs: d
 
 
 def verdicts_by_target(
-    loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None
+    loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None,
+    cluster: str | None = None,
 ) -> tuple[list[Diagnostic], list[TargetVerdict]]:
-    """The profile's own findings (shape, target), then one verdict per host of its target."""
+    """The profile's own findings (shape, target), then one verdict per host of its target. A
+    cluster (`cluster`, or deploy.host naming one) is one target: a GPU node of it, with the
+    image's SGLang, over which a launch of `nnodes` spans that many nodes."""
     if loaded.model is None:
         return list(loaded.diagnostics), []
-    targets, found = _targets(loaded, inventory)
+    targets, found = _targets(loaded, inventory, cluster)
     config, about_config = profile_model_config(loaded, model_config)
     found.extend(about_config)
+    clusters = inventory.inventory.clusters if inventory.inventory is not None else {}
     verdicts = []
     for target in targets:
-        version, about_version = _version_for(loaded, target, sglang, inventory)
-        about_version += _missing_facts(loaded, target)
-        launch = [] if version is None else check_launch(
-            loaded, target, version, node_count=len(targets) if inventory.inventory is not None else None,
-            model_config=config)
+        on_cluster = target is not None and target.name in clusters
+        version, about_version = _version_for(loaded, target, sglang, inventory, on_cluster)
+        about_version += _missing_facts(loaded, target, on_cluster)
+        # a cluster's launch group has exactly nnodes pods, each told its rank and rank 0's address
+        spans = nnodes(loaded) if on_cluster else len(targets) if inventory.inventory is not None else None
+        launch = [] if version is None else check_launch(loaded, target, version, node_count=spans,
+                                                         model_config=config)
+        if on_cluster:
+            assert target is not None
+            launch += cluster_findings(loaded, target.name, clusters[target.name])
         runs = target.sglang_version if target else None
         launch = checked_against(launch, sglang or runs, version)
         if target and sglang and runs and version and runs != version:  # an upgrade check, not what it runs
@@ -253,6 +265,9 @@ def select_hosts(target: str, inventory: InventoryContext, wanted: Sequence[str]
     model = inventory.inventory
     if model is None:
         raise LookupError(inventory.unusable() or f"no usable inventory at {inventory.path}")
+    if target in model.clusters:
+        raise LookupError(f"deploy.host '{target}' is a Kubernetes cluster of {inventory.path}: sgdeploy reaches "
+                          "no host there; `sgdeploy export PROFILE` writes its manifests for kubectl apply")
     members = model.resolve(target) or []
     for name in wanted:
         if name not in model.hosts:
@@ -273,10 +288,11 @@ def select_host(target: str, inventory: InventoryContext, wanted: str | None) ->
     return hosts[0]
 
 
-def _targets(loaded: LoadedProfile, inventory: InventoryContext) -> tuple[list[HostTarget | None], list[Diagnostic]]:
+def _targets(loaded: LoadedProfile, inventory: InventoryContext, cluster: str | None = None
+             ) -> tuple[list[HostTarget | None], list[Diagnostic]]:
     profile = loaded.model
     assert profile is not None
-    host_name = profile.deploy.host
+    host_name = cluster or profile.deploy.host
     if inventory.document is None:
         note = loaded.diagnostic("SGD034", f"{inventory.unusable()}: host facts (GPUs, SGLang "
                                  "version) were not checked", dotted="deploy.host",
@@ -285,13 +301,17 @@ def _targets(loaded: LoadedProfile, inventory: InventoryContext) -> tuple[list[H
     model = inventory.inventory
     if model is None:
         return [], _invalid_inventory(loaded, inventory)
-    names = model.resolve(host_name)
+    if host_name in model.clusters:
+        return [cluster_target(host_name, model.clusters[host_name])], []
+    names = None if cluster else model.resolve(host_name)
     if names is None:
-        suggestion = did_you_mean(host_name, [*model.hosts, *model.groups])
+        what = "cluster" if cluster else "host, group or cluster"
+        suggestion = did_you_mean(host_name, [*model.clusters] if cluster else [*model.hosts, *model.groups, *model.clusters])
         return [], [loaded.diagnostic(
-            "SGD030", f"deploy.host '{host_name}' is no host or group of {inventory.path}"
+            "SGD030", f"{'--cluster' if cluster else 'deploy.host'} '{host_name}' is no {what} of {inventory.path}"
             + (f"; did you mean '{suggestion}'?" if suggestion else ""),
-            dotted="deploy.host", hint=f"add [hosts.{host_name}] to the inventory or fix the name")]
+            dotted="deploy.host", hint=f"add [{'clusters' if cluster else 'hosts'}.{host_name}] to the inventory "
+            "or fix the name")]
     return [host_target(n, model.hosts[n]) for n in names], []
 
 
@@ -316,7 +336,7 @@ def _invalid_inventory(loaded: LoadedProfile, inventory: InventoryContext) -> li
 
 def _version_for(
     loaded: LoadedProfile, target: HostTarget | None, override: str | None,
-    inventory: InventoryContext,
+    inventory: InventoryContext, on_cluster: bool = False,
 ) -> tuple[str | None, list[Diagnostic]]:
     wanted = override or (target.sglang_version if target else None)
     if wanted is None:
@@ -331,17 +351,17 @@ def _version_for(
     except UnknownVersionError as exc:
         return _nearest_older(loaded, wanted, exc)
     except ValueError:
-        return None, [_not_a_version(loaded, target if not override else None, wanted, inventory)]
+        return None, [_not_a_version(loaded, target if not override else None, wanted, inventory, on_cluster)]
 
 
 def _not_a_version(loaded: LoadedProfile, target: HostTarget | None, wanted: str,
-                   inventory: InventoryContext) -> Diagnostic:
+                   inventory: InventoryContext, on_cluster: bool = False) -> Diagnostic:
     """A release that is no release number: at the inventory's line when the inventory says it."""
     what = f"{shown(wanted)} is not an SGLang version (a release number such as 0.5.11 is)"
     if target is None or inventory.document is None:
         return loaded.diagnostic("SGD032", f"--sglang {what}", dotted="deploy.host",
                                  hint="pass --sglang with a release number, e.g. --sglang 0.5.11")
-    dotted = f"hosts.{target.name}.sglang_version"
+    dotted = f"{'clusters' if on_cluster else 'hosts'}.{target.name}.sglang_version"
     return inventory.document.diagnostic(
         "SGD032", f"{dotted} = {what}", dotted=dotted,
         hint="write the release installed on the host, e.g. \"0.5.11\" (there: python3 -c "
@@ -351,7 +371,7 @@ def _not_a_version(loaded: LoadedProfile, target: HostTarget | None, wanted: str
 UNKNOWN_FLAG = "SGD010"  # sglang/rules/flags.py
 
 
-def _missing_facts(loaded: LoadedProfile, target: HostTarget | None) -> list[Diagnostic]:
+def _missing_facts(loaded: LoadedProfile, target: HostTarget | None, on_cluster: bool = False) -> list[Diagnostic]:
     """SGD036: the inventory facts a host lacks, and the checks that therefore did not run."""
     if target is None:
         return []  # no inventory at all: SGD034 says so
@@ -366,9 +386,10 @@ def _missing_facts(loaded: LoadedProfile, target: HostTarget | None) -> list[Dia
     if not lacking:
         return []
     return [loaded.diagnostic(
-        "SGD036", f"host {target.name} has no {', no '.join(lacking)} in the inventory: not checked: "
+        "SGD036", f"{'cluster' if on_cluster else 'host'} {target.name} has no {', no '.join(lacking)} in the inventory: not checked: "
         f"{'; '.join(skipped)}", dotted="deploy.host", severity=Severity.INFO,
-        hint=f"add them to [hosts.{target.name}] (`sgdeploy plan` shows what the host reports)")]
+        hint=f"add them to [clusters.{target.name}] (nvidia-smi on one of its GPU nodes says them)" if on_cluster
+        else f"add them to [hosts.{target.name}] (`sgdeploy plan` shows what the host reports)")]
 
 
 def _nearest_older(loaded: LoadedProfile, wanted: str, missing: UnknownVersionError
