@@ -16,6 +16,7 @@ from sgdeploy.cli.commands import (
     apply,
     completion,
     diff,
+    export,
     history,
     import_,
     init,
@@ -47,7 +48,7 @@ class Command(Protocol):
 
 
 # In the order `sgdeploy --help` lists them.
-COMMANDS: tuple[Command, ...] = (init, validate, diff, render, plan, apply, rollback, history,
+COMMANDS: tuple[Command, ...] = (init, validate, diff, render, export, plan, apply, rollback, history,
                                  status, probe, logcheck, import_, schema, completion)
 
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sgdeploy.deploy.plan import DEFAULT_PORT, READY_ENDPOINT_SINCE
+from sgdeploy.deploy.plan import DEFAULT_PORT, health_path
 from sgdeploy.deploy.render import render_unit
 from sgdeploy.host.facts import (
     LAST_GOOD_NAME,
@@ -46,7 +46,6 @@ from sgdeploy.host.facts import (
 from sgdeploy.host.remote import CommandTimeout, ConnectError, RemoteError, RemoteHost
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
 from sgdeploy.sglang.secrets import redact_document
-from sgdeploy.sglang.versions import parse_version
 
 if TYPE_CHECKING:
     from sgdeploy.deploy.gateway import WorkerStatus
@@ -354,18 +353,6 @@ class Drift:
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "message": self.message, "diff": self.diff}
-
-
-def health_path(sglang_version: str | None) -> str:
-    """`/ready` from SGLang 0.5.23 on, `/health` before (and when the version is unknown)."""
-    try:
-        return (
-            "/ready"
-            if sglang_version and parse_version(sglang_version) >= READY_ENDPOINT_SINCE
-            else "/health"
-        )
-    except ValueError:
-        return "/health"
 
 
 # ExecMainCode: how the main process ended (the CLD_* codes of waitid(2))

@@ -111,6 +111,19 @@ class Deployment:
         return "/ready" if parse_version(self.sglang_version) >= READY_ENDPOINT_SINCE else "/health"
 
 
+def health_path(sglang_version: str | None) -> str:
+    """The endpoint that says a server is ready: `/ready` from SGLang 0.5.20 on (READY_ENDPOINT_SINCE),
+    `/health` before (and when the version is unknown)."""
+    try:
+        return (
+            "/ready"
+            if sglang_version and parse_version(sglang_version) >= READY_ENDPOINT_SINCE
+            else "/health"
+        )
+    except ValueError:
+        return "/health"
+
+
 def server_port(server: dict[str, Any]) -> int:
     """The port a `[server]` table has SGLang listen on."""
     port = server.get("port", DEFAULT_PORT)

@@ -95,7 +95,8 @@ def cluster_findings(loaded: LoadedProfile, name: str, cluster: ClusterEntry) ->
     found.extend(_files_not_in_pod(loaded, name, mount))
     host = server.get("host", SGLANG_DEFAULT_HOST)
     if isinstance(host, str) and host in LOOPBACK:
-        said = f"server.host = \"{host}\"" if "host" in server else f"server.host is not set (SGLang's default is {host})"
+        said = (f"server.host = \"{host}\"" if "host" in server
+                else f"server.host is not set (SGLang's default is {host})")
         found.append(loaded.diagnostic(
             RULE_LOOPBACK, f"{said}: in a pod the server would listen on the pod's loopback, which neither "
             "the kubelet's probes nor the Service reach", dotted="server.host" if "host" in server else "server",

@@ -306,7 +306,8 @@ def _targets(loaded: LoadedProfile, inventory: InventoryContext, cluster: str | 
     names = None if cluster else model.resolve(host_name)
     if names is None:
         what = "cluster" if cluster else "host, group or cluster"
-        suggestion = did_you_mean(host_name, [*model.clusters] if cluster else [*model.hosts, *model.groups, *model.clusters])
+        known = [*model.clusters] if cluster else [*model.hosts, *model.groups, *model.clusters]
+        suggestion = did_you_mean(host_name, known)
         return [], [loaded.diagnostic(
             "SGD030", f"{'--cluster' if cluster else 'deploy.host'} '{host_name}' is no {what} of {inventory.path}"
             + (f"; did you mean '{suggestion}'?" if suggestion else ""),
@@ -386,7 +387,8 @@ def _missing_facts(loaded: LoadedProfile, target: HostTarget | None, on_cluster:
     if not lacking:
         return []
     return [loaded.diagnostic(
-        "SGD036", f"{'cluster' if on_cluster else 'host'} {target.name} has no {', no '.join(lacking)} in the inventory: not checked: "
+        "SGD036", f"{'cluster' if on_cluster else 'host'} {target.name} has no {', no '.join(lacking)} in the "
+        "inventory: not checked: "
         f"{'; '.join(skipped)}", dotted="deploy.host", severity=Severity.INFO,
         hint=f"add them to [clusters.{target.name}] (nvidia-smi on one of its GPU nodes says them)" if on_cluster
         else f"add them to [hosts.{target.name}] (`sgdeploy plan` shows what the host reports)")]
