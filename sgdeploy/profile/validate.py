@@ -94,15 +94,17 @@ class InventoryContext:
 
 
 def validate_paths(
-    paths: Sequence[str], inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None
+    paths: Sequence[str], inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None,
+    cluster: str | None = None,
 ) -> list[ValidationResult]:
-    return [validate_file(path, inventory, sglang, model_config) for path in paths]
+    return [validate_file(path, inventory, sglang, model_config, cluster) for path in paths]
 
 
 def validate_file(
-    path: str, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None
+    path: str, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None,
+    cluster: str | None = None,
 ) -> ValidationResult:
-    return validate_loaded(load_profile(path), inventory, sglang, model_config)
+    return validate_loaded(load_profile(path), inventory, sglang, model_config, cluster)
 
 
 @dataclass(frozen=True)

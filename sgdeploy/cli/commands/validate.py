@@ -6,6 +6,7 @@ import argparse
 import glob
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sgdeploy.cli.arguments import (
     INVENTORY_HELP,
@@ -15,6 +16,9 @@ from sgdeploy.cli.arguments import (
     check_sglang_version,
 )
 from sgdeploy.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, out, require_file
+
+if TYPE_CHECKING:
+    from sgdeploy.profile.validate import InventoryContext
 
 
 def register(sub: Subparsers) -> None:
@@ -34,6 +38,9 @@ def register(sub: Subparsers) -> None:
                          "(json), or GitHub Actions workflow commands (github); default text")
     validate.add_argument("--sglang", metavar="VERSION",
                           help="validate against this SGLang version")
+    validate.add_argument("--cluster", metavar="NAME",
+                          help="validate against this Kubernetes cluster of the inventory ([clusters.NAME]: "
+                          "its GPUs and its image's SGLang) instead of deploy.host, as export does")
     validate.add_argument("--model-config", metavar="DIR",
                           help="the model's folder (or config.json) for the checks that read it; "
                           "wins over deploy.model_config")
@@ -63,8 +70,10 @@ def run(args: argparse.Namespace) -> int:
         check_sglang_version(args.sglang)
     if args.model_config and not Path(args.model_config).exists():
         raise UsageError(f"no such model config: {args.model_config}")
-    results = validate_paths(paths, InventoryContext.load(inv_path), args.sglang,
-                             args.model_config)
+    inventory = InventoryContext.load(inv_path)
+    if args.cluster:
+        _check_cluster(args.cluster, inventory)
+    results = validate_paths(paths, inventory, args.sglang, args.model_config, args.cluster)
     formatter = {"text": report.validation_text, "json": report.validation_json,
                  "github": report.validation_github}[args.format]
     out(formatter(results))
@@ -73,6 +82,22 @@ def run(args: argparse.Namespace) -> int:
     if args.strict and any(r.strict_failures for r in results):
         return EXIT_FAILED
     return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
+def _check_cluster(name: str, inventory: InventoryContext) -> None:
+    """`--cluster NAME` names a cluster of a usable inventory, else UsageError."""
+    # imported when the option is given: the suggestion is the inventory's own
+    from sgdeploy.core.tomlfile import did_you_mean
+
+    model = inventory.inventory
+    if model is None:
+        if inventory.document is None:
+            raise UsageError(f"--cluster {name}: {inventory.unusable()}")
+        return  # an invalid inventory: each profile's findings say where
+    if name not in model.clusters:
+        near = did_you_mean(name, list(model.clusters))
+        raise UsageError(f"--cluster {name} is no cluster of {inventory.path}" + (
+            f"; did you mean '{near}'?" if near else f" (clusters: {', '.join(model.clusters) or 'none'})"))
 
 
 def _profiles(args: argparse.Namespace, inventory: Path) -> list[str]:
