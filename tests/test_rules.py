@@ -34,7 +34,7 @@ DOCS = ROOT / "docs" / "rules.md"
 
 RULE_ID = re.compile(r"^SGD\d{3}$")
 INFO_RULES = {"SGD031", "SGD034", "SGD036", "SGD708"}  # structural notes, not problems
-WARNING_RULES = {"SGD005", "SGD707", "SGD032", "SGD712"}  # a BOM read without it; facts the host disputes
+WARNING_RULES = {"SGD005", "SGD707", "SGD032", "SGD712", "SGD804"}  # a BOM read without it; facts the host disputes
 
 FAILING = sorted(p for p in RULES_DIR.glob("SGD*.toml") if not p.name.endswith(".ok.toml"))
 FIXED = sorted(RULES_DIR.glob("SGD*.ok.toml"))
@@ -157,8 +157,9 @@ def test_rule_profile_says_what_it_demonstrates(path: Path) -> None:
 
 def test_every_rule_has_a_failing_profile() -> None:
     covered = {rule_id_of(p) for p in FAILING}
-    # Host preflight rules need a live host: tests/test_apply_hosts.py covers them.
-    assert sorted(set(rule_ids()) - covered - set(HOST_RULES)) == []
+    # Host preflight rules need a live host: tests/test_apply_hosts.py covers them. A secret in a
+    # manifest is refused by export itself, after SGD021: tests/test_kubernetes.py covers it.
+    assert sorted(set(rule_ids()) - covered - set(HOST_RULES) - {"SGD801"}) == []
 
 
 # --------------------------------------------------------------------------- the registry

@@ -23,7 +23,6 @@ RULE_TOO_SMALL = "SGD802"
 RULE_MODEL_STORAGE = "SGD803"
 RULE_FILE_NOT_IN_POD = "SGD804"
 RULE_LOOPBACK = "SGD805"
-CLUSTER_RULES = (RULE_SECRET, RULE_TOO_SMALL, RULE_MODEL_STORAGE, RULE_FILE_NOT_IN_POD, RULE_LOOPBACK)
 
 # Where SGLang's image keeps the Hugging Face cache (it runs as root): a hub id's files go there.
 HF_CACHE = "/root/.cache/huggingface"

@@ -36,9 +36,9 @@ from sgdeploy.sglang.rules import (  # noqa: F401  (importing registers the rule
     weight_cache,
 )
 from sgdeploy.sglang.rules.parallelism import gpus_per_node
-from sgdeploy.sglang.rules.registry import HOST_RULES, RULES, STRUCTURAL_RULES
+from sgdeploy.sglang.rules.registry import CLUSTER_RULES, HOST_RULES, RULES, STRUCTURAL_RULES
 
-__all__ = ["HOST_RULES", "RULES", "STRUCTURAL_RULES", "gpus_per_node", "rule_ids"]
+__all__ = ["CLUSTER_RULES", "HOST_RULES", "RULES", "STRUCTURAL_RULES", "gpus_per_node", "rule_ids"]
 
 
 def rule_ids() -> list[str]:

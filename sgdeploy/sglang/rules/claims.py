@@ -93,6 +93,7 @@ def _range(since: str | None, until: str | None) -> VersionRange:
 _FORMAT = Own("the profile's and inventory's own format: the file never reaches SGLang")
 _HOST = Own("a preflight check of the live host, before anything changes")
 _UNIT = Own("what a systemd unit and a root-only secrets file can carry")
+_POD = Own("what a Kubernetes pod of `sgdeploy export` has and can carry (docs/kubernetes.md)")
 _FLASHINFER_RUNNERS = dict((names, versions) for versions, names in FLASHINFER_A2A_RUNNERS)
 
 CLAIMS: dict[str, tuple[Claim, ...]] = {
@@ -414,4 +415,6 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
     "SGD712": (_HOST,),
     "SGD713": (_HOST,),
     "SGD715": (_HOST,),
+    # ------------------------------------------------------------------ a Kubernetes cluster
+    **{rule_id: (_POD,) for rule_id in ("SGD801", "SGD802", "SGD803", "SGD804", "SGD805")},
 }

@@ -7,7 +7,7 @@ warning is what SGLang will silently change or ignore.
 Ranges of ids: SGD00x files and profile shape (sgdeploy.core.tomlfile), SGD01x flags against the
 catalog, SGD02x values and secrets, SGD03x inventory, SGD1xx parallelism, SGD2xx speculative
 decoding, SGD3xx encoder disaggregation, SGD4xx GPU generation, SGD5xx memory, scheduling and
-serving, SGD6xx CUDA graphs, SGD7xx the live host.
+serving, SGD6xx CUDA graphs, SGD7xx the live host, SGD8xx a Kubernetes cluster (`sgdeploy export`).
 """
 
 from __future__ import annotations
@@ -60,5 +60,17 @@ STRUCTURAL_RULES = {
                "the host or not readable by the unit's user."),
     "SGD715": ("service-user-missing", "The unit's user (deploy.user, or 'sglang' for a strict unit) does not "
                "exist on the host."),
+    # What a pod of a Kubernetes cluster changes (sgdeploy.profile.cluster, sgdeploy.deploy.kubernetes):
+    # checked by validate against a cluster target and by export before it writes anything.
+    "SGD801": ("secret-in-manifest", "A manifest would carry a secret's value: refused, whatever validation said."),
+    "SGD802": ("cluster-too-small", "The cluster has fewer GPU nodes than a launch group (nnodes), or than all "
+               "its replicas need."),
+    "SGD803": ("model-path-outside-storage", "server.model_path is a folder the pod does not mount from the "
+               "cluster's model storage."),
+    "SGD804": ("file-not-in-pod", "A file the launch opens at start is outside the pod's model storage: only the "
+               "image can have it."),
+    "SGD805": ("server-on-loopback", "The server would listen on the pod's loopback, out of reach of the "
+               "kubelet's probes and the Service."),
 }
 HOST_RULES = tuple(rule_id for rule_id in STRUCTURAL_RULES if rule_id.startswith("SGD7"))
+CLUSTER_RULES = tuple(rule_id for rule_id in STRUCTURAL_RULES if rule_id.startswith("SGD8"))
