@@ -16,6 +16,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -212,6 +213,28 @@ def test_the_leader_worker_set_passes_lws_own_crd(capsys: pytest.CaptureFixture[
     lws = exported(MULTINODE, [], capsys)[0]
     errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(lws)]
     assert errors == []
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl (Debian: apt-get install kubernetes-client)")
+@pytest.mark.parametrize(("snapshot", "profile", "extra"), EXPORTS, ids=[e[0] for e in EXPORTS])
+def test_kubectl_reads_the_files_back_as_the_same_objects(snapshot: str, profile: Path, extra: list[str],
+                                                          tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """kubectl's own YAML reader, offline (`kubectl kustomize` needs no cluster): every file of
+    `-o DIR` is read back as the object export meant, whatever YAML 1.1 would make of a word."""
+    out = tmp_path / "k8s"
+    code, _, err = export(str(profile), "--inventory", str(INVENTORY), *extra, "-o", str(out), capsys=capsys)
+    assert code == 0, err
+    files = sorted(p.name for p in out.iterdir())
+    (out / "kustomization.yaml").write_text("resources:\n" + "".join(f"- {f}\n" for f in files), encoding="utf-8")
+    done = subprocess.run(["kubectl", "kustomize", str(out)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+    def key(obj: dict[str, Any]) -> tuple[str, str]:
+        return obj["kind"], obj["metadata"]["name"]
+
+    read = sorted(yaml.safe_load_all(done.stdout), key=key)
+    assert read == sorted((yaml.safe_load((out / f).read_text(encoding="utf-8")) for f in files), key=key)
 
 
 # --------------------------------------------------------------------------- the same launch as the unit
