@@ -471,6 +471,24 @@ class _no_raise:
         return False
 
 
+def test_the_installed_command_writes_the_files(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("sgdeploy")
+    if not script.exists():
+        pytest.skip(f"no console script next to {sys.executable}")
+    env = {k: v for k, v in os.environ.items() if k != "SGDEPLOY_INVENTORY"}
+    done = subprocess.run([str(script), "export", str(MULTINODE), "-o", str(tmp_path / "k8s")], cwd=tmp_path,
+                          env={**env, "SGDEPLOY_INVENTORY": str(INVENTORY)}, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "k8s").iterdir())[:2] == ["01-leaderworkerset-deepseek-v3.yaml",
+                                                                        "02-service-deepseek-v3.yaml"]
+
+
+def test_validate_names_an_unknown_cluster() -> None:
+    done = run("validate", str(REFERENCE), "--cluster", "k8s-h10", "--inventory", str(INVENTORY))
+    assert done.returncode == 2 and "did you mean 'k8s-h100'?" in done.stderr
+
+
 def test_a_broken_cluster_entry_is_located_without_a_traceback(tmp_path: Path) -> None:
     inventory = write_inventory(tmp_path, '\n[clusters.broken]\nimage = "lmsysorg/sglang:latest"\n'
                                 'gpu = "NVIDIA H100 80GB HBM3"\ngpu_count = "8"\n')
