@@ -332,6 +332,28 @@ def test_secrets_are_references_and_the_commands_to_create_them_are_said(
     assert manifest_secrets(objects) == []
 
 
+def test_the_profiles_own_config_is_merged_by_an_init_container_as_by_exec_start_pre(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "merged.toml"
+    profile.write_text(SECRETS.read_text(encoding="utf-8") + 'config = "/models/qwen3-8b.yaml"\n', encoding="utf-8")
+    code, out, err = export(str(profile), "--inventory", str(INVENTORY), capsys=capsys)
+    assert code == 0, err
+    deployment = next(yaml.safe_load_all(out))
+    assert schema_errors(deployment) == []
+    pod = deployment["spec"]["template"]["spec"]
+    unit = render_unit(_loaded(profile), load_catalog("0.5.23"), "h")
+    assert "ExecStartPre=" in unit.text
+    (init,) = pod["initContainers"]
+    assert init["command"][:2] == ["python3", "-c"]
+    assert init["command"][3:] == ["/models/qwen3-8b.yaml", "/etc/sglang/qwen3-8b.secrets.yaml",
+                                   "/run/sgdeploy-qwen3-8b/config.yaml"]
+    command = pod["containers"][0]["command"]
+    assert command[command.index("--config") + 1] == "/run/sgdeploy-qwen3-8b/config.yaml"
+    assert command.count("--config") == 1
+    assert {"name": "run", "mountPath": "/run/sgdeploy-qwen3-8b"} in init["volumeMounts"]
+    assert {"name": "run", "mountPath": "/run/sgdeploy-qwen3-8b"} in pod["containers"][0]["volumeMounts"]
+
+
 def test_a_release_without_config_takes_the_key_from_a_secret_key_ref(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     inventory = write_inventory(tmp_path, '\n[clusters.old]\nimage = "lmsysorg/sglang:v0.5.2-cu126"\n'

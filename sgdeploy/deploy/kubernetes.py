@@ -164,7 +164,6 @@ class Launch:
     mounts: list[dict[str, Any]]
     volumes: list[dict[str, Any]]
     init_command: list[str] | None
-    argv: list[str]  # the unit's argv as the pod runs it, without the launcher (what tests compare)
 
 
 def launch(loaded: LoadedProfile, catalog: Catalog, cluster: ClusterEntry, name: str) -> Launch:
@@ -205,8 +204,7 @@ def launch(loaded: LoadedProfile, catalog: Catalog, cluster: ClusterEntry, name:
     if parts.exec_start_pre:
         merge = [[cluster.python, *parts.exec_start_pre[0][1:]], *parts.exec_start_pre[1:]]
         init = [literal(w) for group in merge for w in group]
-    argv = [w for group in parts.groups for w in group]
-    return Launch(command, env, env_from, mounts, volumes, init, argv)
+    return Launch(command, env, env_from, mounts, volumes, init)
 
 
 # --------------------------------------------------------------------------- probes and drain

@@ -56,8 +56,12 @@ def _profile_server(args: argparse.Namespace) -> tuple[dict[str, object] | None,
 
     loaded = load_valid_profile(args.profile)
     assert loaded.model is not None  # load_valid_profile refuses an invalid one
+    inventory = inventory_context(args.inventory)
+    clusters = inventory.inventory.clusters if inventory.inventory is not None else {}
+    if loaded.model.deploy.host in clusters:  # a pod's log (kubectl logs): the image's release
+        return dict(loaded.model.server), clusters[loaded.model.deploy.host].release
     try:
-        host = select_host(loaded.model.deploy.host, inventory_context(args.inventory), None)
+        host = select_host(loaded.model.deploy.host, inventory, None)
     except LookupError:
         host = None
     return dict(loaded.model.server), (host.sglang_version if host else None)
