@@ -239,9 +239,10 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
     # ExecStart= may run SGLang's launch through the launcher that keeps secrets out of its log
     exec_groups = [[groups[0][0], *secrets.launcher, *groups[0][1:]], *groups[1:]]
     environment = unit_environment(profile)
+    if owns_daemon(profile, catalog.version):  # sgdeploy places the daemons' sockets: its templates win
+        owned = dict(template_environment(profile.deploy.unit))
+        environment = [(k, v) for k, v in environment if k not in owned] + list(owned.items())
     daemon = _daemon_unit(profile, catalog, host, environment)
-    if daemon is not None:
-        environment += template_environment(profile.deploy.unit)
     text = _template_env().get_template(TEMPLATE_NAME).render(
         unit=profile.deploy.unit,
         sgdeploy_version=__version__,
@@ -285,7 +286,7 @@ def _daemon_unit(profile: Profile, catalog: Catalog, host: str | None,
         user=profile.deploy.run_as,
         sandbox=unit_sandbox(profile),
         working_directory=profile.deploy.working_directory,
-        environment=[*daemon_environment(environment), *template_environment(unit)],
+        environment=daemon_environment(environment),
         env_file=profile.deploy.env_file,
         runtime_directory=runtime_folder(unit).removeprefix("/run/"),
         exec_groups=groups,

@@ -48,8 +48,8 @@ def template_environment(unit: str) -> tuple[tuple[str, str], ...]:
 def owns_daemon(profile: Profile, sglang_version: str) -> bool:
     """Whether sgdeploy runs a daemon unit for this launch: a client of the weight cache on a
     release whose socket paths it can place (0.5.17 and 0.5.18 fix them under /tmp, per rank)."""
-    if profile.server.get("weight_cache_mode") != "client":
-        return False
+    if profile.server.get("weight_cache_mode") != "client" or int(str(profile.server.get("nnodes") or 1)) > 1:
+        return False  # multi-node daemons need their own rendezvous (--dist-init-method): not rendered yet
     try:
         return parse_version(sglang_version)[:3] >= FIRST_OWNED_RELEASE
     except ValueError:
