@@ -141,6 +141,10 @@ def test_a_shard_the_strict_units_user_could_not_read_is_named_with_its_fix() ->
         shard = "/opt/models/llama-8b/model-00001-of-00003.safetensors"
         assert f"No such file or directory: {shard}" in report.failure.message
         assert "can read it (chmod a+r, or chown)" in report.failure.message
+        # the lines shown with it are SGLang's frames, not concurrent.futures re-raising them
+        shown = [text for _, text in report.failure.context]
+        assert not any("concurrent/futures" in text for text in shown), shown
+        assert "weight_utils.py\", line 971, in _load_file" in shown[-2]
 
 
 def test_a_log_with_a_failed_start_then_the_rollback_reports_the_last_start() -> None:

@@ -562,3 +562,21 @@ def test_a_hint_does_not_push_the_message_past_its_limit() -> None:
     long = "ModuleNotFoundError: No module named 'deep_ep' " + "x" * 600
     failure = read_log([long]).failure
     assert failure is not None and len(failure.message) <= 400 + 200 and failure.message.endswith(")")
+
+
+def test_a_second_dump_splits_the_log_only_once_the_first_start_ended() -> None:
+    """A server restarted by hand prints a second server_args= after the first start failed or got
+    ready; two servers writing into one file print both before either is done."""
+    first = "[2026-05-12 00:00:01] server_args=ServerArgs(model_path='/m/a', port=30000)"
+    second = "[2026-05-12 00:00:02] server_args=ServerArgs(model_path='/m/b', port=30001)"
+    ready = "[2026-05-12 00:00:09] The server is fired up and ready to roll!"
+    side_by_side = read_log([first, second, ready])
+    assert side_by_side.ready and not side_by_side.earlier_failures
+    assert side_by_side.phase("args_parsed").line == 1  # type: ignore[union-attr]
+    crashed = ["Traceback (most recent call last):",
+               '  File "/venv/sglang/srt/server_args.py", line 612, in __post_init__',
+               "    self._handle_parallelism()",
+               "ValueError: tp_size 3 does not divide the attention heads"]
+    again = read_log([first, *crashed, second, ready])
+    assert again.ready and [f.kind for f in again.earlier_failures] == ["bad_argument"]
+    assert again.phase("args_parsed").line == 6  # type: ignore[union-attr]

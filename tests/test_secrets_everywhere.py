@@ -249,3 +249,22 @@ def test_history_and_status_show_no_secret_of_a_record_or_unit() -> None:
                     deployment_id, None, history.records[0], tuple(drift), (), (), None, "0.5.23",
                     (f"cannot render: token={QUERY_TOKEN}",))
     nowhere(report.status_text(status), json.dumps(status.as_dict()))
+
+
+@pytest.mark.parametrize("json_output", [False, True])
+def test_logcheck_takes_out_what_the_log_says_is_a_secret(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], json_output: bool) -> None:
+    """The dump names the api key; the error message repeats it bare, in no shape a pattern knows."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        f"[2026-05-12 00:00:01] server_args=ServerArgs(model_path='/m', api_key='{API_KEY}', "
+        f"admin_api_key='{ADMIN_KEY}', port=30000)\n"
+        "Traceback (most recent call last):\n"
+        '  File "/venv/sglang/srt/entrypoints/http_server.py", line 9, in check\n'
+        f"ValueError: key {API_KEY} and {ADMIN_KEY} may not be equal; url https://u:{URL_PASSWORD}@h/x\n")
+    code = cli.main(["logcheck", str(log), *(["--json"] if json_output else [])])
+    shown = capsys.readouterr().out
+    assert code == 1
+    assert "may not be equal" in shown
+    for secret in (API_KEY, ADMIN_KEY, URL_PASSWORD):
+        assert secret not in shown, shown

@@ -111,7 +111,9 @@ def test_options_the_mode_does_not_read_and_the_cpu_backup() -> None:
 
 def test_a_hardened_client_and_its_private_tmp() -> None:
     client = {"weight_cache_mode": "client"}
-    assert fires("SGD545", "0.5.23", client, hardening="strict")
+    # 0.5.19+: the daemon unit sgdeploy renders puts both units' sockets under /run
+    assert not fires("SGD545", "0.5.23", client, hardening="strict")
+    assert fires("SGD545", "0.5.23", {**client, "weight_cache_socket": "/tmp/w.sock"}, hardening="strict")
     assert "rank{global_rank}" in fires("SGD545", "0.5.17", client, hardening="strict")[0]
     assert not fires("SGD545", "0.5.23", client)
     assert not fires("SGD545", "0.5.23", {"weight_cache_mode": "daemon"}, hardening="strict")

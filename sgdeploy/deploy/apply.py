@@ -103,6 +103,7 @@ def build_deployment(
         probe_settings=profile.probe.model_dump(mode="json") if profile.probe else None,
         check=check,
         sandbox=sandbox.describe() if sandbox else None,
+        daemon_text=unit.daemon.text if unit.daemon else None,
     )
 
 

@@ -19,7 +19,8 @@ from sgdeploy.deploy.probe import ProbeOutcome
 from sgdeploy.host.remote import RemoteError, RemoteHost
 from sgdeploy.logs import LogReader, LogReport
 from sgdeploy.logs.report import Adjustment
-from sgdeploy.sglang.secrets import redact
+from sgdeploy.logs.settings import parse_server_args
+from sgdeploy.sglang.secrets import redact_known, secret_values
 
 Reporter = Callable[..., None]
 
@@ -87,6 +88,7 @@ class JournalFollower:
         self.report("step", step="wait_ready" if expected is not None else "watch", expected=expected)
         reader = LogReader(deployment.server, deployment.sglang_version)
         started = time.monotonic()
+        known: tuple[str, ...] = ()  # secret values the server's dump named
         deadline = started + deployment.ready_timeout_s
         exited: str | None = None
         failed_at: float | None = None
@@ -116,7 +118,10 @@ class JournalFollower:
                 message = journal_message(line)
                 if message is None:
                     continue
-                message = redact(message)  # SGLang logs its api_key
+                # SGLang logs its api_key in the dump; once read there, the bare value goes anywhere
+                if (at := message.find("server_args=")) >= 0:
+                    known = secret_values(parse_server_args(message[at:])) or known
+                message = redact_known(message, known)
                 if self._feed(reader, message, started) and failed_at is None:
                     failed_at = time.monotonic()
                 report = reader.report()

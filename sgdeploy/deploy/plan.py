@@ -19,6 +19,7 @@ from typing import Any
 from sgdeploy import __version__
 from sgdeploy.core.diagnostics import Diagnostic
 from sgdeploy.deploy.restart_kind import Restart, restart_for
+from sgdeploy.deploy.weight_daemon import DaemonFiles, daemon_unit_name
 from sgdeploy.host.facts import GpuHolder, HostFacts, state_dir
 from sgdeploy.logs import expected_phases
 from sgdeploy.sglang.check.verdict import CheckRequest, HostVerdict
@@ -75,6 +76,7 @@ class Deployment:
     expect: tuple[str, ...] | None = None  # readiness phases, when no profile says (a unit found on the host)
     check: CheckRequest | None = None  # what SGLang's own check on the host is asked about
     sandbox: str | None = None  # a strict unit: who runs it and what it may write (plan shows it)
+    daemon_text: str | None = None  # the weight-cache daemon's unit, for a client of it (weight_daemon)
 
     @property
     def unit_path(self) -> str:
@@ -83,6 +85,22 @@ class Deployment:
     @property
     def staged_unit_path(self) -> str:
         return f"{UNIT_DIR}/.{self.unit}.service.sgdeploy-staged"
+
+    @property
+    def daemon_unit(self) -> str:
+        return daemon_unit_name(self.unit)
+
+    @property
+    def daemon_path(self) -> str:
+        return f"{UNIT_DIR}/{self.daemon_unit}.service"
+
+    @property
+    def staged_daemon_path(self) -> str:
+        return f"{UNIT_DIR}/.{self.daemon_unit}.service.sgdeploy-staged"
+
+    @property
+    def daemon_files(self) -> DaemonFiles:
+        return DaemonFiles(self.daemon_unit, self.daemon_path, self.staged_daemon_path, self.daemon_text is not None)
 
     @property
     def state_dir(self) -> str:

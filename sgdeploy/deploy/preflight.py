@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.deploy.hardening import unit_sandbox
+from sgdeploy.deploy.weight_daemon import daemon_unit_name
 from sgdeploy.host.facts import GpuHolder, HostFacts, gpu_strangers
 from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.profile.validate import check_launch
@@ -187,7 +188,8 @@ def gpu_holders(
     unit = facts.unit
     active = bool(unit and unit.active)
     own = (*own_pids, *((unit.main_pid,) if unit and unit.main_pid else ()))
-    strangers, undecided = gpu_strangers(facts.gpus, facts.gpu_processes, gpus, profile.deploy.unit, own, active)
+    strangers, undecided = gpu_strangers(facts.gpus, facts.gpu_processes, gpus, profile.deploy.unit, own, active,
+                                         own_units=(daemon_unit_name(profile.deploy.unit),))
     found: list[Diagnostic] = []
     if strangers:
         held = "; ".join(h.describe() for h in strangers)

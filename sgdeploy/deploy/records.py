@@ -14,12 +14,15 @@ from sgdeploy.deploy.plan import DEFAULT_PORT, Deployment, gpus_for, new_deploym
 from sgdeploy.sglang.catalog import newest_version
 
 RECORD_FILES = ("meta.json", "profile.toml", "unit.service")
+WEIGHTS_FILE = "weights.service"  # the weight-cache daemon's unit, in the records of its clients
 
 
 def record_files_sh(folder: str) -> str:
     """sh printing a record's files in `folder` (a shell word) for `split_files`."""
     return (f"for f in {' '.join(RECORD_FILES)}; do printf '@@file %s@@\\n' $f; "
-            f"base64 {folder}/$f 2>/dev/null || exit 1; done")
+            f"base64 {folder}/$f 2>/dev/null || exit 1; done; "
+            f"[ ! -e {folder}/{WEIGHTS_FILE} ] || {{ printf '@@file %s@@\\n' {WEIGHTS_FILE}; "
+            f"base64 {folder}/{WEIGHTS_FILE}; }}")
 
 
 def split_files(output: str) -> dict[str, str] | None:
@@ -72,6 +75,7 @@ def deployment_from_files(unit: str, deployment_id: str, files: dict[str, str]) 
         id=new_deployment_id(str(meta.get("profile_sha256") or "0" * 8)),
         unit=unit,
         unit_text=files["unit.service"],
+        daemon_text=files.get(WEIGHTS_FILE),
         profile_name=str(meta.get("profile", "")),
         profile_sha256=str(meta.get("profile_sha256", "")),
         profile_text=files["profile.toml"],

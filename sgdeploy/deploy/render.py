@@ -19,6 +19,18 @@ import jinja2
 from sgdeploy import __version__
 from sgdeploy.deploy.hardening import unit_sandbox
 from sgdeploy.deploy.secret_args import EnvReference, unit_parts
+from sgdeploy.deploy.weight_daemon import (
+    DAEMON_MODULE,
+    DaemonUnit,
+    daemon_environment,
+    daemon_server_settings,
+    daemon_unit_name,
+    owns_daemon,
+    ranks_on_node,
+    ready_wait_command,
+    runtime_folder,
+    template_environment,
+)
 from sgdeploy.profile.model import LoadedProfile, Profile
 from sgdeploy.sglang.argv import LAUNCH_MODULE
 from sgdeploy.sglang.catalog import Catalog, Flag
@@ -35,6 +47,7 @@ def _template_dir() -> Path:
 
 TEMPLATE_DIR = _template_dir()
 TEMPLATE_NAME = "sglang.service.j2"
+DAEMON_TEMPLATE_NAME = "sglang-weights.service.j2"
 STOP_TIMEOUT_S = 120
 
 
@@ -50,6 +63,7 @@ class RenderedUnit:
     text: str
     argv: tuple[str, ...]  # `<python> -m sglang.launch_server FLAGS` (ExecStart= may add -c LAUNCHER before -m)
     environment: tuple[tuple[str, str], ...]
+    daemon: DaemonUnit | None = None  # the weight-cache daemon's unit, for a client of it
 
     @property
     def file_name(self) -> str:
@@ -225,6 +239,10 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
     # ExecStart= may run SGLang's launch through the launcher that keeps secrets out of its log
     exec_groups = [[groups[0][0], *secrets.launcher, *groups[0][1:]], *groups[1:]]
     environment = unit_environment(profile)
+    if owns_daemon(profile, catalog.version):  # sgdeploy places the daemons' sockets: its templates win
+        owned = dict(template_environment(profile.deploy.unit))
+        environment = [(k, v) for k, v in environment if k not in owned] + list(owned.items())
+    daemon = _daemon_unit(profile, catalog, host, environment)
     text = _template_env().get_template(TEMPLATE_NAME).render(
         unit=profile.deploy.unit,
         sgdeploy_version=__version__,
@@ -244,5 +262,36 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
         exec_groups=exec_groups,
         timeout_start_s=profile.deploy.ready_timeout_s,
         timeout_stop_s=STOP_TIMEOUT_S,
+        weights_unit=daemon.unit if daemon else None,
     )
-    return RenderedUnit(profile.deploy.unit, text, tuple(argv), tuple(environment))
+    return RenderedUnit(profile.deploy.unit, text, tuple(argv), tuple(environment), daemon)
+
+
+def _daemon_unit(profile: Profile, catalog: Catalog, host: str | None,
+                 environment: list[tuple[str, str]]) -> DaemonUnit | None:
+    """The weight-cache daemon's unit (sgdeploy.deploy.weight_daemon), for a client launch."""
+    if not owns_daemon(profile, catalog.version):
+        return None
+    unit = profile.deploy.unit
+    weights = profile.model_copy(update={"server": daemon_server_settings(profile)})
+    groups = launch_words(weights, catalog)
+    groups[0] = [profile.deploy.python, "-m", DAEMON_MODULE]
+    groups.append(["--timeout", str(profile.deploy.ready_timeout_s)])
+    text = _template_env().get_template(DAEMON_TEMPLATE_NAME).render(
+        unit=daemon_unit_name(unit),
+        server_unit=unit,
+        sgdeploy_version=__version__,
+        host=host or profile.deploy.host,
+        sglang_version=catalog.version,
+        user=profile.deploy.run_as,
+        sandbox=unit_sandbox(profile),
+        working_directory=profile.deploy.working_directory,
+        environment=daemon_environment(environment),
+        env_file=profile.deploy.env_file,
+        runtime_directory=runtime_folder(unit).removeprefix("/run/"),
+        exec_groups=groups,
+        ready_wait=ready_wait_command(unit, ranks_on_node(profile)),
+        timeout_start_s=profile.deploy.ready_timeout_s,
+        timeout_stop_s=STOP_TIMEOUT_S,
+    )
+    return DaemonUnit(daemon_unit_name(unit), text)

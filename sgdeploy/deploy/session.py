@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sgdeploy.deploy.journal import JournalFollower, Reporter, StartupResult
 from sgdeploy.deploy.plan import DEFAULT_PORT, UNIT_DIR, Deployment, Takeover, deployment_meta, server_port, who
-from sgdeploy.deploy.records import exec_port, record_files_sh, split_files
+from sgdeploy.deploy.records import WEIGHTS_FILE, exec_port, record_files_sh, split_files
 from sgdeploy.deploy.secret_args import bearer_headers, without_secrets
+from sgdeploy.deploy.weight_daemon import daemon_unit_name
 from sgdeploy.host.facts import (
     APPS_QUERY_FIELDS,
     GPU_OWNERS_SH,
@@ -139,6 +140,7 @@ class Swapped:
     verdict: IdleVerdict | None = None
     started: bool = False
     invocation: str | None = None
+    kept_pids: tuple[int, ...] = ()  # the weight-cache daemon kept running for the new server
 
 
 @dataclass
@@ -281,7 +283,7 @@ class HostSession:
         deadline = time.monotonic() + timeout_s
         while True:
             info, apps = self.gpu_state()
-            strangers, _ = gpu_strangers(info, apps, gpus, unit, own_pids)
+            strangers, _ = gpu_strangers(info, apps, gpus, unit, own_pids, own_units=(daemon_unit_name(unit),))
             if not strangers or time.monotonic() >= deadline:
                 return strangers
             self.report("waiting", what="gpus", detail="; ".join(h.describe() for h in strangers))
@@ -302,7 +304,8 @@ class HostSession:
                                reason=f"no answer within {limit_s + 30:.0f} s")
         return parse_verdict(result.stdout, result.stderr, result.exit_code, time.monotonic() - began)
 
-    def wait_gpus_idle(self, gpus: tuple[int | str, ...], timeout_s: float) -> IdleVerdict:
+    def wait_gpus_idle(self, gpus: tuple[int | str, ...], timeout_s: float,
+                       kept_pids: tuple[int, ...] = ()) -> IdleVerdict:
         # imported here: early.py's connection thread imports this module while the CLI validates
         from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
@@ -310,7 +313,7 @@ class HostSession:
 
         def check() -> IdleVerdict:
             info, apps = self.gpu_state()
-            verdict = gpus_idle(info, apps, gpus)
+            verdict = gpus_idle(info, apps, gpus, kept_pids=kept_pids)
             if not verdict.idle:
                 self.report("waiting", what="gpus", detail=verdict.describe())
             return verdict
@@ -347,7 +350,8 @@ class HostSession:
 
     def unstage(self, deployment: Deployment) -> None:
         """Take back what `stage` wrote (a plan decided again under the lock)."""
-        self.remote.run(f"rm -rf {shlex.quote(deployment.record_dir)} {shlex.quote(deployment.staged_unit_path)}")
+        self.remote.run(f"rm -rf {shlex.quote(deployment.record_dir)} {shlex.quote(deployment.staged_unit_path)} "
+                        f"{shlex.quote(deployment.staged_daemon_path)}")
 
     def stage_command(self, deployment: Deployment) -> str:
         meta = deployment_meta(deployment, "starting")
@@ -360,6 +364,9 @@ class HostSession:
             f"{record}/unit.service": deployment.unit_text.encode(),
             f"{record}/meta.json": (json.dumps(redact_data(meta), indent=2) + "\n").encode(),
         }
+        if deployment.daemon_text is not None:  # the weight-cache daemon's unit, beside the server's
+            files[deployment.staged_daemon_path] = deployment.daemon_text.encode()
+            files[f"{record}/{WEIGHTS_FILE}"] = deployment.daemon_text.encode()
         self.remote.stats.uploads += len(files)
         return write_files_command(files)
 
@@ -369,6 +376,7 @@ class HostSession:
         self.report("step", step="install", path=deployment.unit_path)
         unit_q = shlex.quote(f"{deployment.unit}.service")
         command = (f"set -e; mv -f {shlex.quote(deployment.staged_unit_path)} {shlex.quote(deployment.unit_path)}; "
+                   f"{deployment.daemon_files.install_sh()}; {deployment.daemon_files.stop_sh()}; "
                    f"systemctl daemon-reload; systemctl reset-failed {unit_q} 2>/dev/null || true; "
                    f"systemctl enable --quiet --no-reload {unit_q} 2>/dev/null || true; "
                    + (f"systemctl start {unit_q}; " if start else "")
@@ -393,17 +401,20 @@ class HostSession:
         command = (
             f'l={live}; b="$l.sgdeploy-prev"; rm -f "$b"; [ ! -e "$l" ] || cp -p "$l" "$b" || exit 1; '
             f'mv -f {shlex.quote(deployment.staged_unit_path)} "$l" || {{ rm -f "$b"; echo {SWAP_INSTALL_FAILED}; '
-            "exit 1; }; systemctl daemon-reload; "
+            f"exit 1; }}; {deployment.daemon_files.install_sh()}; systemctl daemon-reload; "
             f"systemctl reset-failed {unit_q} 2>/dev/null; systemctl enable --quiet --no-reload {unit_q} 2>/dev/null; "
             # Nothing stops once sgdeploy is gone (this write fails): the unit file that was there goes back.
             '[ ! -e "$b" ] || trap \'mv -f "$b" "$l"; systemctl daemon-reload; exit 1\' PIPE; '
             'echo @@installed@@ || exit 1; trap - PIPE; rm -f "$b"; '
             + (f"systemctl stop {unit_q}; " if stop_first else "")
+            + f"{deployment.daemon_files.stop_sh()}; "
             + f"{idle_check_sh(deployment.gpus)}; d=$(mktemp -d) || exit 1; i=0; idle=0; "
+            + f'{{ {deployment.daemon_files.kept_pids_sh()}; }} >"$d/k"; '
+            + 'echo @@kept@@; cat "$d/k"; echo @@end-kept@@; '
             f"while :; do nvidia-smi --query-compute-apps={','.join(APPS_QUERY_FIELDS)} "
             f'--format=csv,noheader,nounits >"$d/a" 2>/dev/null & '
             f"nvidia-smi --query-gpu={','.join(GPU_QUERY_FIELDS)} --format=csv,noheader,nounits "
-            f'>"$d/g" 2>/dev/null; wait; if sgd_idle "$d/g" "$d/a"; then idle=1; break; fi; '
+            f'>"$d/g" 2>/dev/null; wait; if sgd_idle "$d/g" "$d/a" "$d/k"; then idle=1; break; fi; '
             f"i=$((i + 1)); [ $i -lt {tries} ] || break; sleep 0.1; done; rc=0; "
             f'if [ $idle = 1 ]; then systemctl start {unit_q} || rc=$?; echo @@invocation@@; '
             f"systemctl show -p InvocationID --value {unit_q}; fi; "
@@ -415,12 +426,13 @@ class HostSession:
         if SWAP_INSTALL_FAILED in result.stdout:
             return Swapped(result, installed=False)
         head, _, state = result.stdout.partition("@@gpus@@\n")
-        verdict = gpus_idle(*_gpu_sections(state), deployment.gpus)
+        kept = _kept_pids(head)
+        verdict = gpus_idle(*_gpu_sections(state), deployment.gpus, kept_pids=kept)
         _, started, invocation = head.partition("@@invocation@@\n")
         if started and not verdict.idle:  # the host's rule and gpus_idle disagree: never run on busy GPUs
             self.remote.run(stop_sh(deployment.unit))
             started, invocation = "", ""
-        return Swapped(result, True, verdict, bool(started), invocation.strip() or None)
+        return Swapped(result, True, verdict, bool(started), invocation.strip() or None, kept)
 
     def start_installed(self, deployment: Deployment) -> Launched:
         """Start the unit `swap` installed and left stopped (its GPUs were freed later)."""
@@ -543,6 +555,13 @@ class HostSession:
 def _invocation(stdout: str) -> str | None:
     """The unit's InvocationID printed after `@@invocation@@` (None: the unit was not started)."""
     return stdout.partition("@@invocation@@\n")[2].strip() or None
+
+
+def _kept_pids(out: str) -> tuple[int, ...]:
+    """The pids `kept_pids_sh` printed between `@@kept@@` and `@@end-kept@@`."""
+    _, _, rest = out.partition("@@kept@@\n")
+    block, _, _ = rest.partition("@@end-kept@@")
+    return tuple(int(word) for word in block.split() if word.isdigit())
 
 
 def _gpu_sections(out: str) -> GpuState:

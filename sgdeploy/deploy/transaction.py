@@ -232,7 +232,7 @@ class Transaction:
         if swap.started:
             return swap.result, swap.invocation, None
         left = max(self.options.gpu_idle_timeout_s - SWAP_WINDOW_S, 0.0)
-        verdict = self.session.wait_gpus_idle(deployment.gpus, left) if left else swap.verdict
+        verdict = self.session.wait_gpus_idle(deployment.gpus, left, swap.kept_pids) if left else swap.verdict
         if verdict is None or not verdict.idle:
             # Started into held GPUs it would crash and restart in a loop: installed, left stopped.
             detail = (f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: "

@@ -1117,36 +1117,43 @@ def gpus_idle(
     processes: Sequence[GpuProcess] | None = None,
     selected: Iterable[int | str] | None = None,
     baseline_mib: int = DEFAULT_IDLE_BASELINE_MIB,
+    kept_pids: Iterable[int] = (),
 ) -> IdleVerdict:
     """Decide whether the selected GPUs (indices or UUIDs; None: all) are idle.
 
     Idle means: no compute process on any of them, and each one's used memory at or below
     `baseline_mib` (unknown memory is not held against it). Given HostFacts, the processes
-    default to the ones it lists.
+    default to the ones it lists. `kept_pids` stay on purpose (a weight-cache daemon that keeps
+    the weights for the next server): neither they nor the memory they hold count.
     """
     if isinstance(gpus, HostFacts):
         processes = gpus.gpu_processes if processes is None else processes
         gpus = gpus.gpus
     chosen, unknown = _select(gpus, selected)
     by_uuid = {g.uuid: g for g in chosen}
+    kept = set(kept_pids)
+    kept_mib = {uuid: sum(p.used_memory_mib or 0 for p in processes or () if p.pid in kept and p.gpu_uuid == uuid)
+                for uuid in by_uuid}
     holders = tuple(
         GpuHolder(p.pid, p.process_name, p.used_memory_mib, by_uuid[p.gpu_uuid].index, p.gpu_uuid, p.user, p.unit)
         for p in processes or ()
-        if p.gpu_uuid in by_uuid
+        if p.gpu_uuid in by_uuid and p.pid not in kept
     )
     held = {h.gpu_uuid for h in holders}
     residue = tuple(
-        GpuResidue(g.index, g.uuid, g.memory_used_mib, baseline_mib)
+        GpuResidue(g.index, g.uuid, g.memory_used_mib - kept_mib[g.uuid], baseline_mib)
         for g in chosen
-        if g.uuid not in held and g.memory_used_mib is not None and g.memory_used_mib > baseline_mib
+        if g.uuid not in held and g.memory_used_mib is not None
+        and g.memory_used_mib - kept_mib[g.uuid] > baseline_mib
     )
     return IdleVerdict(not (holders or residue or unknown), holders, residue, unknown)
 
 
 # `gpus_idle`'s verdict on the host, for a decision that cannot wait a round trip (start right
 # after the stop): exit 0 when idle. $1 is `--query-gpu=GPU_QUERY_FIELDS` output, $2
-# `--query-compute-apps=APPS_QUERY_FIELDS` output; memory.used is the next-to-last column and
-# gpu_uuid the last, so a GPU or process name with a comma in it changes nothing.
+# `--query-compute-apps=APPS_QUERY_FIELDS` output, $3 (optional) the pids kept on purpose, one a
+# line (read before $2); memory.used is the next-to-last column and gpu_uuid the last, so a GPU or process name with
+# a comma in it changes nothing. A kept process's memory is taken off its GPU's.
 _IDLE_AWK = r"""
 function trim(s) { gsub(/^[ \t]+|[ \t\r]+$/, "", s); return s }
 BEGIN { n = split(want, w, " "); for (i = 1; i <= n; i++) need[w[i]] = 1; busy = 0 }
@@ -1155,11 +1162,19 @@ FILENAME == ARGV[1] {
   idx = trim($1); id = trim($2); mem = trim($(NF - 1))
   if (n > 0 && !(idx in need) && !(id in need)) next
   chosen[id] = 1; found[idx] = 1; found[id] = 1
-  if (mem ~ /^[0-9]+(\.[0-9]+)?$/ && mem + 0 > base) busy = 1
+  if (mem ~ /^[0-9]+(\.[0-9]+)?$/) used[id] = mem + 0
   next
 }
-NF >= 2 && (trim($NF) in chosen) { busy = 1 }
-END { for (k in need) if (!(k in found)) busy = 1; exit busy }
+FILENAME == ARGV[2] { kept[trim($0)] = 1; next }
+NF >= 2 && (trim($NF) in chosen) {
+  if (trim($1) in kept) { m = trim($(NF - 1)); if (m ~ /^[0-9]+$/) used[trim($NF)] -= m; next }
+  busy = 1
+}
+END {
+  for (id in used) if (used[id] > base) busy = 1
+  for (k in need) if (!(k in found)) busy = 1
+  exit busy
+}
 """
 
 
@@ -1169,7 +1184,7 @@ def idle_check_sh(selected: Iterable[int | str] | None, baseline_mib: int = DEFA
     if not re.fullmatch(r"[A-Za-z0-9 -]*", want):
         raise ValueError(f"not a GPU index or UUID: {want!r}")
     return (f"sgd_idle() {{ awk -F, -v want={shlex.quote(want)} -v base={int(baseline_mib)} "
-            f"{shlex.quote(_IDLE_AWK)} \"$1\" \"$2\"; }}")
+            f"{shlex.quote(_IDLE_AWK)} \"$1\" \"${{3:-/dev/null}}\" \"$2\"; }}")
 
 
 def gpu_strangers(
@@ -1179,6 +1194,7 @@ def gpu_strangers(
     unit: str,
     own_pids: Iterable[int] = (),
     unit_active: bool = True,
+    own_units: Iterable[str] = (),
 ) -> tuple[tuple[GpuHolder, ...], tuple[GpuHolder, ...]]:
     """Processes on the selected GPUs that are not the unit's own: (strangers, undecided).
 
@@ -1188,11 +1204,12 @@ def gpu_strangers(
     it may be the unit's own server seen through a container boundary.
     """
     service = _service_name(unit)
+    services = {service, *(_service_name(u) for u in own_units)}  # the deployment's other units (its daemon)
     own = set(own_pids)
     strangers: list[GpuHolder] = []
     undecided: list[GpuHolder] = []
     for holder in gpus_idle(gpus, processes, selected).holders:
-        if holder.pid in own or holder.unit == service:
+        if holder.pid in own or holder.unit in services:
             continue
         process = next(p for p in processes if p.pid == holder.pid and p.gpu_uuid == holder.gpu_uuid)
         (undecided if process.cgroup is None and unit_active else strangers).append(holder)

@@ -319,7 +319,7 @@ class IncidentBook:
             incident.context.append(entry)
             return incident
         incident = Incident(exc.line, verdict.kind, with_hint(exc.text, verdict.hint),
-                            [*tb.frames, entry], tb.t, verdict.strength, pinned=verdict.pinned)
+                            [*tb.shown_frames(), entry], tb.t, verdict.strength, pinned=verdict.pinned)
         if verdict.strength == 2:
             self._adopt_native(incident)
         self._add(incident)
@@ -367,7 +367,7 @@ class IncidentBook:
         if tb.rank is None and after_death:
             strength = 0
         entry = (tb.header, clip(tb.text))
-        context = [entry, *(f for f in tb.frames if f[0] != tb.header)]
+        context = [entry, *(f for f in tb.shown_frames() if f[0] != tb.header)]
         incident = Incident(tb.header, kind, entry[1], context, tb.t, strength)
         if strength == 2:
             self._adopt_native(incident)

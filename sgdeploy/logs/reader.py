@@ -123,7 +123,10 @@ class LogReader:
         elif _UNIT_START.match(text):  # a window of the journal that began with the last server's lines
             self._next_start()
             self._new_start = True
-        if text.startswith("server_args=") and self._dump is not None:  # started again, by hand
+        # started again by hand: a second dump once the first start got ready or failed (two servers
+        # writing into one file start side by side, neither done)
+        if text.startswith("server_args=") and self._dump is not None and (
+                self._ready_line is not None or self._book.has_error(0)):
             self._next_start()
             self._new_start = p.t is None
             if p.t is not None:

@@ -56,7 +56,7 @@ class Traceback:
     t: str | None
     rank: str | None
     stream: str | None
-    frames: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=CONTEXT_FRAMES))
+    frames: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=3 * CONTEXT_FRAMES))
     modules: list[str] = field(default_factory=list)  # "path:function" of every frame
     raiser: str = ""  # "path:function" of the innermost frame: where the exception was raised
     raiser_source: str = ""  # that frame's echoed source line
@@ -65,6 +65,15 @@ class Traceback:
     expect_source: bool = False
     idle: int = 0
     text: str = ""  # the opening line, for a traceback cut before its exception line
+
+
+    def shown_frames(self) -> list[tuple[int, str]]:
+        """The last CONTEXT_FRAMES lines to show before the exception line: the standard library's
+        frames between (concurrent.futures re-raising a worker's error, threading) say nothing of
+        the cause, so only the innermost frame is kept when it is one of them."""
+        *outer, innermost = self.frames or [(0, "")]
+        kept = [f for f in outer if not _STDLIB_FRAME.search(f[1])]
+        return [*kept, innermost][-CONTEXT_FRAMES:] if self.frames else []
 
 
 class RawException(NamedTuple):
@@ -88,6 +97,8 @@ class Step(NamedTuple):
 
 
 _NOTHING: Final = Step("")
+# a frame of Python's own library (not of a package installed into it)
+_STDLIB_FRAME: Final = re.compile(r'File "[^"]*/lib/python3\.\d+/(?!site-packages/|dist-packages/)')
 _LONE_TYPES: Final = ("Error", "Exception", "Failure", "Timeout")
 _MESSAGE_LINES = 8  # unprefixed lines right after an exception that may still be its message
 

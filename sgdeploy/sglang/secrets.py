@@ -259,6 +259,22 @@ def _redacted_words(items: list[Any]) -> list[Any]:
     return shown_items
 
 
+def secret_values(settings: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The values of the secret-named settings (a server_args dump, a profile's [server]): once
+    known, a value is taken out wherever it appears, whatever its shape (`sk-...` of any length
+    in an error message)."""
+    found = {value for key, value in (settings or {}).items()
+             if isinstance(value, str) and len(value) >= 4 and is_secret_name(key) and not _placeholder(value)}
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def redact_known(text: str, values: tuple[str, ...]) -> str:
+    """`text` with each of `values` (secret_values) replaced by `<redacted>`, then `redact`."""
+    for value in values:
+        text = text.replace(value, REDACTED)
+    return redact(text)
+
+
 def redact_document(document: dict[str, Any]) -> dict[str, Any]:
     """`redact_data` of a JSON object (a result's `as_dict`)."""
     return {key: shown(key, value) for key, value in document.items()}

@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     # imported when the command runs: `sgdeploy --help` stays fast
     from sgdeploy.logs import read_log
     from sgdeploy.review import report
+    from sgdeploy.sglang.secrets import redact_data, redact_known, secret_values
 
     server, version = _profile_server(args)
     if args.logfile == "-":
@@ -39,10 +40,12 @@ def run(args: argparse.Namespace) -> int:
                      pipe="read it from standard input: COMMAND | sgdeploy logcheck -")
         with open(args.logfile, encoding="utf-8", errors="replace") as handle:
             log = read_log(handle, server, version)
+    # what the log itself says is a secret (the dump's api_key, ...) leaves no output, in any shape
+    known = secret_values({**(log.server_args or {}), **(server or {})})
     if args.json:
-        out(json.dumps(log.as_json(), indent=2, default=str) + "\n")
+        out(redact_known(json.dumps(redact_data(log.as_json()), indent=2, default=str), known) + "\n")
     else:
-        out(report.logcheck_text(log, "<stdin>" if args.logfile == "-" else args.logfile))
+        out(redact_known(report.logcheck_text(log, "<stdin>" if args.logfile == "-" else args.logfile), known))
     return EXIT_OK if log.ready else EXIT_FAILED
 
 

@@ -55,4 +55,6 @@ def run(args: argparse.Namespace) -> int:
         err(f"sgdeploy render: {exc}\n")
         return EXIT_FAILED
     out(unit.text)
+    if unit.daemon is not None:  # a client of the weight cache: its daemon's unit follows
+        out(f"\n# ---- /etc/systemd/system/{unit.daemon.file_name}\n{unit.daemon.text}")
     return EXIT_OK

@@ -232,6 +232,8 @@ def client_socket_paths(ctx: LaunchContext) -> str:
 def weight_cache_private_tmp(ctx: LaunchContext) -> Iterator[Finding]:
     if mode(ctx) != "client" or ctx.hardening != "strict":
         return
+    if ctx.version in SOCKET_TEMPLATE_ENV and not ctx.given("weight_cache_socket"):
+        return  # the daemon unit sgdeploy renders (0.5.19+) sets both templates under /run for both units
     path = client_socket_paths(ctx)
     if path.startswith(("/tmp/", "/var/tmp/")):
         field = ("server.weight_cache_socket" if ctx.given("weight_cache_socket")

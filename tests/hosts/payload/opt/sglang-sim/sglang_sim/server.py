@@ -717,6 +717,30 @@ class Rank:
         time.sleep(30)
         os._exit(1)
 
+    def weights_from_daemon(self) -> bool:
+        """weight_cache_mode client (ipc_loader.py): the GPU's daemon socket, found by its UUID; absent,
+        SGLang says so and loads from disk."""
+        if self.args.get("weight_cache_mode") != "client":
+            return False
+        from sglang_sim.weight_daemon import paths
+
+        sock_path, ready_path = paths(sim_gpu.gpu_uuid(self.gpu_index))
+        if not os.path.exists(sock_path):
+            log(f"[IpcModelLoader] Daemon socket not found at {sock_path}.")
+            log("[IpcModelLoader] Weight cache not available or config mismatch, falling back to disk load")
+            return False
+        pid = "0"
+        with contextlib.suppress(OSError), open(ready_path) as ready:
+            pid = next((line[4:].strip() for line in ready if line.startswith("pid=")), "0")
+        tp = int(self.args.get("tp_size") or 1)
+        log(f"[IpcModelLoader] Requesting weights from daemon at {sock_path} with config: "
+            f"model={self.args['model_path']}, arch={self.ctx['arch']}, tp={tp}/{self.rank}, quant=None, "
+            "dtype=torch.bfloat16")
+        log("[IpcModelLoader] Fetched 291 tensors from daemon (transport=torch_ipc) in 0.31s")
+        log(f"[IpcModelLoader] Started daemon-liveness watchdog for pid={pid}")
+        log("[IpcModelLoader] Loaded model via IPC (mode=client), total=0.42s")
+        return True
+
     # 0.5.11 on an H100, a shard the unit's user could not open (tests/fixtures/h200-real/strict/)
     SHARD_FRAMES = (
         ("sglang/srt/model_executor/model_runner.py", 1380, "load_model", "self.model = self.loader.load_model("),
@@ -910,9 +934,11 @@ class Rank:
             while True:
                 time.sleep(3600)
         t0 = time.monotonic()
-        self.phase_sleep(0.3)
-        self.read_shards()
-        if self.failure == "cuda_oom" or avail0 < weights:
+        mapped = self.weights_from_daemon()  # weight_cache_mode client: the daemon holds them
+        if not mapped:
+            self.phase_sleep(0.3)
+            self.read_shards()
+        if not mapped and (self.failure == "cuda_oom" or avail0 < weights):
             self.hit_exception(
                 [
                     (
@@ -946,14 +972,15 @@ class Rank:
                 )
                 + "\n",
             )
-        self.hold(self.used + weights)
+        if not mapped:
+            self.hold(self.used + weights)
         arch = self.ctx["arch"]
         log(
             f"Load weight end. elapsed={time.monotonic() - t0:.2f} s, type={arch}, "
             f"avail mem={gb(self.avail())} GB, mem usage={gb(weights)} GB."
         )
         self.phase_sleep(0.05)
-        kv = target - self.used - graph_mib
+        kv = target - self.used - graph_mib - (weights if mapped else 0)  # the daemon's weights count (0.5.19+)
         if self.failure == "kv_cache_oom" or kv <= 0:
             self.hit_exception(
                 [

@@ -1,0 +1,131 @@
+"""The weight-cache daemon as a unit of its own (docs/weight-cache.md): what it runs and how the
+server's unit depends on it. Pure: no I/O.
+
+A profile whose `[server]` sets `weight_cache_mode = "client"` (SGLang 0.5.19+, where each
+daemon's socket is found by its GPU's UUID under a folder sgdeploy chooses) gets a second unit,
+`<unit>-weights.service`, running `python -m sglang.srt.weight_cache.daemon` with the launch's
+weight-deciding flags. Its start returns only once every daemon of the node wrote its `.ready`
+file (`ExecStartPost=`), and the server's unit `Requires=` and comes `After=` it: systemd starts
+a missing daemon before the server and never starts the server beside a daemon still loading,
+while restarting the server leaves the daemon and its resident weights alone.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sgdeploy.deploy.restart_kind import WEIGHT_FIELDS
+from sgdeploy.sglang.versions import parse_version
+
+if TYPE_CHECKING:  # the plan's records name the daemon's unit without loading pydantic
+    from sgdeploy.profile.model import Profile
+
+DAEMON_MODULE = "sglang.srt.weight_cache.daemon"
+FIRST_OWNED_RELEASE = (0, 5, 19)  # sockets per GPU UUID, at a path the unit chooses
+# Environment the daemon refuses (expandable segments cannot be exported over CUDA IPC)
+_ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
+def daemon_unit_name(unit: str) -> str:
+    return f"{unit}-weights"
+
+
+def runtime_folder(unit: str) -> str:
+    """Where the daemons' sockets and ready files live: systemd's RuntimeDirectory of the daemon
+    unit, outside any PrivateTmp= of either unit."""
+    return f"/run/sgdeploy-weights/{unit}"
+
+
+def template_environment(unit: str) -> tuple[tuple[str, str], ...]:
+    """The two templates both units must agree on: each rank finds its GPU's daemon by them."""
+    folder = runtime_folder(unit)
+    return (("SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE", f"{folder}/{{device_uuid}}.sock"),
+            ("SGLANG_WEIGHT_CACHE_READY_TEMPLATE", f"{folder}/{{device_uuid}}.ready"))
+
+
+def owns_daemon(profile: Profile, sglang_version: str) -> bool:
+    """Whether sgdeploy runs a daemon unit for this launch: a client of the weight cache on a
+    release whose socket paths it can place (0.5.17 and 0.5.18 fix them under /tmp, per rank)."""
+    if profile.server.get("weight_cache_mode") != "client" or int(str(profile.server.get("nnodes") or 1)) > 1:
+        return False  # multi-node daemons need their own rendezvous (--dist-init-method): not rendered yet
+    try:
+        return parse_version(sglang_version)[:3] >= FIRST_OWNED_RELEASE
+    except ValueError:
+        return False
+
+
+def daemon_server_settings(profile: Profile) -> dict[str, object]:
+    """The `[server]` keys the daemon is started with: the ones its weights depend on."""
+    return {key: value for key, value in profile.server.items() if key in WEIGHT_FIELDS}
+
+
+def ranks_on_node(profile: Profile) -> int:
+    """How many daemons the launcher starts on this node: its share of the PP x TP ranks."""
+    server = profile.server
+    tp, pp, nnodes = (int(str(server.get(key) or 1)) for key in ("tp_size", "pp_size", "nnodes"))
+    return max(1, (tp * pp) // max(1, nnodes))
+
+
+def daemon_environment(environment: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The server unit's environment as the daemon gets it: without an allocator setting that
+    asks for expandable segments, which SGLang's daemon refuses (SGD542)."""
+    return [(k, v) for k, v in environment
+            if not (k in _ALLOCATOR_VARIABLES and "expandable_segments:true" in v.replace(" ", "").lower())]
+
+
+def ready_wait_command(unit: str, ranks: int) -> list[str]:
+    """ExecStartPost=: wait until every daemon of the node has written its ready file (the
+    launcher does not tell systemd; TimeoutStartSec= bounds the wait, a daemon that dies fails it)."""
+    folder = runtime_folder(unit)
+    script = (f'until [ "$(find {folder} -maxdepth 1 -name "*.ready" | wc -l)" -ge {ranks} ]; '
+              "do sleep 1; done")
+    return ["/bin/sh", "-c", script]
+
+
+@dataclass(frozen=True)
+class DaemonUnit:
+    """The daemon unit a deployment carries beside its server unit."""
+
+    unit: str  # `<unit>-weights`
+    text: str
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.unit}.service"
+
+
+@dataclass(frozen=True)
+class DaemonFiles:
+    """Where a deployment's daemon unit lies on the host, for the shell that installs it."""
+
+    unit: str  # `<unit>-weights`
+    live: str  # /etc/systemd/system/<unit>-weights.service
+    staged: str  # written by the staging step beside it
+    owned: bool  # the new deployment runs a daemon
+
+    def install_sh(self) -> str:
+        """Put the daemon unit in place; `$wkeep` is 1 when the running one stays (same text: same
+        weights), `$wdrop` 1 when the new deployment has none and an old one must go."""
+        live, staged = shlex.quote(self.live), shlex.quote(self.staged)
+        if self.owned:
+            return (f"wdrop=0; if cmp -s {staged} {live}; then rm -f {staged}; wkeep=1; "
+                    f"else mv -f {staged} {live}; wkeep=0; fi")
+        return f"wkeep=0; wdrop=0; [ ! -e {live} ] || wdrop=1"
+
+    def stop_sh(self) -> str:
+        """After the server's stop: stop a daemon being replaced, remove one no longer wanted."""
+        unit_q, live = shlex.quote(f"{self.unit}.service"), shlex.quote(self.live)
+        return (f'[ "$wkeep" = 1 ] || systemctl stop {unit_q} 2>/dev/null || true; '
+                f"systemctl reset-failed {unit_q} 2>/dev/null || true; "
+                f'if [ "$wdrop" = 1 ]; then systemctl disable --quiet {unit_q} 2>/dev/null; rm -f {live}; '
+                "systemctl daemon-reload; fi")
+
+    def kept_pids_sh(self) -> str:
+        """The pids of a daemon kept running (their GPU memory is the next server's weights)."""
+        unit_q = shlex.quote(f"{self.unit}.service")
+        # cgroup v2, or the unified and systemd trees of a hybrid (v1) layout
+        return (f'if [ "$wkeep" = 1 ]; then cg=$(systemctl show -p ControlGroup --value {unit_q}); '
+                'for f in "/sys/fs/cgroup$cg" "/sys/fs/cgroup/unified$cg" "/sys/fs/cgroup/systemd$cg"; do '
+                '[ -n "$cg" ] && [ -r "$f/cgroup.procs" ] && { cat "$f/cgroup.procs"; break; }; done; fi')

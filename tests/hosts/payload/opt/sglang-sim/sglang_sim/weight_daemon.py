@@ -1,0 +1,124 @@
+"""Simulated SGLang weight-cache daemon launcher (sglang/srt/weight_cache/daemon.py, 0.5.19+).
+
+As the real one: SGLang's own server flags (its parser) plus --timeout; one daemon per local
+PP x TP rank, each on its GPU, holding the weights' memory, binding
+SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE and writing SGLANG_WEIGHT_CACHE_READY_TEMPLATE (both keyed
+by the GPU's UUID); the launcher waits for every .ready file, logs that all are ready and stays
+the daemons' parent; on SIGTERM each removes its files. Times are compressed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+
+import sim_gpu
+from sglang_sim import server
+
+SOCKET_TEMPLATE = "/tmp/sglang_weight_cache_{device_uuid}.sock"
+READY_TEMPLATE = "/tmp/sglang_weight_cache_{device_uuid}.ready"
+
+
+def paths(uuid: str) -> tuple[str, str]:
+    env = os.environ
+    return (env.get("SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE", SOCKET_TEMPLATE).format(device_uuid=uuid),
+            env.get("SGLANG_WEIGHT_CACHE_READY_TEMPLATE", READY_TEMPLATE).format(device_uuid=uuid))
+
+
+def serve(gpu: int, tp_rank: int, model: str, weights_mib: int, load_s: float) -> None:
+    """One daemon: load (hold the memory), bind, write ready, serve until SIGTERM."""
+    server.log(f"[WeightCacheDaemon gpu={gpu} tp_rank={tp_rank}] Loading model from disk: {model}")
+    sim_gpu.register(os.getpid(), [gpu], weights_mib, "python3", 0.2)
+    time.sleep(load_s)
+    server.log(f"[WeightCacheDaemon gpu={gpu} tp_rank={tp_rank}] Model loaded from disk in {load_s:.2f}s")
+    sock_path, ready_path = paths(sim_gpu.gpu_uuid(gpu))
+    for stale in (sock_path, ready_path):
+        if os.path.exists(stale):
+            os.unlink(stale)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(sock_path)
+    finally:
+        os.umask(old)
+    sock.listen(8)
+    with open(ready_path, "w") as f:
+        f.write(f"pid={os.getpid()}\nconfig={{'model_path': {model!r}}}\n")
+    server.log(f"[WeightCacheDaemon gpu={gpu}] Listening on {sock_path}")
+    running = True
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal running
+        server.log(f"[WeightCacheDaemon gpu={gpu}] Received signal {signum}, shutting down")
+        running = False
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    sock.settimeout(0.5)
+    while running:
+        try:
+            conn, _ = sock.accept()
+            conn.close()
+        except (TimeoutError, OSError):
+            continue
+    sock.close()
+    for path in (sock_path, ready_path):
+        if os.path.exists(path):
+            os.unlink(path)
+    server.log(f"[WeightCacheDaemon gpu={gpu}] Shutdown complete")
+    sim_gpu.mark_exited(os.getpid())
+    os._exit(0)
+
+
+def main(argv: list[str]) -> None:
+    timeout = 1800
+    rest = []
+    words = iter(argv)
+    for word in words:
+        if word == "--timeout":
+            timeout = int(next(words))
+        elif word != "--force":
+            rest.append(word)
+    settings = server.load_settings()
+    parser = server.build_parser(server.load_catalog())
+    args = vars(parser.parse_args(rest))
+    gpu = sim_gpu.config()
+    cfg = server.model_config(args["model_path"], "launch_server")
+    weights_mib = int(cfg.get("sim_weights_mib", 0)) or int(0.45 * 0.85 * int(gpu["memory_mib"]))
+    tp, pp = int(args.get("tp_size") or 1), int(args.get("pp_size") or 1)
+    nnodes = int(args.get("nnodes") or 1)
+    ranks = max(1, tp * pp // nnodes)
+    visible = server.visible_gpus(int(gpu["count"]))
+    base, step = int(args.get("base_gpu_id") or 0), int(args.get("gpu_id_step") or 1)
+    load_s = max(0.2, float(settings["startup_s"]) * 0.3)
+    children = []
+    for rank in range(ranks):
+        slot = base + rank * step
+        pid = os.fork()
+        if pid == 0:
+            serve(visible[slot], rank, args["model_path"], weights_mib, load_s)
+        children.append(pid)
+        server.log(f"Launched weight cache daemon gpu={visible[slot]} pp_rank=0 tp_rank={rank} pid={pid}")
+    ready = [paths(sim_gpu.gpu_uuid(visible[base + r * step]))[1] for r in range(ranks)]
+    began = time.monotonic()
+    for rank, path in enumerate(ready):
+        while not os.path.exists(path):
+            if time.monotonic() - began > timeout:
+                server.log(f"Weight cache daemon pp_rank=0 tp_rank={rank} did not become ready within {timeout}s")
+                sys.exit(1)
+            time.sleep(0.1)
+        server.log(f"Weight cache daemon pp_rank=0 tp_rank={rank} is ready")
+    server.log(f"All {ranks} weight cache daemons on node 0 are ready (pp_ranks=0..0, "
+               f"tp_ranks=0..{ranks - 1}, dist_init_method=tcp://127.0.0.1:29555)")
+
+    def stop(_signum: int, _frame: object) -> None:
+        for child in children:
+            os.kill(child, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    for _ in children:
+        os.wait()
+    server.log("All weight cache daemons have been terminated")

@@ -1,0 +1,132 @@
+"""The weight-cache daemon as a unit of its own, end to end on a real systemd test host (the
+daemon and SGLang simulated, systemd, the journal and SSH real; docs/weight-cache.md).
+
+A client launch gets `<unit>-weights.service` beside its server unit: the first apply starts the
+daemon before the server (systemd orders it; the server maps the weights), a change of a flag
+that keeps the weights restarts the server alone and keeps the daemon's process and memory, a
+change of the weights replaces the daemon, and a rollback brings the recorded pair back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sgdeploy import cli
+from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_port
+
+pytestmark = pytest.mark.hosts
+
+PORT = free_port()
+MODEL = "/srv/models/Qwen3-8B"
+OTHER = "/srv/models/Qwen3-8B-other"
+DEPLOYED: dict[str, str] = {}  # profile name -> the deployment id its apply recorded
+
+
+def client_profile(max_running: int, model: str = MODEL) -> str:
+    return f"""# a client of the weight cache
+[deploy]
+host = "wc23"
+unit = "sglang-wc"
+python = "/root/ml-env/bin/python3"
+ready_timeout_s = 60
+
+[server]
+model_path = "{model}"
+host = "127.0.0.1"
+port = {PORT}
+tp_size = 2
+weight_cache_mode = "client"
+max_running_requests = {max_running}
+"""
+
+
+@pytest.fixture(scope="module")
+def host() -> Iterator[HostSet]:
+    fast = SimSettings(startup_s=1.0, release_delay_s=0.3)
+    with booted_or_skipped([HostSpec.like("a6000-new", "wc23", sim=fast)]) as hs:
+        for path in (MODEL, OTHER):
+            hs.make_model("wc23", path, "Qwen3ForCausalLM", sim_weights_mib=16000)
+        yield hs
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("wc")
+    paths = {}
+    for name, text in (("a", client_profile(16)), ("b", client_profile(12)), ("other", client_profile(12, OTHER))):
+        paths[name] = folder / f"wc-{name}.toml"
+        paths[name].write_text(text)
+    return paths
+
+
+def sgdeploy(host: HostSet, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    extra = ["--settle", "1"] if args[0] in ("apply", "rollback") else []
+    code = cli.main([*args, "--inventory", str(host.inventory_path), "--json", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def daemon_pid(host: HostSet) -> str:
+    return host.ssh("wc23", "systemctl show -p MainPID --value sglang-wc-weights.service").stdout.strip()
+
+
+def journal(host: HostSet, unit: str) -> str:
+    return host.ssh("wc23", f"journalctl -u {unit} -o cat --no-pager").stdout
+
+
+def test_the_first_apply_starts_the_daemon_then_the_server_maps_the_weights(
+        host: HostSet, profiles: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, result = sgdeploy(host, capsys, "apply", str(profiles["a"]))
+    assert (code, result["status"]) == (0, "ready"), result.get("message")
+    assert daemon_pid(host) not in ("", "0")
+    daemon_log = journal(host, "sglang-wc-weights")
+    assert "All 2 weight cache daemons on node 0 are ready" in daemon_log
+    server_log = journal(host, "sglang-wc")
+    assert "[IpcModelLoader] Loaded model via IPC (mode=client)" in server_log
+    assert "Daemon socket not found" not in server_log
+    listed = host.ssh("wc23", "ls /run/sgdeploy-weights/sglang-wc/").stdout.split()
+    assert len([n for n in listed if n.endswith(".ready")]) == 2, listed
+    verified = host.ssh("wc23", "systemd-analyze verify /etc/systemd/system/sglang-wc-weights.service "
+                        "/etc/systemd/system/sglang-wc.service 2>&1; true").stdout
+    assert "sglang-wc" not in verified, verified
+
+
+def test_a_flag_change_restarts_the_server_alone_and_keeps_the_weights(
+        host: HostSet, profiles: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    before = daemon_pid(host)
+    code, result = sgdeploy(host, capsys, "apply", str(profiles["b"]))
+    assert (code, result["status"]) == (0, "ready"), result.get("message")
+    DEPLOYED["b"] = result["deployment_id"]
+    assert daemon_pid(host) == before  # the daemon, and the weights it holds, stayed
+    holders = host.ssh("wc23", "nvidia-smi --query-compute-apps=pid --format=csv,noheader").stdout.split()
+    assert holders, "the daemon and the new server hold the GPUs"
+
+
+def test_a_change_of_weights_replaces_the_daemon_and_rollback_restores_the_pair(
+        host: HostSet, profiles: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    before = daemon_pid(host)
+    code, result = sgdeploy(host, capsys, "apply", str(profiles["other"]))
+    assert (code, result["status"]) == (0, "ready"), result.get("message")
+    replaced = daemon_pid(host)
+    assert replaced not in ("", "0", before)
+    unit = host.ssh("wc23", "systemctl cat sglang-wc-weights.service").stdout
+    assert OTHER in unit
+    code, back = sgdeploy(host, capsys, "rollback", str(profiles["b"]), "--to", DEPLOYED["b"])
+    assert code == 0, back["message"]
+    unit = host.ssh("wc23", "systemctl cat sglang-wc-weights.service").stdout
+    assert f'"{MODEL}"' in unit and daemon_pid(host) not in ("", "0", replaced)
+
+
+def test_a_launch_without_the_cache_removes_the_daemon(
+        host: HostSet, profiles: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    plain = tmp_path / "plain.toml"
+    plain.write_text(client_profile(12).replace('weight_cache_mode = "client"\n', ""))
+    code, result = sgdeploy(host, capsys, "apply", str(plain))
+    assert (code, result["status"]) == (0, "ready"), result.get("message")
+    assert host.ssh("wc23", "test -e /etc/systemd/system/sglang-wc-weights.service", check=False).returncode != 0
+    state = host.ssh("wc23", "systemctl is-active sglang-wc-weights.service", check=False).stdout.strip()
+    assert state in ("inactive", "unknown"), state
