@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from sgdeploy import __version__
 from sgdeploy.deploy.render import RenderedUnit, render_unit
 from sgdeploy.host.facts import GpuInfo, GpuProcess, gpus_idle, idle_check_sh
 from sgdeploy.profile.model import load_profile
@@ -65,6 +66,7 @@ def test_the_daemon_text_changes_only_with_the_weights(tmp_path: Path) -> None:
     a, b = rendered(tmp_path, running=64), rendered(tmp_path, running=128)
     assert a.text != b.text
     assert a.daemon is not None and b.daemon is not None and a.daemon.text == b.daemon.text
+    assert f"sgdeploy {__version__}" not in a.daemon.text  # an upgrade of sgdeploy keeps the daemon
     other = rendered(tmp_path, extra='quantization = "fp8"\n')
     assert other.daemon is not None and other.daemon.text != a.daemon.text
 

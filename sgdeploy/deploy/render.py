@@ -280,7 +280,6 @@ def _daemon_unit(profile: Profile, catalog: Catalog, host: str | None,
     text = _template_env().get_template(DAEMON_TEMPLATE_NAME).render(
         unit=daemon_unit_name(unit),
         server_unit=unit,
-        sgdeploy_version=__version__,
         host=host or profile.deploy.host,
         sglang_version=catalog.version,
         user=profile.deploy.run_as,
