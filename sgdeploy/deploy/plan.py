@@ -57,6 +57,15 @@ class Step:
         return {"step": self.kind.value, "why": self.why}
 
 
+def unit_file(unit: str) -> str:
+    return f"{UNIT_DIR}/{unit}.service"
+
+
+def staged_unit_file(unit: str) -> str:
+    """Where a unit's new text waits, beside the live one, until the swap renames it into place."""
+    return f"{UNIT_DIR}/.{unit}.service.sgdeploy-staged"
+
+
 @dataclass(frozen=True)
 class Deployment:
     """One deployable thing: a rendered unit and what its server must show to be ready."""
@@ -80,27 +89,16 @@ class Deployment:
 
     @property
     def unit_path(self) -> str:
-        return f"{UNIT_DIR}/{self.unit}.service"
+        return unit_file(self.unit)
 
     @property
     def staged_unit_path(self) -> str:
-        return f"{UNIT_DIR}/.{self.unit}.service.sgdeploy-staged"
-
-    @property
-    def daemon_unit(self) -> str:
-        return daemon_unit_name(self.unit)
-
-    @property
-    def daemon_path(self) -> str:
-        return f"{UNIT_DIR}/{self.daemon_unit}.service"
-
-    @property
-    def staged_daemon_path(self) -> str:
-        return f"{UNIT_DIR}/.{self.daemon_unit}.service.sgdeploy-staged"
+        return staged_unit_file(self.unit)
 
     @property
     def daemon_files(self) -> DaemonFiles:
-        return DaemonFiles(self.daemon_unit, self.daemon_path, self.staged_daemon_path, self.daemon_text is not None)
+        daemon = daemon_unit_name(self.unit)
+        return DaemonFiles(daemon, unit_file(daemon), staged_unit_file(daemon), self.daemon_text is not None)
 
     @property
     def state_dir(self) -> str:

@@ -239,10 +239,11 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
     # ExecStart= may run SGLang's launch through the launcher that keeps secrets out of its log
     exec_groups = [[groups[0][0], *secrets.launcher, *groups[0][1:]], *groups[1:]]
     environment = unit_environment(profile)
+    daemon = None
     if owns_daemon(profile, catalog.version):  # sgdeploy places the daemons' sockets: its templates win
         owned = dict(template_environment(profile.deploy.unit))
         environment = [(k, v) for k, v in environment if k not in owned] + list(owned.items())
-    daemon = _daemon_unit(profile, catalog, host, environment)
+        daemon = _daemon_unit(profile, catalog, host, environment)
     text = _template_env().get_template(TEMPLATE_NAME).render(
         unit=profile.deploy.unit,
         sgdeploy_version=__version__,
@@ -268,17 +269,16 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
 
 
 def _daemon_unit(profile: Profile, catalog: Catalog, host: str | None,
-                 environment: list[tuple[str, str]]) -> DaemonUnit | None:
+                 environment: list[tuple[str, str]]) -> DaemonUnit:
     """The weight-cache daemon's unit (sgdeploy.deploy.weight_daemon), for a client launch."""
-    if not owns_daemon(profile, catalog.version):
-        return None
     unit = profile.deploy.unit
+    name = daemon_unit_name(unit)
     weights = profile.model_copy(update={"server": daemon_server_settings(profile)})
     groups = launch_words(weights, catalog)
     groups[0] = [profile.deploy.python, "-m", DAEMON_MODULE]
     groups.append(["--timeout", str(profile.deploy.ready_timeout_s)])
     text = _template_env().get_template(DAEMON_TEMPLATE_NAME).render(
-        unit=daemon_unit_name(unit),
+        unit=name,
         server_unit=unit,
         host=host or profile.deploy.host,
         sglang_version=catalog.version,
@@ -293,4 +293,4 @@ def _daemon_unit(profile: Profile, catalog: Catalog, host: str | None,
         timeout_start_s=profile.deploy.ready_timeout_s,
         timeout_stop_s=STOP_TIMEOUT_S,
     )
-    return DaemonUnit(daemon_unit_name(unit), text)
+    return DaemonUnit(name, text)

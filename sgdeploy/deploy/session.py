@@ -351,7 +351,7 @@ class HostSession:
     def unstage(self, deployment: Deployment) -> None:
         """Take back what `stage` wrote (a plan decided again under the lock)."""
         self.remote.run(f"rm -rf {shlex.quote(deployment.record_dir)} {shlex.quote(deployment.staged_unit_path)} "
-                        f"{shlex.quote(deployment.staged_daemon_path)}")
+                        f"{shlex.quote(deployment.daemon_files.staged)}")
 
     def stage_command(self, deployment: Deployment) -> str:
         meta = deployment_meta(deployment, "starting")
@@ -365,7 +365,7 @@ class HostSession:
             f"{record}/meta.json": (json.dumps(redact_data(meta), indent=2) + "\n").encode(),
         }
         if deployment.daemon_text is not None:  # the weight-cache daemon's unit, beside the server's
-            files[deployment.staged_daemon_path] = deployment.daemon_text.encode()
+            files[deployment.daemon_files.staged] = deployment.daemon_text.encode()
             files[f"{record}/{WEIGHTS_FILE}"] = deployment.daemon_text.encode()
         self.remote.stats.uploads += len(files)
         return write_files_command(files)
