@@ -490,53 +490,33 @@ def manifest_secrets(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
     found = []
     for obj in objects:
         label = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
-        for path, value in _walk(obj, ""):
-            if path.endswith(".value") and isinstance(value, str) and value:
-                env_name = _env_name(obj, path)
-                if env_name is not None and (is_secret_name(env_name) or env_name in SECRET_FIELDS):
-                    found.append((f"{label} {path.removesuffix('.value')} ({env_name})", "names a secret"))
-                    continue
-            if isinstance(value, str) and (held := secret_in(value)):
+        nodes = list(_nodes(obj, ""))
+        # the name beside each env entry's value (`...env[2].value` -> its `name`)
+        env_names = {f"{path}.value": node["name"] for path, node in nodes
+                     if ".env[" in path and isinstance(node, dict) and isinstance(node.get("name"), str)}
+        for path, value in nodes:
+            if not isinstance(value, str):
+                continue
+            env_name = env_names.get(path)
+            if value and env_name is not None and (is_secret_name(env_name) or env_name in SECRET_FIELDS):
+                found.append((f"{label} {path.removesuffix('.value')} ({env_name})", "names a secret"))
+            elif held := secret_in(value):
                 found.append((f"{label} {path}", f"holds {held}"))
-        for path, words in _commands(obj, ""):
-            for option, value in itertools.pairwise(words):
-                if option.startswith("--") and is_secret_name(option) and not value.startswith("$("):
-                    found.append((f"{label} {path}", f"passes {option} a value"))
+        for path, node in nodes:
+            if isinstance(node, list) and path.rsplit(".", 1)[-1] == "command":
+                words = [w for w in node if isinstance(w, str)]
+                for option, value in itertools.pairwise(words):
+                    if option.startswith("--") and is_secret_name(option) and not value.startswith("$("):
+                        found.append((f"{label} {path}", f"passes {option} a value"))
     return found
 
 
-def _walk(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+def _nodes(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """Every node of a manifest with its path (`spec.containers[0].env[2]`), a parent before its children."""
+    yield path, value
     if isinstance(value, dict):
         for key, item in value.items():
-            yield from _walk(item, f"{path}.{key}" if path else str(key))
+            yield from _nodes(item, f"{path}.{key}" if path else str(key))
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            yield from _walk(item, f"{path}[{i}]")
-    else:
-        yield path, value
-
-
-def _commands(value: Any, path: str) -> Iterator[tuple[str, list[str]]]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
-            if key == "command" and isinstance(item, list):
-                yield where, [w for w in item if isinstance(w, str)]
-            else:
-                yield from _commands(item, where)
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _commands(item, f"{path}[{i}]")
-
-
-def _env_name(obj: dict[str, Any], path: str) -> str | None:
-    """The `name` beside an env entry's `value` at `path` (`...env[2].value`)."""
-    node: Any = obj
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path.removesuffix(".value")):
-        if part.startswith("["):
-            index = int(part[1:-1])
-            node = node[index] if isinstance(node, list) and index < len(node) else None
-        else:
-            node = node.get(part) if isinstance(node, dict) else None
-    name = node.get("name") if isinstance(node, dict) else None
-    return name if isinstance(name, str) and ".env[" in path else None
+            yield from _nodes(item, f"{path}[{i}]")
