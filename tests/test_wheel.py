@@ -77,6 +77,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 def test_wheel_carries_the_templates_and_catalogs(installed: Installed) -> None:
     names = zipfile.ZipFile(installed.wheel).namelist()
     assert "sgdeploy/templates/sglang.service.j2" in names
+    assert "sgdeploy/templates/sglang-weights.service.j2" in names  # the weight-cache daemon's unit
     assert "sgdeploy/py.typed" in names
     catalogs = [n for n in names if n.startswith("sgdeploy/sglang/catalogs/")]
     bundled = [p for p in (REPO / "sgdeploy" / "sglang" / "catalogs").rglob("*") if p.is_file()]
