@@ -1,4 +1,4 @@
-"""The weight-cache rules (SGD540-SGD545) release by release, beyond the example profiles of tests/rules/.
+"""The weight-cache rules (SGD540-SGD546) release by release, beyond the example profiles of tests/rules/.
 
 Each case follows SGLang's sources of the release: sglang/srt/weight_cache/ (0.5.17+), the engine's
 daemon launch and the IPC loader; docs/weight-cache.md says where.
@@ -114,9 +114,23 @@ def test_a_hardened_client_and_its_private_tmp() -> None:
     # 0.5.19+: the daemon unit sgdeploy renders puts both units' sockets under /run
     assert not fires("SGD545", "0.5.23", client, hardening="strict")
     assert fires("SGD545", "0.5.23", {**client, "weight_cache_socket": "/tmp/w.sock"}, hardening="strict")
-    assert "rank{global_rank}" in fires("SGD545", "0.5.17", client, hardening="strict")[0]
+    # 0.5.17, 0.5.18: the pair sgdeploy renders shares one private /tmp (JoinsNamespaceOf=)
+    assert not fires("SGD545", "0.5.17", client, hardening="strict")
+    assert "rank{global_rank}" in fires("SGD545", "0.5.17", {**client, "nnodes": 2, "node_rank": 0},
+                                        hardening="strict")[0]
     assert not fires("SGD545", "0.5.23", client)
     assert not fires("SGD545", "0.5.23", {"weight_cache_mode": "daemon"}, hardening="strict")
     assert not fires("SGD545", "0.5.23", client, hardening="strict",
                      env={"SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE": "/run/w/sglang_weight_cache_{device_uuid}.sock"})
     assert not fires("SGD545", "0.5.17", {**client, "weight_cache_socket": "/run/w/a.sock"}, hardening="strict")
+
+
+def test_the_0_5_17_daemon_cannot_be_told_every_weight_deciding_option() -> None:
+    """Before 0.5.19 `python -m sglang.srt.weight_cache.daemon` parses its own flags only."""
+    client = {"weight_cache_mode": "client", "tp_size": 2, "dtype": "bfloat16"}
+    assert not fires("SGD546", "0.5.17", client)
+    override = {**client, "json_model_override_args": '{"rope_scaling": null}'}
+    found = fires("SGD546", "0.5.18", override)
+    assert len(found) == 1 and "json_model_override_args" in found[0] and "--model-path" in found[0]
+    assert not fires("SGD546", "0.5.19", override)  # the daemon takes the server's own argv
+    assert not fires("SGD546", "0.5.17", {**override, "weight_cache_mode": "daemon"})

@@ -71,11 +71,28 @@ def test_the_daemon_text_changes_only_with_the_weights(tmp_path: Path) -> None:
     assert other.daemon is not None and other.daemon.text != a.daemon.text
 
 
-def test_no_daemon_where_sgdeploy_cannot_place_its_sockets_or_rendezvous(tmp_path: Path) -> None:
-    assert rendered(tmp_path, version="0.5.18").daemon is None  # fixed /tmp paths per rank
+def test_no_daemon_where_sgdeploy_cannot_place_its_rendezvous(tmp_path: Path) -> None:
     two_nodes = rendered(tmp_path, extra='nnodes = 2\nnode_rank = 0\ndist_init_addr = "10.0.0.1:5000"\n')
-    assert two_nodes.daemon is None
-    assert "Requires=" not in rendered(tmp_path, version="0.5.18").text
+    assert two_nodes.daemon is None and "Requires=" not in two_nodes.text
+
+
+def test_before_0_5_19_the_pair_shares_a_private_tmp_and_the_daemon_gets_its_own_flags(tmp_path: Path) -> None:
+    """0.5.17 and 0.5.18 fix the sockets at /tmp/sglang_weight_cache_rank<N>.sock and the daemon
+    parses flags of its own (sglang/srt/weight_cache/daemon.py __main__)."""
+    for version in ("0.5.17", "0.5.18"):
+        unit = rendered(tmp_path, version=version, extra="gpu_id_step = 1\n")
+        assert unit.daemon is not None
+        server, daemon = directives(unit.text), directives(unit.daemon.text)
+        assert "JoinsNamespaceOf=sglang-weights.service" in server and "PrivateTmp=yes" in server
+        assert "PrivateTmp=yes" in daemon and not any(d.startswith("RuntimeDirectory=") for d in daemon)
+        # no templates: this release does not read them (the profile's own stays, SGD543 judges it)
+        assert "/run/sgdeploy-weights" not in unit.text + unit.daemon.text
+        assert 'find /tmp -maxdepth 1 -name \\"sglang_weight_cache_rank*.ready\\"' in unit.daemon.text
+        assert '"--gpu-id-step" "1"' in unit.daemon.text and '"--timeout" "1200"' in unit.daemon.text
+    hardened = rendered(tmp_path, version="0.5.17", deploy='hardening = "strict"\n')
+    assert hardened.daemon is not None
+    for text in (hardened.text, hardened.daemon.text):
+        assert directives(text).count("PrivateTmp=yes") == 1  # the sandbox's, not twice
 
 
 def test_a_strict_client_and_its_daemon_share_the_sandbox(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from sgdeploy.deploy.weight_daemon import (
     ranks_on_node,
     ready_wait_command,
     runtime_folder,
+    shares_private_tmp,
     template_environment,
 )
 from sgdeploy.profile.model import LoadedProfile, Profile
@@ -241,7 +242,7 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
     environment = unit_environment(profile)
     daemon = None
     if owns_daemon(profile, catalog.version):  # sgdeploy places the daemons' sockets: its templates win
-        owned = dict(template_environment(profile.deploy.unit))
+        owned = dict(template_environment(profile.deploy.unit, catalog.version))
         environment = [(k, v) for k, v in environment if k not in owned] + list(owned.items())
         daemon = _daemon_unit(profile, catalog, host, environment)
     text = _template_env().get_template(TEMPLATE_NAME).render(
@@ -264,6 +265,7 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
         timeout_start_s=profile.deploy.ready_timeout_s,
         timeout_stop_s=STOP_TIMEOUT_S,
         weights_unit=daemon.unit if daemon else None,
+        shared_tmp=bool(daemon) and shares_private_tmp(catalog.version),
     )
     return RenderedUnit(profile.deploy.unit, text, tuple(argv), tuple(environment), daemon)
 
@@ -273,7 +275,7 @@ def _daemon_unit(profile: Profile, catalog: Catalog, host: str | None,
     """The weight-cache daemon's unit (sgdeploy.deploy.weight_daemon), for a client launch."""
     unit = profile.deploy.unit
     name = daemon_unit_name(unit)
-    weights = profile.model_copy(update={"server": daemon_server_settings(profile)})
+    weights = profile.model_copy(update={"server": daemon_server_settings(profile, catalog.version)})
     groups = launch_words(weights, catalog)
     groups[0] = [profile.deploy.python, "-m", DAEMON_MODULE]
     groups.append(["--timeout", str(profile.deploy.ready_timeout_s)])
@@ -289,7 +291,8 @@ def _daemon_unit(profile: Profile, catalog: Catalog, host: str | None,
         env_file=profile.deploy.env_file,
         runtime_directory=runtime_folder(unit).removeprefix("/run/"),
         exec_groups=groups,
-        ready_wait=ready_wait_command(unit, ranks_on_node(profile)),
+        ready_wait=ready_wait_command(unit, ranks_on_node(profile), catalog.version),
+        shared_tmp=shares_private_tmp(catalog.version),
         timeout_start_s=profile.deploy.ready_timeout_s,
         timeout_stop_s=STOP_TIMEOUT_S,
     )

@@ -19,23 +19,11 @@ from typing import Any
 from sgdeploy.host.unitfile import UnitFileError, parse_service
 from sgdeploy.sglang.argv import launch_entry, parse_server_argv
 from sgdeploy.sglang.catalog import Catalog, UnknownVersionError, load_catalog
+from sgdeploy.sglang.rules.weight_cache import WEIGHT_FIELDS
 
 WEIGHTS_KEPT = "weights kept"
 COLD = "cold"
 
-# The [server] keys a daemon's weights depend on, as the daemon and the client fingerprint them
-# (CacheConfig) or as the daemon's loader reads them (WeightCacheDaemon.load).
-WEIGHT_FIELDS = (
-    # the checkpoint and how it is read
-    "model_path", "revision", "dtype", "quantization", "load_format", "model_loader_extra_config",
-    "trust_remote_code", "json_model_override_args", "download_dir",
-    # the rank layout each daemon's shard belongs to
-    "tp_size", "pp_size", "dp_size", "attn_dp_size", "enable_dp_attention", "ep_size", "moe_dp_size",
-    "attn_cp_size", "moe_dense_tp_size", "enable_dp_lm_head", "moe_a2a_backend", "deepep_mode",
-    "nnodes", "node_rank", "base_gpu_id", "gpu_id_step",
-    # the physical expert layout the daemon builds with EPLB
-    "enable_eplb", "ep_num_redundant_experts", "init_expert_location",
-)
 # Environment the daemon and the client must agree on (where a rank finds its daemon).
 # and which physical GPUs the ranks land on (a daemon serves the GPU it runs on).
 WEIGHT_ENV = ("SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE", "CUDA_VISIBLE_DEVICES")

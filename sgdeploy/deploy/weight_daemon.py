@@ -1,13 +1,19 @@
 """The weight-cache daemon as a unit of its own (docs/weight-cache.md): what it runs and how the
 server's unit depends on it. Pure: no I/O.
 
-A profile whose `[server]` sets `weight_cache_mode = "client"` (SGLang 0.5.19+, where each
-daemon's socket is found by its GPU's UUID under a folder sgdeploy chooses) gets a second unit,
+A profile whose `[server]` sets `weight_cache_mode = "client"` (SGLang 0.5.17+, one node) gets a
+second unit,
 `<unit>-weights.service`, running `python -m sglang.srt.weight_cache.daemon` with the launch's
 weight-deciding flags. Its start returns only once every daemon of the node wrote its `.ready`
 file (`ExecStartPost=`), and the server's unit `Requires=` and comes `After=` it: systemd starts
 a missing daemon before the server and never starts the server beside a daemon still loading,
 while restarting the server leaves the daemon and its resident weights alone.
+
+Where the two meet: from 0.5.19 each daemon's socket is found by its GPU's UUID through two path
+templates, which both units set to a folder under /run. 0.5.17 and 0.5.18 fix the paths at
+/tmp/sglang_weight_cache_rank<N>.sock: both units get PrivateTmp=yes and the server's unit
+JoinsNamespaceOf= the daemon's, so the pair shares one /tmp of its own (two deployments on a host
+would otherwise both claim rank 0's socket).
 """
 
 from __future__ import annotations
@@ -16,14 +22,16 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sgdeploy.deploy.restart_kind import WEIGHT_FIELDS
+from sgdeploy.sglang.rules.weight_cache import DAEMON_OWN_FLAGS, WEIGHT_FIELDS
 from sgdeploy.sglang.versions import parse_version
 
 if TYPE_CHECKING:  # the plan's records name the daemon's unit without loading pydantic
     from sgdeploy.profile.model import Profile
 
 DAEMON_MODULE = "sglang.srt.weight_cache.daemon"
-FIRST_OWNED_RELEASE = (0, 5, 19)  # sockets per GPU UUID, at a path the unit chooses
+FIRST_OWNED_RELEASE = (0, 5, 17)  # the daemon and weight_cache_mode "client"
+UUID_PATHS_RELEASE = (0, 5, 19)  # sockets per GPU UUID, at a path the units choose
+RANK_READY_GLOB = "/tmp/sglang_weight_cache_rank*.ready"  # 0.5.17, 0.5.18
 # Environment the daemon refuses (expandable segments cannot be exported over CUDA IPC)
 _ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
@@ -38,8 +46,25 @@ def runtime_folder(unit: str) -> str:
     return f"/run/sgdeploy-weights/{unit}"
 
 
-def template_environment(unit: str) -> tuple[tuple[str, str], ...]:
-    """The two templates both units must agree on: each rank finds its GPU's daemon by them."""
+def _release(sglang_version: str) -> tuple[int, ...] | None:
+    try:
+        return tuple(parse_version(sglang_version)[:3])
+    except ValueError:
+        return None
+
+
+def shares_private_tmp(sglang_version: str) -> bool:
+    """Whether the pair meets in a /tmp of its own (0.5.17, 0.5.18: socket paths fixed under /tmp)
+    instead of under /run through the path templates."""
+    release = _release(sglang_version)
+    return release is not None and FIRST_OWNED_RELEASE <= release < UUID_PATHS_RELEASE
+
+
+def template_environment(unit: str, sglang_version: str) -> tuple[tuple[str, str], ...]:
+    """The two templates both units must agree on: each rank finds its GPU's daemon by them
+    (0.5.19+; none before, where the paths are fixed)."""
+    if shares_private_tmp(sglang_version):
+        return ()
     folder = runtime_folder(unit)
     return (("SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE", f"{folder}/{{device_uuid}}.sock"),
             ("SGLANG_WEIGHT_CACHE_READY_TEMPLATE", f"{folder}/{{device_uuid}}.ready"))
@@ -50,15 +75,16 @@ def owns_daemon(profile: Profile, sglang_version: str) -> bool:
     release whose socket paths it can place (0.5.17 and 0.5.18 fix them under /tmp, per rank)."""
     if profile.server.get("weight_cache_mode") != "client" or int(str(profile.server.get("nnodes") or 1)) > 1:
         return False  # multi-node daemons need their own rendezvous (--dist-init-method): not rendered yet
-    try:
-        return parse_version(sglang_version)[:3] >= FIRST_OWNED_RELEASE
-    except ValueError:
-        return False
+    release = _release(sglang_version)
+    return release is not None and release >= FIRST_OWNED_RELEASE
 
 
-def daemon_server_settings(profile: Profile) -> dict[str, object]:
-    """The `[server]` keys the daemon is started with: the ones its weights depend on."""
-    return {key: value for key, value in profile.server.items() if key in WEIGHT_FIELDS}
+def daemon_server_settings(profile: Profile, sglang_version: str) -> dict[str, object]:
+    """The `[server]` keys the daemon is started with: the ones its weights depend on (before
+    0.5.19, of those, the ones its own parser has a flag for; SGD546 refuses the others)."""
+    own_parser = shares_private_tmp(sglang_version)  # the same releases (DAEMON_OWN_PARSER)
+    return {key: value for key, value in profile.server.items()
+            if key in WEIGHT_FIELDS and (not own_parser or key in DAEMON_OWN_FLAGS)}
 
 
 def ranks_on_node(profile: Profile) -> int:
@@ -75,11 +101,13 @@ def daemon_environment(environment: list[tuple[str, str]]) -> list[tuple[str, st
             if not (k in _ALLOCATOR_VARIABLES and "expandable_segments:true" in v.replace(" ", "").lower())]
 
 
-def ready_wait_command(unit: str, ranks: int) -> list[str]:
+def ready_wait_command(unit: str, ranks: int, sglang_version: str) -> list[str]:
     """ExecStartPost=: wait until every daemon of the node has written its ready file (the
     launcher does not tell systemd; TimeoutStartSec= bounds the wait, a daemon that dies fails it)."""
-    folder = runtime_folder(unit)
-    script = (f'until [ "$(find {folder} -maxdepth 1 -name "*.ready" | wc -l)" -ge {ranks} ]; '
+    folder, name = runtime_folder(unit), "*.ready"
+    if shares_private_tmp(sglang_version):
+        folder, _, name = RANK_READY_GLOB.rpartition("/")
+    script = (f'until [ "$(find {folder} -maxdepth 1 -name "{name}" | wc -l)" -ge {ranks} ]; '
               "do sleep 1; done")
     return ["/bin/sh", "-c", script]
 

@@ -373,6 +373,11 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
                Flag("enable_weights_cpu_backup", _since("0.5.3"), cited=False)),
     "SGD545": (Own("a unit sgdeploy renders for deploy.hardening = \"strict\" has PrivateTmp=yes (docs/hardening.md)"),
                Fact("source:weight_cache_socket_not_found", _since("0.5.17"))),
+    "SGD546": (Own("the out-of-band daemon of 0.5.17 and 0.5.18 parses a fixed set of flags of its own "
+                   "(sglang/srt/weight_cache/daemon.py __main__); from 0.5.19 it takes the server's argv"),
+               Flag("weight_cache_mode", _since("0.5.17"), cited=False),
+               # the release that also moved the sockets to the GPU-UUID templates
+               Fact("source:weight_cache_socket_template_env", _since("0.5.19"), cited=False)),
     # ------------------------------------------------------------------ the model's config.json
     "SGD511": (Own("SGLang checks no size: it runs out of memory loading the weights or sizing the KV "
                    "cache"),),

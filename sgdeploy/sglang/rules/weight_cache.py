@@ -27,6 +27,27 @@ WEIGHT_CACHE = VersionRange(since="0.5.17")  # the flags and sglang/srt/weight_c
 # SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE / _READY_TEMPLATE keyed by GPU UUID; before, a fixed
 # /tmp/sglang_weight_cache_rank{global_rank}.sock
 SOCKET_TEMPLATE_ENV = VersionRange(since="0.5.19")
+# The out-of-band daemon's own argparse (weight_cache/daemon.py __main__): a fixed set of flags;
+# from 0.5.19 it parses SGLang's whole server argv (prepare_server_args)
+DAEMON_OWN_PARSER = VersionRange(since="0.5.17", until="0.5.19")
+DAEMON_OWN_FLAGS = (
+    "model_path", "tp_size", "dp_size", "ep_size", "pp_size", "nnodes", "node_rank", "base_gpu_id",
+    "gpu_id_step", "load_format", "dtype", "quantization", "model_loader_extra_config",
+    "trust_remote_code", "revision",
+)
+# The [server] keys a daemon's weights depend on, as the daemon and the client fingerprint them
+# (CacheConfig) or as the daemon's loader reads them (WeightCacheDaemon.load).
+WEIGHT_FIELDS = (
+    # the checkpoint and how it is read
+    "model_path", "revision", "dtype", "quantization", "load_format", "model_loader_extra_config",
+    "trust_remote_code", "json_model_override_args", "download_dir",
+    # the rank layout each daemon's shard belongs to
+    "tp_size", "pp_size", "dp_size", "attn_dp_size", "enable_dp_attention", "ep_size", "moe_dp_size",
+    "attn_cp_size", "moe_dense_tp_size", "enable_dp_lm_head", "moe_a2a_backend", "deepep_mode",
+    "nnodes", "node_rank", "base_gpu_id", "gpu_id_step",
+    # the physical expert layout the daemon builds with EPLB
+    "enable_eplb", "ep_num_redundant_experts", "init_expert_location",
+)
 TIMEOUT_CHECKED = VersionRange(since="0.5.22")  # the daemon's own "--weight-cache-timeout must be positive"
 
 SOCKET_ENV = "SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE"
@@ -232,8 +253,10 @@ def client_socket_paths(ctx: LaunchContext) -> str:
 def weight_cache_private_tmp(ctx: LaunchContext) -> Iterator[Finding]:
     if mode(ctx) != "client" or ctx.hardening != "strict":
         return
-    if ctx.version in SOCKET_TEMPLATE_ENV and not ctx.given("weight_cache_socket"):
-        return  # the daemon unit sgdeploy renders (0.5.19+) sets both templates under /run for both units
+    if not ctx.given("weight_cache_socket") and _nodes(ctx) == 1:
+        # the daemon unit sgdeploy renders shares its sockets with the server: both templates under
+        # /run (0.5.19+), or one private /tmp for the pair (JoinsNamespaceOf=, 0.5.17 and 0.5.18)
+        return
     path = client_socket_paths(ctx)
     if path.startswith(("/tmp/", "/var/tmp/")):
         field = ("server.weight_cache_socket" if ctx.given("weight_cache_socket")
@@ -242,3 +265,28 @@ def weight_cache_private_tmp(ctx: LaunchContext) -> Iterator[Finding]:
                       "(deploy.hardening = \"strict\" renders PrivateTmp=yes): the daemon's socket is not there, and "
                       "SGLang quietly loads the weights from disk (IpcModelLoader._fetch_from_cache, 0.5.17 and "
                       "later: 'Daemon socket not found')")
+
+
+# ------------------------------------------------------------------ SGD546: what the 0.5.17 daemon cannot be told
+def _nodes(ctx: LaunchContext) -> int:
+    value = ctx.get("nnodes", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+@rule("SGD546", "weight-cache-daemon-flags", ERROR,
+      "Before 0.5.19 the out-of-band daemon parses flags of its own: a weight-deciding option it has "
+      "no flag for loads the daemon's weights differently from the server's.",
+      "drop the option, set weight_cache_mode = \"off\", or use SGLang 0.5.19+ (its daemon takes the "
+      "server's own flags)",
+      versions=DAEMON_OWN_PARSER)
+def weight_cache_daemon_flags(ctx: LaunchContext) -> Iterator[Finding]:
+    if mode(ctx) != "client" or _nodes(ctx) > 1:
+        return
+    for name in WEIGHT_FIELDS:
+        if name in DAEMON_OWN_FLAGS or not ctx.given(name) or ctx.server.get(name) in (None, "", False):
+            continue
+        yield Finding(f"server.{name}", f"{name} decides the weights, but the weight-cache daemon of "
+                      f"SGLang {ctx.catalog.version} has no flag for it (python -m "
+                      "sglang.srt.weight_cache.daemon parses only its own: "
+                      f"{', '.join('--' + f.replace('_', '-') for f in DAEMON_OWN_FLAGS)}): the daemon "
+                      "would hold weights the server does not expect")
