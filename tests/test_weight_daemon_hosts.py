@@ -22,6 +22,7 @@ from tests.hosts import HostSet, HostSpec, SimSettings, booted_or_skipped, free_
 pytestmark = pytest.mark.hosts
 
 PORT = free_port()
+PORT_0517 = free_port()
 MODEL = "/srv/models/Qwen3-8B"
 OTHER = "/srv/models/Qwen3-8B-other"
 DEPLOYED: dict[str, str] = {}  # profile name -> the deployment id its apply recorded
@@ -130,3 +131,39 @@ def test_a_launch_without_the_cache_removes_the_daemon(
     assert host.ssh("wc23", "test -e /etc/systemd/system/sglang-wc-weights.service", check=False).returncode != 0
     state = host.ssh("wc23", "systemctl is-active sglang-wc-weights.service", check=False).stdout.strip()
     assert state in ("inactive", "unknown"), state
+
+
+@pytest.fixture(scope="module")
+def host_0517() -> Iterator[HostSet]:
+    fast = SimSettings(startup_s=1.0, release_delay_s=0.3)
+    with booted_or_skipped([HostSpec.like("a6000-new", "wc17", sim=fast, sglang_version="0.5.17")]) as hs:
+        hs.make_model("wc17", MODEL, "Qwen3ForCausalLM", sim_weights_mib=16000)
+        yield hs
+
+
+def test_on_0_5_17_the_pair_meets_in_a_private_tmp_of_its_own(
+        host_0517: HostSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """0.5.17 fixes each daemon's socket at /tmp/sglang_weight_cache_rank<N>.sock: the daemon unit's
+    PrivateTmp=, joined by the server's unit (JoinsNamespaceOf=), is where both look."""
+    hs, paths = host_0517, []
+    for running in (16, 12):
+        path = tmp_path / f"wc17-{running}.toml"
+        # its own port: wc23's server may still hold PORT on the shared loopback
+        path.write_text(client_profile(running).replace('host = "wc23"', 'host = "wc17"')
+                        .replace(f"port = {PORT}", f"port = {PORT_0517}"))
+        paths.append(path)
+    code, result = sgdeploy(hs, capsys, "apply", str(paths[0]))
+    assert (code, result["status"]) == (0, "ready"), result.get("message")
+    server_log = hs.ssh("wc17", "journalctl -u sglang-wc -o cat --no-pager").stdout
+    assert "[IpcModelLoader] Loaded model via IPC (mode=client)" in server_log, server_log[-2000:]
+    # the sockets are in the pair's /tmp, not the host's
+    assert hs.ssh("wc17", "ls /tmp/sglang_weight_cache_rank0.sock", check=False).returncode != 0
+    pid = hs.ssh("wc17", "systemctl show -p MainPID --value sglang-wc-weights.service").stdout.strip()
+    code, result = sgdeploy(hs, capsys, "apply", str(paths[1]))
+    assert (code, result["status"]) == (0, "ready"), result.get("message")
+    assert hs.ssh("wc17", "systemctl show -p MainPID --value sglang-wc-weights.service").stdout.strip() == pid
+    server_log = hs.ssh("wc17", "journalctl -u sglang-wc -o cat --no-pager").stdout
+    assert server_log.count("Loaded model via IPC (mode=client)") >= 2 * 2  # two ranks, two starts
+    verified = hs.ssh("wc17", "systemd-analyze verify /etc/systemd/system/sglang-wc-weights.service "
+                      "/etc/systemd/system/sglang-wc.service 2>&1; true").stdout
+    assert "sglang-wc" not in verified, verified

@@ -718,13 +718,13 @@ class Rank:
         os._exit(1)
 
     def weights_from_daemon(self) -> bool:
-        """weight_cache_mode client (ipc_loader.py): the GPU's daemon socket, found by its UUID; absent,
-        SGLang says so and loads from disk."""
+        """weight_cache_mode client (ipc_loader.py): the GPU's daemon socket, found by its UUID
+        (0.5.19+) or by the rank (0.5.17, 0.5.18); absent, SGLang says so and loads from disk."""
         if self.args.get("weight_cache_mode") != "client":
             return False
         from sglang_sim.weight_daemon import paths
 
-        sock_path, ready_path = paths(sim_gpu.gpu_uuid(self.gpu_index))
+        sock_path, ready_path = paths(sim_gpu.gpu_uuid(self.gpu_index), self.rank)
         if not os.path.exists(sock_path):
             log(f"[IpcModelLoader] Daemon socket not found at {sock_path}.")
             log("[IpcModelLoader] Weight cache not available or config mismatch, falling back to disk load")

@@ -1,14 +1,17 @@
-"""Simulated SGLang weight-cache daemon launcher (sglang/srt/weight_cache/daemon.py, 0.5.19+).
+"""Simulated SGLang weight-cache daemon launcher (sglang/srt/weight_cache/daemon.py, 0.5.17+).
 
-As the real one: SGLang's own server flags (its parser) plus --timeout; one daemon per local
-PP x TP rank, each on its GPU, holding the weights' memory, binding
-SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE and writing SGLANG_WEIGHT_CACHE_READY_TEMPLATE (both keyed
-by the GPU's UUID); the launcher waits for every .ready file, logs that all are ready and stays
-the daemons' parent; on SIGTERM each removes its files. Times are compressed.
+As the real one: from 0.5.19 SGLang's own server flags (its parser) plus --timeout, in 0.5.17
+and 0.5.18 a parser of its own with a fixed set of flags; one daemon per local PP x TP rank, each
+on its GPU, holding the weights' memory, binding its socket and writing its ready file (0.5.19+:
+SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE / _READY_TEMPLATE keyed by the GPU's UUID; before:
+/tmp/sglang_weight_cache_rank<global rank>.sock/.ready); the launcher waits for every .ready
+file, logs that all are ready and stays the daemons' parent; on SIGTERM each removes its files.
+Times are compressed.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -20,12 +23,40 @@ from sglang_sim import server
 
 SOCKET_TEMPLATE = "/tmp/sglang_weight_cache_{device_uuid}.sock"
 READY_TEMPLATE = "/tmp/sglang_weight_cache_{device_uuid}.ready"
+RANK_SOCKET = "/tmp/sglang_weight_cache_rank{global_rank}.sock"  # 0.5.17, 0.5.18
+RANK_READY = "/tmp/sglang_weight_cache_rank{global_rank}.ready"
 
 
-def paths(uuid: str) -> tuple[str, str]:
+def keyed_by_uuid() -> bool:
+    return tuple(int(p) for p in server.VERSION.split(".")[:3]) >= (0, 5, 19)
+
+
+def paths(uuid: str, global_rank: int) -> tuple[str, str]:
+    if not keyed_by_uuid():
+        return RANK_SOCKET.format(global_rank=global_rank), RANK_READY.format(global_rank=global_rank)
     env = os.environ
     return (env.get("SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE", SOCKET_TEMPLATE).format(device_uuid=uuid),
             env.get("SGLANG_WEIGHT_CACHE_READY_TEMPLATE", READY_TEMPLATE).format(device_uuid=uuid))
+
+
+def own_parser() -> argparse.ArgumentParser:
+    """0.5.17 and 0.5.18: the daemon's own flags (daemon.py __main__), nothing of the server's."""
+    parser = argparse.ArgumentParser(description="SGLang Weight Cache Daemon")
+    parser.add_argument("--model-path", required=True)
+    for name in ("--tp-size", "--dp-size", "--ep-size", "--pp-size", "--nnodes"):
+        parser.add_argument(name, type=int, default=1)
+    for name in ("--gpu-id", "--tp-rank"):
+        parser.add_argument(name, type=int, default=None)
+    for name, default in (("--pp-rank", 0), ("--base-gpu-id", 0), ("--gpu-id-step", 1), ("--node-rank", 0),
+                          ("--timeout", 1800)):
+        parser.add_argument(name, type=int, default=default)
+    for name, default in (("--load-format", "auto"), ("--dtype", "auto"), ("--quantization", None),
+                          ("--model-loader-extra-config", "{}"), ("--revision", None),
+                          ("--dist-init-method", None)):
+        parser.add_argument(name, default=default)
+    parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--force", action="store_true")
+    return parser
 
 
 def serve(gpu: int, tp_rank: int, model: str, weights_mib: int, load_s: float) -> None:
@@ -34,7 +65,7 @@ def serve(gpu: int, tp_rank: int, model: str, weights_mib: int, load_s: float) -
     sim_gpu.register(os.getpid(), [gpu], weights_mib, "python3", 0.2)
     time.sleep(load_s)
     server.log(f"[WeightCacheDaemon gpu={gpu} tp_rank={tp_rank}] Model loaded from disk in {load_s:.2f}s")
-    sock_path, ready_path = paths(sim_gpu.gpu_uuid(gpu))
+    sock_path, ready_path = paths(sim_gpu.gpu_uuid(gpu), tp_rank)
     for stale in (sock_path, ready_path):
         if os.path.exists(stale):
             os.unlink(stale)
@@ -83,8 +114,10 @@ def main(argv: list[str]) -> None:
         elif word != "--force":
             rest.append(word)
     settings = server.load_settings()
-    parser = server.build_parser(server.load_catalog())
-    args = vars(parser.parse_args(rest))
+    if keyed_by_uuid():
+        args = vars(server.build_parser(server.load_catalog()).parse_args(rest))
+    else:
+        args = vars(own_parser().parse_args(argv))
     gpu = sim_gpu.config()
     cfg = server.model_config(args["model_path"], "launch_server")
     weights_mib = int(cfg.get("sim_weights_mib", 0)) or int(0.45 * 0.85 * int(gpu["memory_mib"]))
@@ -102,7 +135,7 @@ def main(argv: list[str]) -> None:
             serve(visible[slot], rank, args["model_path"], weights_mib, load_s)
         children.append(pid)
         server.log(f"Launched weight cache daemon gpu={visible[slot]} pp_rank=0 tp_rank={rank} pid={pid}")
-    ready = [paths(sim_gpu.gpu_uuid(visible[base + r * step]))[1] for r in range(ranks)]
+    ready = [paths(sim_gpu.gpu_uuid(visible[base + r * step]), r)[1] for r in range(ranks)]
     began = time.monotonic()
     for rank, path in enumerate(ready):
         while not os.path.exists(path):
