@@ -173,7 +173,7 @@ def _words_for(flag: Any) -> list[str]:
     if flag.is_switch:
         return []
     value = sample_value(flag)
-    one = str((value[0] if isinstance(value, list) else value))
+    one = str(value[0] if isinstance(value, list) else value)
     if flag.nargs in ("+", "*"):
         return [one, one]
     if isinstance(flag.nargs, int):
