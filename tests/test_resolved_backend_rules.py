@@ -128,3 +128,27 @@ def test_unified_memory_with_dcp_is_refused_from_the_declared_architecture_alone
     assert declared("Qwen3_5ForConditionalGeneration")  # the oracle's 0.5.23 verdict: refused
     assert not declared("KimiLinearForCausalLM")
     assert any("supports MLA models only" in m for m in fires("SGD552", "0.5.23", "A6000", server, QWEN_HYBRID))
+
+
+def _declared_only(version: str, gpu: str, server: dict[str, Any], architecture: str) -> LaunchContext:
+    name, capability, memory = HOSTS[gpu]
+    return LaunchContext(server=server, env={}, catalog=load_catalog(version),
+                         host=HostTarget("h", gpu=name, compute_capability=capability, gpu_count=8,
+                                         gpu_memory_gib=memory), architecture=architecture)
+
+
+@pytest.mark.parametrize(("version", "gpu", "server", "said"), [
+    # the FP4 KV cache's backend list depends on MLA, which an MLA branch may read from the config
+    ("0.5.11", "H200", {"tp_size": 4, "kv_cache_dtype": "fp4_e2m1"}, "whether the model uses MLA"),
+    # the MoE kernel checks read a DeepSeek V3 checkpoint's quantization on Blackwell
+    ("0.5.11", "B200", {"tp_size": 8, "moe_runner_backend": "flashinfer_cutedsl"},
+     "the checkpoint's quantization the MoE runner backend needs"),
+])
+def test_a_check_that_needs_config_json_says_not_checked_without_it(
+        version: str, gpu: str, server: dict[str, Any], said: str) -> None:
+    ctx = _declared_only(version, gpu, server, "DeepseekV3ForCausalLM")
+    (note,) = [f.message for f in RULES.by_id("SGD580").run(ctx)]
+    assert "not checked" in note and said in note
+    # an architecture no MLA branch names settles the KV4 list without the config: nothing to note
+    llama = _declared_only(version, gpu, {"tp_size": 4, "kv_cache_dtype": "fp4_e2m1"}, "LlamaForCausalLM")
+    assert not any("MLA" in f.message for f in RULES.by_id("SGD580").run(llama))

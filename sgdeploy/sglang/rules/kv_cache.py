@@ -1190,6 +1190,12 @@ def _kv4(ctx: LaunchContext) -> bool:
     return dtype == "fp4_mx_block16" or (dtype == "nvfp4" and ctx.version < (0, 5, 21, 0))
 
 
+def kv4_model_unknown(ctx: LaunchContext) -> bool:
+    """An FP4 KV cache whose allowed backends depend on MLA, which neither config.json nor the
+    declared architecture settles."""
+    return _kv4(ctx) and _mla(ctx) is None
+
+
 def _kv4_lists(ctx: LaunchContext, fa4: bool) -> tuple[str, ...]:
     """The backends the KV4 check allows for this model: MLA or MHA from config.json, both unknown."""
     mla_list, fa4_mla_list = next((a, b) for versions, a, b in _KV4_LISTS if ctx.version in versions)
