@@ -574,7 +574,7 @@ def _hybrid(ctx: LaunchContext) -> bool:
 _EXTRA = ("extra_buffer", "extra_buffer_lazy")
 
 
-def _resolved_strategy(ctx: LaunchContext) -> object:
+def resolved_strategy(ctx: LaunchContext) -> object:
     """mamba_radix_cache_strategy as the later checks read it (0.5.14+): a given value, else `auto`
     resolved as _mamba_radix_cache_resolution does on a hybrid model with the radix cache on:
     extra_buffer when overlap or paging wants it and the architecture takes it with the triton
@@ -590,14 +590,14 @@ def _resolved_strategy(ctx: LaunchContext) -> object:
 
 
 def _extra_buffer(ctx: LaunchContext) -> bool:
-    return _resolved_strategy(ctx) in _EXTRA
+    return resolved_strategy(ctx) in _EXTRA
 
 
 def _replay_strategy_words(ctx: LaunchContext) -> str:
     auto = "" if ctx.given("mamba_radix_cache_strategy") else " (what auto resolves to here)"
     return ("--enable-linear-replayssm requires --mamba-radix-cache-strategy no_buffer (the "
             "default); the extra_buffer ping-pong donation path is not yet supported (follow-up). "
-            f"Got --mamba-radix-cache-strategy={_resolved_strategy(ctx)!r}{auto}.")
+            f"Got --mamba-radix-cache-strategy={resolved_strategy(ctx)!r}{auto}.")
 
 
 def _no_buffer_given(ctx: LaunchContext) -> bool:
