@@ -65,6 +65,14 @@ POLICY_RULES = {
 POLICY_FIELDS = {
     "SGD506": {"server.tp_size", "server.pp_size", "server.dp_size", "server.nnodes", "server.page_size"},
 }
+# The words of SGD580's "not checked" note that name the check of each rule reading config.json:
+# a refusal one of these rules catches with the config is "reported as not checked" without it only
+# when the note names that check (`--config-split`).
+UNCHECKED_WORDS = {
+    "SGD581": "context_length", "SGD582": "attention heads", "SGD583": "DSA", "SGD584": "Mamba state",
+    "SGD585": "quantization", "SGD586": "quantization", "SGD593": "quantization", "SGD117": "quantization",
+    "SGD558": "MLA", "SGD587": "sparse-attention", "SGD592": "DeepSeek",
+}
 STARTUP_CHECKS = ("gpu_count", "attention_heads_divisible", "mem_fraction_static_range")
 TOPIC_WORDS = (
     ("speculative", ("speculative", "eagle", "ngram", "dflash", "spec_", "draft", "mtp")),
@@ -368,6 +376,36 @@ def print_report(tally: Tally, topic: str | None, limit: int) -> None:
     print()
 
 
+def config_split(version: str, seed: int, jobs: int) -> dict[str, Any]:
+    """Post-parse refusals without config.json, each missed one put in a class: missed with the config too
+    (the host's or code outside the inventory), config-dependent and named by SGD580's note as not checked,
+    or config-dependent and silent (architecture-only checks belong here until they run from
+    deploy.model_architecture; the target is none)."""
+    with_config = measure(version, seed, False, jobs, True)
+    without = measure(version, seed, False, jobs, False)
+    missed_with = {i for ids in with_config.misses.values() for i in ids}
+    classes: Counter[str] = Counter()
+    silent = []
+    for key, ids in without.misses.items():
+        for case_id in ids:
+            if key == "argparse":
+                classes["argparse"] += 1
+            elif case_id in missed_with:
+                classes["missed with the config too"] += 1
+            else:
+                rules = with_config.details[case_id]["sgdeploy"]["errors"]
+                note = " ".join(without.details[case_id]["sgdeploy"].get("unchecked") or [])
+                if any(UNCHECKED_WORDS.get(rule, "\0") in note for rule in rules):
+                    classes["config-dependent, reported as not checked"] += 1
+                else:
+                    classes["config-dependent, silent"] += 1
+                    silent.append({"case": case_id, "site": key, "caught_with_config_by": rules})
+    summary = without.summary()
+    return {"version": version, "seed": seed, "post_parse_refused": summary["post_parse_refused"],
+            "post_parse_caught": summary["post_parse_caught"], "false_alarms": summary["false_alarms"],
+            "accepted": summary["accepted"], "missed": dict(classes), "silent": silent}
+
+
 def show(case_id: str, seed: int, model_config: bool) -> int:
     version = case_id.split("/", 1)[0]
     cases = [c for c in corpus.build(version, seed) if c["id"] == case_id]
@@ -397,10 +435,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not give sgdeploy the model's config.json (deploy.model_config)")
     parser.add_argument("--json", metavar="FILE", help="write every count, miss and false alarm as JSON")
     parser.add_argument("--show", metavar="CASE_ID", help="print one case: argv, profile, both verdicts")
+    parser.add_argument("--config-split", action="store_true",
+                        help="without config.json: each missed refusal as not checked (SGD580), silent or host-side")
     args = parser.parse_args(argv)
     model_config = not args.no_model_config
     if args.show:
         return show(args.show, args.seed, model_config)
+    if args.config_split:
+        for version in args.version or VERSIONS:
+            print(json.dumps(config_split(version, args.seed, args.jobs), indent=1))
+        return 0
     report: dict[str, Any] = {"seed": args.seed, "versions": {}}
     for version in args.version or VERSIONS:
         began = time.perf_counter()
