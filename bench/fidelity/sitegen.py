@@ -212,7 +212,7 @@ class Namespace:
 
 
 class Rewriter(ast.NodeTransformer):
-    """A test's names as calls into a Namespace; any name it cannot model becomes Unknown."""
+    """A test's names as calls into a Namespace; a name it cannot model stays, and leaves its part undecided."""
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
