@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.fidelity import sitegen
+from bench.fidelity import run, sitegen
 from sgdeploy.sglang.checksites import OFFLINE, decide
 
 # Refusals at sites decided offline that sgdeploy does not catch yet, each with why.
@@ -31,11 +31,11 @@ def fixture() -> dict[str, object]:
 
 
 @cache
-def outcomes(version: str, models: str) -> list[sitegen.Outcome]:
+def outcomes(version: str, models: str, model_config: bool = True) -> list[sitegen.Outcome]:
     data = fixture()
     entries = data["versions"][version]  # type: ignore[index]
     verdicts = {e["id"]: e["sglang"] for e in entries}
-    return sitegen.compare(version, entries, verdicts, Path(models))
+    return sitegen.compare(version, entries, verdicts, Path(models), model_config)
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +81,24 @@ def test_no_accepted_launch_is_refused(version: str, models: str) -> None:
               for o in outcomes(version, models)
               if o.status == "false_alarm" and o.case["id"] not in KNOWN_FALSE_ALARMS]
     assert not alarms, "\n".join(alarms)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_without_config_json_a_refusal_is_caught_or_its_check_named_as_not_checked(version: str, models: str) -> None:
+    """With only deploy.model_architecture, a refusal caught with the config is caught still (the
+    architecture-only checks), or SGD580's note names the check that needs the config."""
+    with_config = {o.case["id"]: o for o in outcomes(version, models)}
+    silent = []
+    for outcome in outcomes(version, models, False):
+        caught_before = with_config[outcome.case["id"]]
+        if outcome.status != "miss" or caught_before.status != "caught":
+            continue
+        note = " ".join(outcome.ours.get("unchecked") or [])
+        if not any(run.UNCHECKED_WORDS.get(rule, "\0") in note for rule in caught_before.ours["errors"]):
+            argv = ' '.join(outcome.case['argv'])[:140]
+            silent.append(f"{outcome.case['id']} {caught_before.ours['errors']}: {argv}")
+    assert not silent, "\n".join(silent)
+    assert not [o for o in outcomes(version, models, False) if o.status == "false_alarm"]
 
 
 def test_known_entries_are_still_in_the_fixture() -> None:

@@ -504,11 +504,12 @@ def inventory() -> tuple[tempfile.TemporaryDirectory[str], InventoryContext]:
 
 
 def compare(version: str, cases: list[dict[str, Any]], verdicts: dict[str, dict[str, Any]],
-            models_dir: Path | None = None) -> list[Outcome]:
+            models_dir: Path | None = None, model_config: bool = True) -> list[Outcome]:
+    """Each launch judged; `model_config=False` gives sgdeploy only deploy.model_architecture."""
     sites = run.Sites(version)
     tmp, inv = inventory()
     with tmp:
-        return [judge(c, verdicts[c["id"]], run.sgdeploy_verdict(c, inv, True, models_dir), sites)
+        return [judge(c, verdicts[c["id"]], run.sgdeploy_verdict(c, inv, model_config, models_dir), sites)
                 for c in cases if c["id"] in verdicts]
 
 
