@@ -119,8 +119,10 @@ def mamba_extra_buffer(ctx: LaunchContext) -> Iterator[Finding]:
         return  # SGLang applies the strategy only to hybrid (Mamba) models
     strategy_field = ("mamba_scheduler_strategy" if ctx.has_flag("mamba_scheduler_strategy")
                       else "mamba_radix_cache_strategy")
-    # 0.5.14+: `auto` is resolved first (extra_buffer on the architectures that take it)
-    strategy = ctx.get(strategy_field) if ctx.version in V1X else resolved_strategy(ctx)
+    # 0.5.14+: `auto` is resolved first (extra_buffer on the architectures that take it); followed below
+    # SM100 only: there the hybrid models' own branch changes what the checks read (the page size)
+    below_sm100 = ctx.host is not None and ctx.host.sm is not None and ctx.host.sm < 100
+    strategy = resolved_strategy(ctx) if ctx.version not in V1X and below_sm100 else ctx.get(strategy_field)
     if strategy not in ("extra_buffer", "extra_buffer_lazy"):
         return
     if ctx.version not in V1X and ctx.on("disable_radix_cache"):
