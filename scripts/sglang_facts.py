@@ -328,6 +328,74 @@ def mla_archs(files: dict[str, str]) -> list[str] | None:
     return sorted(found) or None
 
 
+def _sets_mla(node: ast.If) -> bool:
+    return any(isinstance(stmt, ast.Assign) and "AttentionArch.MLA" in ast.unparse(stmt.value) for stmt in node.body)
+
+
+def _chains(tree: ast.Module) -> list[list[ast.If]]:
+    """The if/elif chains that hold a branch setting `attention_arch = AttentionArch.MLA`, in order."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    heads: list[ast.If] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _sets_mla(node):
+            while isinstance(parents.get(node), ast.If) and parents[node].orelse == [node]:  # type: ignore[attr-defined]
+                node = parents[node]  # type: ignore[assignment]
+            if node not in heads:
+                heads.append(node)
+    chains = []
+    for head in heads:
+        chain, link = [], head
+        while True:
+            chain.append(link)
+            if len(link.orelse) == 1 and isinstance(link.orelse[0], ast.If):
+                link = link.orelse[0]
+            else:
+                break
+        chains.append(chain)
+    return chains
+
+
+def mla_archs_by_name(files: dict[str, str]) -> list[str] | None:
+    """The architectures whose MLA the name alone settles: where the attention-arch chain of
+    ModelConfig first names one, it is a disjunct of its own (`"X" in ...architectures`, no `and`
+    with a config value) of a branch that sets `attention_arch = AttentionArch.MLA`. One a branch
+    names together with a config value (Pixtral's `kv_lora_rank`, DeepseekVL2's `use_mla`) is left
+    out: without config.json its MLA is unknown."""
+    tree = _tree(files, MODEL_CONFIG)
+    if tree is None:
+        return None
+    settled: set[str] = set()
+    for chain in _chains(tree):
+        first: dict[str, bool] = {}
+        for node in chain:
+            disjuncts = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.Or) \
+                else [node.test]
+            for part in disjuncts:
+                alone = isinstance(part, ast.Compare) and len(part.ops) == 1 and isinstance(part.ops[0], ast.In)
+                for c in ast.walk(part):
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value[:1].isupper():
+                        first.setdefault(c.value, alone and _sets_mla(node))
+        settled.update(name for name, mla in first.items() if mla)
+    return sorted(settled) or None
+
+
+def deterministic_deepseek_archs(files: dict[str, str]) -> list[str] | None:
+    """The architectures `_handle_deterministic_inference` counts as DeepSeek / absorbed-MLA models
+    (`is_deepseek_model = model_arch in [...]`): their attention backend must be one of a shorter
+    list, and fa4 needs SM100/SM110 (0.5.17+). Decided by `architectures[0]` alone."""
+    for path in sorted(p for p in files if p.startswith("sglang/srt/") and p.endswith(".py")):
+        if "is_deepseek_model = model_arch in" not in files[path]:
+            continue
+        for node in ast.walk(ast.parse(files[path])):
+            targets = [getattr(t, "id", None) for t in getattr(node, "targets", [])]
+            if isinstance(node, ast.Assign) and "is_deepseek_model" in targets and isinstance(node.value, ast.Compare):
+                names = [c.value for c in ast.walk(node.value)
+                         if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+                if names:
+                    return sorted(names)
+    return None
+
+
 def _spec_arch_names(tree: ast.Module) -> Iterable[str]:
     """The arch_names of every `LinearAttnModelSpec(...)` call in a module."""
     for call in ast.walk(tree):
@@ -511,6 +579,8 @@ EXTRACTORS: dict[str, Callable[[dict[str, str]], Any]] = {
     "mamba_extra_buffer_archs": mamba_extra_buffer_archs,
     "mamba_state_archs": mamba_state_archs,
     "mla_archs": mla_archs,
+    "mla_archs_by_name": mla_archs_by_name,
+    "deterministic_deepseek_archs": deterministic_deepseek_archs,
     "quantization_methods": quantization_methods,
     "deepep_v2_archs": deepep_v2_archs,
     "mega_moe_no_fallback_archs": mega_moe_no_fallback_archs,

@@ -164,3 +164,61 @@ def test_import_reports_a_refusing_and_an_ignored_deprecated_action() -> None:
     assert not parsed.ok and "no longer supported" in parsed.findings[0].message
     parsed = parse_server_argv(["--model-path", "/m", "--enable-piecewise-cuda-graph"], load_catalog("0.5.11"))
     assert parsed.ok and parsed.server == {"model_path": "/m"}
+
+
+# --------------------------------------------------------------------------- argparse shapes per alias
+def _words_for(flag: Any) -> list[str]:
+    """Values for one option as its own registration takes them: none for a switch, one for a
+    single value, two for `+`/`*`, N for an integer nargs."""
+    if flag.is_switch:
+        return []
+    value = sample_value(flag)
+    one = str(value[0] if isinstance(value, list) else value)
+    if flag.nargs in ("+", "*"):
+        return [one, one]
+    if isinstance(flag.nargs, int):
+        return [one] * flag.nargs
+    return [one]
+
+
+@pytest.mark.parametrize("version", available_versions())
+def test_every_alias_reads_with_its_own_nargs_into_the_field_it_feeds(version: str) -> None:
+    """Every alias of every bundled release, an `enable_*` alias of a valued option included:
+    its option with the values its own nargs takes lands in the field it feeds; a switch alias
+    takes no value (a word after it is not its value), a valued one refuses to stand alone."""
+    catalog = load_catalog(version)
+    wrong = []
+    for key, alias in sorted(catalog.aliases.items()):
+        if alias.refusal is not None or alias.ignored:
+            continue
+        for option in alias.options:
+            if option.startswith("--no-"):
+                continue
+            words = [option, *_words_for(alias)]
+            parsed = parse_server_argv(["--model-path", "/m", *words], catalog)
+            if not parsed.ok or alias.field not in parsed.server:
+                wrong.append(f"{key} {words}: {[f.message for f in parsed.findings]}")
+                continue
+            if alias.is_switch:
+                if parsed.server[alias.field] != alias.stored(True):
+                    wrong.append(f"{key}: {option} stored {parsed.server[alias.field]!r}, not {alias.stored(True)!r}")
+                extra = parse_server_argv(["--model-path", "/m", option, "stray"], catalog)
+                if extra.ok:
+                    wrong.append(f"{key}: the switch {option} took a value")
+            else:
+                bare = parse_server_argv(["--model-path", "/m", option], catalog)
+                if bare.ok:
+                    wrong.append(f"{key}: {option} stood alone though it takes {alias.nargs or 1} value(s)")
+    assert not wrong, f"{version}: " + "; ".join(wrong)
+
+
+@pytest.mark.parametrize("version", V2_ALIAS_ERA)
+def test_an_enable_switch_alias_of_a_valued_option_stores_its_value(version: str) -> None:
+    """`--enable-breakable-cuda-graph` takes no value of its own: it stores `breakable` into the
+    valued `--cuda-graph-backend-prefill`, and a value word after it is not read as its value."""
+    catalog = load_catalog(version)
+    alias = catalog.aliases["enable_breakable_cuda_graph"]
+    assert alias.is_switch and catalog.flags[alias.field].takes_value
+    parsed = parse_server_argv(["--model-path", "/m", "--enable-breakable-cuda-graph"], catalog)
+    assert parsed.ok and parsed.server["cuda_graph_backend_prefill"] == "breakable"
+    assert not parse_server_argv(["--model-path", "/m", "--enable-breakable-cuda-graph", "tc_piecewise"], catalog).ok

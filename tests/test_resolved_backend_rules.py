@@ -128,3 +128,56 @@ def test_unified_memory_with_dcp_is_refused_from_the_declared_architecture_alone
     assert declared("Qwen3_5ForConditionalGeneration")  # the oracle's 0.5.23 verdict: refused
     assert not declared("KimiLinearForCausalLM")
     assert any("supports MLA models only" in m for m in fires("SGD552", "0.5.23", "A6000", server, QWEN_HYBRID))
+
+
+def _declared_only(version: str, gpu: str, server: dict[str, Any], architecture: str) -> LaunchContext:
+    name, capability, memory = HOSTS[gpu]
+    return LaunchContext(server=server, env={}, catalog=load_catalog(version),
+                         host=HostTarget("h", gpu=name, compute_capability=capability, gpu_count=8,
+                                         gpu_memory_gib=memory), architecture=architecture)
+
+
+@pytest.mark.parametrize(("version", "gpu", "architecture", "server", "said"), [
+    # the FP4 KV cache's backend list depends on MLA, which Pixtral's branch reads from the config
+    ("0.5.11", "H200", "PixtralForConditionalGeneration", {"tp_size": 4, "kv_cache_dtype": "fp4_e2m1"},
+     "whether the model uses MLA"),
+    # the MoE kernel checks read a DeepSeek V3 checkpoint's quantization on Blackwell
+    ("0.5.11", "B200", "DeepseekV3ForCausalLM", {"tp_size": 8, "moe_runner_backend": "flashinfer_cutedsl"},
+     "the checkpoint's quantization the MoE runner backend needs"),
+])
+def test_a_check_that_needs_config_json_says_not_checked_without_it(
+        version: str, gpu: str, architecture: str, server: dict[str, Any], said: str) -> None:
+    ctx = _declared_only(version, gpu, server, architecture)
+    (note,) = [f.message for f in RULES.by_id("SGD580").run(ctx)]
+    assert "not checked" in note and said in note
+
+
+@pytest.mark.parametrize("architecture", ["DeepseekV3ForCausalLM", "LlamaForCausalLM"])
+def test_mla_settled_by_the_declared_architecture_needs_no_config(architecture: str) -> None:
+    """DeepSeek V3's branch decides MLA by the name alone, Llama's is named by none: the KV4
+    backend list is checked from the declared architecture, and nothing is noted as unchecked."""
+    server = {"tp_size": 4, "kv_cache_dtype": "fp4_e2m1", "attention_backend": "triton" if architecture[0] == "D"
+              else "flashmla"}
+    ctx = _declared_only("0.5.11", "H200", server, architecture)
+    assert not any("MLA" in f.message for f in RULES.by_id("SGD580").run(ctx))
+    with_config = fires("SGD558", "0.5.11", "H200", server,
+                        {"architectures": [architecture], **({"kv_lora_rank": 512} if architecture[0] == "D" else {}),
+                         "num_attention_heads": 32, "num_key_value_heads": 8})
+    assert [f.message for f in RULES.by_id("SGD558").run(ctx)] == with_config != []
+
+
+@pytest.mark.parametrize(("version", "gpu", "backend", "refused"), [
+    ("0.5.11", "H200", "flashinfer", True),  # the DeepSeek family takes fa3 and triton only
+    ("0.5.11", "H200", "fa3", False),
+    ("0.5.23", "A6000", "fa4", True),  # fa4 for absorbed MLA needs SM100/SM110
+    ("0.5.23", "B200", "fa4", False),
+    ("0.5.23", "H200", "flashinfer", True),
+])
+def test_deterministic_deepseek_family_from_the_declared_architecture(
+        version: str, gpu: str, backend: str, refused: bool) -> None:
+    server = {"enable_deterministic_inference": True, "attention_backend": backend}
+    ctx = _declared_only(version, gpu, server, "DeepseekV3ForCausalLM")
+    found = [f.message for f in RULES.by_id("SGD535").run(ctx)]
+    assert bool(found) == refused, found
+    # a model outside the family is not held to it (every backend here is a deterministic one)
+    assert not list(RULES.by_id("SGD535").run(_declared_only(version, gpu, server, "LlamaForCausalLM")))

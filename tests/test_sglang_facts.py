@@ -321,3 +321,12 @@ def test_sgd201_knows_the_members_of_each_releases_speculative_algorithm(version
     assert fired("SGD201", ctx(version, {"model_path": "/m", "speculative_algorithm": "MTP"}))
     if "UNO" not in members:
         assert fired("SGD201", ctx(version, {"model_path": "/m", "speculative_algorithm": "UNO"}))
+
+
+@pytest.mark.parametrize("version", ["0.5.11", "0.5.23"])
+def test_mla_by_name_is_a_part_of_the_mla_branches(version: str) -> None:
+    """DeepSeek V3's branch decides MLA by its name; Pixtral's reads kv_lora_rank from the config."""
+    by_name = set(fact("mla_archs_by_name", parse_version(version)) or ())
+    named = set(fact("mla_archs", parse_version(version)) or ())
+    assert by_name < named
+    assert "DeepseekV3ForCausalLM" in by_name and "PixtralForConditionalGeneration" in named - by_name

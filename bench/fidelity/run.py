@@ -60,6 +60,19 @@ POLICY_RULES = {
     "SGD024": "a relative path for a file-only option without deploy.working_directory: the unit runs in /",
     "SGD402": "FlashInfer all-reduce fusion below SM90 (0.5.2x): SGLang raises when the model runner starts",
 }
+# Rules that are a policy for some fields only (their other fields mirror a check of SGLang): SGD506's
+# sizes SGLang does not check itself fail when the workers start (docs/rules.md, SGD506).
+POLICY_FIELDS = {
+    "SGD506": {"server.tp_size", "server.pp_size", "server.dp_size", "server.nnodes", "server.page_size"},
+}
+# The words of SGD580's "not checked" note that name the check of each rule reading config.json:
+# a refusal one of these rules catches with the config is "reported as not checked" without it only
+# when the note names that check (`--config-split`).
+UNCHECKED_WORDS = {
+    "SGD581": "context_length", "SGD582": "attention heads", "SGD583": "DSA", "SGD584": "Mamba state",
+    "SGD585": "quantization", "SGD586": "quantization", "SGD593": "quantization", "SGD117": "quantization",
+    "SGD558": "MLA", "SGD587": "sparse-attention", "SGD592": "DeepSeek",
+}
 STARTUP_CHECKS = ("gpu_count", "attention_heads_divisible", "mem_fraction_static_range")
 TOPIC_WORDS = (
     ("speculative", ("speculative", "eagle", "ngram", "dflash", "spec_", "draft", "mtp")),
@@ -104,8 +117,8 @@ def inventory_text() -> str:
     return "\n".join(lines)
 
 
-def architecture(model: str) -> str | None:
-    config = oracle.ORACLE_DIR / "models" / model / "config.json"
+def architecture(model: str, models_dir: Path | None = None) -> str | None:
+    config = (models_dir or oracle.ORACLE_DIR / "models") / model / "config.json"
     try:
         architectures = json.loads(config.read_text(encoding="utf-8")).get("architectures") or [None]
     except OSError:
@@ -114,15 +127,17 @@ def architecture(model: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def profile_text(case: dict[str, Any], model_config: bool) -> str:
+def profile_text(case: dict[str, Any], model_config: bool, models_dir: Path | None = None) -> str:
+    """The case as a profile; `models_dir` holds the model folders (default: the oracle's)."""
+    models = models_dir or oracle.ORACLE_DIR / "models"
     deploy = {"host": host_name(case), "unit": "sglang", "python": "/usr/bin/python3"}
-    arch = architecture(case["model"])
+    arch = architecture(case["model"], models)
     if arch:
         deploy["model_architecture"] = arch
     # The model's config.json, where sgdeploy can read one offline (deploy.model_config).
     deploy_fields = Profile.model_fields["deploy"].annotation.model_fields  # type: ignore[union-attr]
     if model_config and any(f.alias == "model_config" for f in deploy_fields.values()):
-        deploy["model_config"] = str(oracle.ORACLE_DIR / "models" / case["model"])
+        deploy["model_config"] = str(models / case["model"])
     server = {"model_path": f"/models/{case['model']}", **case["server"]}
     lines = ["[deploy]", *(f"{k} = {toml_value(v)}" for k, v in deploy.items()), "", "[env]",
              *(f"{k} = {toml_value(v)}" for k, v in case.get("env", {}).items()), "", "[server]",
@@ -130,15 +145,21 @@ def profile_text(case: dict[str, Any], model_config: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sgdeploy_verdict(case: dict[str, Any], inventory: InventoryContext, model_config: bool) -> dict[str, Any]:
+def sgdeploy_verdict(case: dict[str, Any], inventory: InventoryContext, model_config: bool,
+                     models_dir: Path | None = None) -> dict[str, Any]:
     loaded = LoadedProfile(path=f"{case['id']}.toml")
-    loaded.text = profile_text(case, model_config)
+    loaded.text = profile_text(case, model_config, models_dir)
     parse_toml_text(loaded, Profile)
     result = validate_loaded(loaded, inventory, case["version"])
     errors = [d for d in result.diagnostics if d.is_error]
+    not_policy = {d.rule for d in errors if d.rule not in POLICY_RULES and d.field not in POLICY_FIELDS.get(d.rule, ())}
     return {"errors": sorted({d.rule for d in errors}),
+            # rules whose every error here is a policy (POLICY_RULES, or a field of POLICY_FIELDS)
+            "policy": sorted({d.rule for d in errors} - not_policy),
             "messages": [f"{d.rule} {d.field}: {d.message}" for d in errors],
-            "warnings": sorted({d.rule for d in result.diagnostics if d.severity.value == "warning"})}
+            "warnings": sorted({d.rule for d in result.diagnostics if d.severity.value == "warning"}),
+            # What sgdeploy says it could not check (SGD580: no config.json of the model).
+            "unchecked": [d.message for d in result.diagnostics if d.rule == "SGD580"]}
 
 
 # --------------------------------------------------------------------------- sites and topics
@@ -218,6 +239,7 @@ class Tally:
             "argparse_rate": self.rate("argparse_caught", "argparse"),
             "post_parse_refused": self.counts["post"], "post_parse_caught": self.counts["post_caught"],
             "post_parse_rate": self.rate("post_caught", "post"),
+            "post_parse_missed_not_checked": self.counts["post_missed_unchecked"],
             "post_parse_host_sites": self.counts["post_host"],
             "post_parse_host_sites_caught": self.counts["post_host_caught"],
             "post_parse_rate_offline_sites": ((self.counts["post_caught"] - self.counts["post_host_caught"])
@@ -257,6 +279,7 @@ def classify(tally: Tally, sites: Sites, case: dict[str, Any], verdict: dict[str
             tally.counts["post_host_caught"] += on_host
         else:
             tally.misses[key].append(case["id"])
+            tally.counts[f"{stage}_missed_unchecked"] += bool(ours.get("unchecked"))
         return
     if predicted_startup_failure(verdict):
         tally.counts["startup"] += 1
@@ -265,14 +288,14 @@ def classify(tally: Tally, sites: Sites, case: dict[str, Any], verdict: dict[str
     tally.counts["accepted"] += 1
     if not refused_by_us:
         return
-    if all(rule in POLICY_RULES for rule in ours["errors"]):
+    if all(rule in POLICY_RULES or rule in ours.get("policy", ()) for rule in ours["errors"]):
         tally.counts["policy"] += 1
         for rule in ours["errors"]:
             tally.policy[rule].append(case["id"])
         return
     tally.counts["false_alarm"] += 1
     for rule in ours["errors"]:
-        if rule not in POLICY_RULES:
+        if rule not in POLICY_RULES and rule not in ours.get("policy", ()):
             tally.false_alarms[rule].append(case["id"])
 
 
@@ -328,6 +351,7 @@ def print_report(tally: Tally, topic: str | None, limit: int) -> None:
     print(f"| argparse | {s['argparse_refused']} | {s['argparse_caught']} | {percent(s['argparse_rate'])} |")
     print(f"| after parsing | {s['post_parse_refused']} | {s['post_parse_caught']} | "
           f"{percent(s['post_parse_rate'])} |")
+    print(f"\nafter parsing, missed but reported as not checked (SGD580): {s['post_parse_missed_not_checked']}")
     print(f"\nafter parsing, at sites mapped host: or outside the inventory (model config loading, files and "
           f"packages on the host): {s['post_parse_host_sites']} refused, {s['post_parse_host_sites_caught']} caught; "
           f"at the other sites {percent(s['post_parse_rate_offline_sites'])} caught")
@@ -350,6 +374,36 @@ def print_report(tally: Tally, topic: str | None, limit: int) -> None:
         print(f"- {row['rule']} ({row['topic']}) x{row['cases']}: e.g. {row['example']}: "
               f"{' '.join(row['example_argv'])[:160]}\n    {row['message']}")
     print()
+
+
+def config_split(version: str, seed: int, jobs: int) -> dict[str, Any]:
+    """Post-parse refusals without config.json, each missed one put in a class: missed with the config too
+    (the host's or code outside the inventory), config-dependent and named by SGD580's note as not checked,
+    or config-dependent and silent (architecture-only checks belong here until they run from
+    deploy.model_architecture; the target is none)."""
+    with_config = measure(version, seed, False, jobs, True)
+    without = measure(version, seed, False, jobs, False)
+    missed_with = {i for ids in with_config.misses.values() for i in ids}
+    classes: Counter[str] = Counter()
+    silent = []
+    for key, ids in without.misses.items():
+        for case_id in ids:
+            if key == "argparse":
+                classes["argparse"] += 1
+            elif case_id in missed_with:
+                classes["missed with the config too"] += 1
+            else:
+                rules = with_config.details[case_id]["sgdeploy"]["errors"]
+                note = " ".join(without.details[case_id]["sgdeploy"].get("unchecked") or [])
+                if any(UNCHECKED_WORDS.get(rule, "\0") in note for rule in rules):
+                    classes["config-dependent, reported as not checked"] += 1
+                else:
+                    classes["config-dependent, silent"] += 1
+                    silent.append({"case": case_id, "site": key, "caught_with_config_by": rules})
+    summary = without.summary()
+    return {"version": version, "seed": seed, "post_parse_refused": summary["post_parse_refused"],
+            "post_parse_caught": summary["post_parse_caught"], "false_alarms": summary["false_alarms"],
+            "accepted": summary["accepted"], "missed": dict(classes), "silent": silent}
 
 
 def show(case_id: str, seed: int, model_config: bool) -> int:
@@ -381,10 +435,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not give sgdeploy the model's config.json (deploy.model_config)")
     parser.add_argument("--json", metavar="FILE", help="write every count, miss and false alarm as JSON")
     parser.add_argument("--show", metavar="CASE_ID", help="print one case: argv, profile, both verdicts")
+    parser.add_argument("--config-split", action="store_true",
+                        help="without config.json: each missed refusal as not checked (SGD580), silent or host-side")
     args = parser.parse_args(argv)
     model_config = not args.no_model_config
     if args.show:
         return show(args.show, args.seed, model_config)
+    if args.config_split:
+        for version in args.version or VERSIONS:
+            print(json.dumps(config_split(version, args.seed, args.jobs), indent=1))
+        return 0
     report: dict[str, Any] = {"seed": args.seed, "versions": {}}
     for version in args.version or VERSIONS:
         began = time.perf_counter()

@@ -57,11 +57,6 @@ HYBRID_SM100 = frozenset({"Qwen3NextForCausalLM", "Qwen3_5ForConditionalGenerati
                           "Qwen3_5MoeForConditionalGeneration"})
 DEEPSEEK_V3 = "DeepseekV3ForCausalLM"
 MODELLED_ARCHITECTURES = PLAIN_ARCHITECTURES | QWEN3_VL | HYBRID_SM100 | {DEEPSEEK_V3}
-# _handle_deterministic_inference's DeepSeek family (triton on Blackwell instead of flashinfer).
-DETERMINISTIC_DEEPSEEK = frozenset({
-    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM",
-})
 # is_fa3_default_architecture, 0.5.4.post1-0.5.7 (0.5.6.post2 added Qwen2 back and the Qwen3-VL models).
 _FA3_ARCHS_0_5_4 = frozenset({
     "Llama4ForConditionalGeneration", "LlamaForCausalLM", "Olmo2ForCausalLM", "Gemma2ForCausalLM",
@@ -115,13 +110,16 @@ def uses_mla(ctx: LaunchContext) -> bool | None:
 
 def mla_model(ctx: LaunchContext) -> bool | None:
     """The model uses MLA: kv_lora_rank in config.json. Without one, from the declared
-    architecture: False for one that no MLA branch of the release's ModelConfig names
-    (`mla_archs`), None for one it names (some branches read the config too) or none declared."""
+    architecture: True for one whose branch of the release's ModelConfig decides MLA by the name
+    alone (`mla_archs_by_name`), False for one no MLA branch names (`mla_archs`), None for one a
+    branch names with a config value (Pixtral's kv_lora_rank) or none declared."""
     if ctx.model_config is not None:
         return ctx.model_config.value("kv_lora_rank") is not None
     archs = fact("mla_archs", ctx.version)
     if not ctx.architecture or archs is None:
         return None
+    if ctx.architecture in (fact("mla_archs_by_name", ctx.version) or ()):
+        return True
     return None if ctx.architecture in archs else False
 
 
@@ -221,7 +219,7 @@ def resolve(ctx: LaunchContext) -> Backends:
     branch = values["attention_backend"]
     if ctx.on("enable_deterministic_inference") and ctx.version in DETERMINISTIC_BEFORE_DEFAULT \
             and values["attention_backend"] is None and major is not None:
-        deepseek = architecture(ctx) in DETERMINISTIC_DEEPSEEK
+        deepseek = architecture(ctx) in (fact("deterministic_deepseek_archs", ctx.version) or ())
         values["attention_backend"] = ("triton" if deepseek else "flashinfer") if major in (10, 12) else "fa3"
     before_default = values["attention_backend"]
     if ctx.version in RESOLVED_IN_SERVER_ARGS:

@@ -349,7 +349,23 @@ CLAIMS: dict[str, tuple[Claim, ...]] = {
     "SGD535": (Site("handle_deterministic_inference: Currently only {} attention backends are supported for "
                     "deterministic inference.", _range("0.5.3", "0.5.4")),
                Site("deterministic_attention_backend: Currently only {} attention backends are supported for "
-                    "deterministic inference, but you explicitly specified '{}'.", _since("0.5.15"))),
+                    "deterministic inference, but you explicitly specified '{}'.", _since("0.5.15")),
+               # the DeepSeek / absorbed-MLA family's own list, by architectures[0]
+               Site("handle_deterministic_inference: Currently only fa3 and triton attention backends are supported "
+                    "for deterministic inference with DeepSeek models. But you're using {}.",
+                    _range("0.5.4.post1", "0.5.4.post2")),
+               Site("handle_deterministic_inference: Currently only {} attention backends are supported for "
+                    "deterministic inference with DeepSeek models. But you're using {}.",
+                    _range("0.5.4.post2", "0.5.18")),
+               Site("handle_deterministic_inference: Currently only {} attention backends are supported for "
+                    "deterministic inference with absorbed-MLA models. But you're using {}.", _since("0.5.18")),
+               Site("handle_deterministic_inference: Deterministic inference with DeepSeek models on the fa4 attention "
+                    "backend requires SM100/SM110: it runs absorbed MLA, whose qv argument flash_attn.cute only "
+                    "implements on those archs.", _range("0.5.17", "0.5.18")),
+               Site("handle_deterministic_inference: Deterministic inference with absorbed-MLA models on the fa4 "
+                    "attention backend requires SM100/SM110: it runs absorbed MLA, whose qv argument flash_attn.cute "
+                    "only implements on those archs.", _since("0.5.18")),
+               Fact("deterministic_deepseek_archs", _since("0.5.4.post1"))),
     "SGD536": (Site("handle_deterministic_inference: Currently only {} attention backends are supported for "
                     "deterministic inference, but you explicitly specified '{}'.", _range("0.5.4", "0.5.15")),
                Fact("source:trtllm_mha_default_sm10x", _since("0.5.7"))),

@@ -240,6 +240,13 @@ def _transfer(ctx: LaunchContext) -> object:
     return ctx.get("disaggregation_transfer_backend", "mooncake")
 
 
+def _dcp_transfer(ctx: LaunchContext) -> object:
+    """The transfer backend handle_pd_disaggregation's checks read: it rewrites mooncake_tcp (mooncake
+    over TCP, MC_FORCE_TCP=1) to mooncake first, in every release that has the decode DCP check."""
+    value = _transfer(ctx)
+    return "mooncake" if value == "mooncake_tcp" else value
+
+
 def _decode_dcp(ctx: LaunchContext) -> bool:
     return _pd_mode(ctx) == "decode" and ctx.int("dcp_size", 1) > 1
 
@@ -311,17 +318,17 @@ PD_TRANSFER: tuple[Refusal, ...] = (
             "Decode host KV buffering requires host_pool retraction", VersionRange(since="0.5.21")),
     Refusal("handle_pd_disaggregation: PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, "
             "got {}.", "disaggregation_transfer_backend",
-            lambda ctx: _decode_dcp(ctx) and _transfer(ctx) not in ("mooncake", "nixl"),
+            lambda ctx: _decode_dcp(ctx) and _dcp_transfer(ctx) not in ("mooncake", "nixl"),
             lambda ctx: f"PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, got "
                         f"{_transfer(ctx)}.", VersionRange(since="0.5.17", until="0.5.19")),
     Refusal("handle_pd_disaggregation: PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, or "
             "fake for synthetic benchmarking, got {}.", "disaggregation_transfer_backend",
-            lambda ctx: _decode_dcp(ctx) and _transfer(ctx) not in ("mooncake", "nixl", "fake"),
+            lambda ctx: _decode_dcp(ctx) and _dcp_transfer(ctx) not in ("mooncake", "nixl", "fake"),
             lambda ctx: "PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, or fake, got "
                         f"{_transfer(ctx)}.", VersionRange(since="0.5.19", until="0.5.22")),
     Refusal("handle_pd_disaggregation: PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, mori, "
             "ascend, or fake for synthetic benchmarking, got {}.", "disaggregation_transfer_backend",
-            lambda ctx: _decode_dcp(ctx) and _transfer(ctx) not in ("mooncake", "nixl", "mori", "ascend", "fake"),
+            lambda ctx: _decode_dcp(ctx) and _dcp_transfer(ctx) not in ("mooncake", "nixl", "mori", "ascend", "fake"),
             lambda ctx: "PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, mori, ascend, or "
                         f"fake, got {_transfer(ctx)}.", VersionRange(since="0.5.22")),
     Refusal("handle_pd_disaggregation: PD decode DCP currently requires chunk cache; "

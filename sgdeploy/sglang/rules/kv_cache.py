@@ -574,7 +574,7 @@ def _hybrid(ctx: LaunchContext) -> bool:
 _EXTRA = ("extra_buffer", "extra_buffer_lazy")
 
 
-def _resolved_strategy(ctx: LaunchContext) -> object:
+def resolved_strategy(ctx: LaunchContext) -> object:
     """mamba_radix_cache_strategy as the later checks read it (0.5.14+): a given value, else `auto`
     resolved as _mamba_radix_cache_resolution does on a hybrid model with the radix cache on:
     extra_buffer when overlap or paging wants it and the architecture takes it with the triton
@@ -590,14 +590,14 @@ def _resolved_strategy(ctx: LaunchContext) -> object:
 
 
 def _extra_buffer(ctx: LaunchContext) -> bool:
-    return _resolved_strategy(ctx) in _EXTRA
+    return resolved_strategy(ctx) in _EXTRA
 
 
 def _replay_strategy_words(ctx: LaunchContext) -> str:
     auto = "" if ctx.given("mamba_radix_cache_strategy") else " (what auto resolves to here)"
     return ("--enable-linear-replayssm requires --mamba-radix-cache-strategy no_buffer (the "
             "default); the extra_buffer ping-pong donation path is not yet supported (follow-up). "
-            f"Got --mamba-radix-cache-strategy={_resolved_strategy(ctx)!r}{auto}.")
+            f"Got --mamba-radix-cache-strategy={resolved_strategy(ctx)!r}{auto}.")
 
 
 def _no_buffer_given(ctx: LaunchContext) -> bool:
@@ -1188,6 +1188,12 @@ def _kv4(ctx: LaunchContext) -> bool:
     if ctx.version < (0, 5, 16, 0):
         return dtype == "fp4_e2m1"
     return dtype == "fp4_mx_block16" or (dtype == "nvfp4" and ctx.version < (0, 5, 21, 0))
+
+
+def kv4_model_unknown(ctx: LaunchContext) -> bool:
+    """An FP4 KV cache whose allowed backends depend on MLA, which neither config.json nor the
+    declared architecture settles."""
+    return _kv4(ctx) and _mla(ctx) is None
 
 
 def _kv4_lists(ctx: LaunchContext, fa4: bool) -> tuple[str, ...]:

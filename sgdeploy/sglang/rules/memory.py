@@ -9,7 +9,10 @@ from sgdeploy.sglang import models
 from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.gpus import gpu_memory_gib_for
 from sgdeploy.sglang.rule import Finding, LaunchContext
+from sgdeploy.sglang.rules.attention import resolve
 from sgdeploy.sglang.rules.common import V1X, algorithm, attention_dp, radix_cache_off, server_field
+from sgdeploy.sglang.rules.kv_cache import resolved_strategy
+from sgdeploy.sglang.rules.parallelism import chunked_prefill_per_rank
 from sgdeploy.sglang.rules.registry import ERROR, rule
 from sgdeploy.sglang.rules.sites import Condition, Refusal, below, both, number, on, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
@@ -33,9 +36,32 @@ CHUNKED_PREFILL_DECODE_EXEMPT = VersionRange(since="0.5.3")
 def chunked_prefill_page(ctx: LaunchContext) -> Iterator[Finding]:
     chunk, page = ctx.int("chunked_prefill_size", 0), ctx.int("page_size", 1) or 1
     exempt = ctx.version in CHUNKED_PREFILL_DECODE_EXEMPT and ctx.get("disaggregation_mode") == "decode"
-    if chunk > 0 and page > 0 and chunk % page and not exempt:
+    if exempt or page <= 0:
+        return
+    if chunk > 0 and chunk % page:
         yield Finding("server.chunked_prefill_size", f"chunked_prefill_size = {chunk} is not divisible by "
                       f"page_size = {page}")
+    elif not ctx.given("chunked_prefill_size") and page > 1 and _page_kept(ctx):
+        derived = chunked_prefill_per_rank(ctx)
+        if derived and derived > 0 and derived % page:
+            yield Finding("server.page_size", f"page_size = {page} does not divide the chunked_prefill_size "
+                          f"SGLang derives here ({derived}, from the GPU's memory)")
+
+
+# Backends whose resolution replaces a page size they do not take (FlashMLA, Cutlass MLA, TRT-LLM,
+# FA4, ...): after them the page size the check reads is not the profile's.
+_PAGE_SETTING_BACKENDS = ("flashmla", "cutlass_mla", "trtllm_mla", "trtllm_mha", "fa4", "intel_xpu", "ascend",
+                          "aiter", "wave", "tokenspeed_mla", "cutedsl_mla")
+
+
+def _page_kept(ctx: LaunchContext) -> bool:
+    """The profile's page_size reaches check_server_args as given: the backends are known and none of
+    them replaces it, and the model is no hybrid one (whose Mamba strategy may reset it to 1)."""
+    backends = resolve(ctx)
+    if not backends.exact or ctx.architecture is None or models.is_mamba_hybrid(ctx.architecture):
+        return False
+    chosen = {backends.attention, *backends.pair}
+    return not chosen & set(_PAGE_SETTING_BACKENDS) and ctx.version >= (0, 5, 9, 0)
 
 
 def _mamba_cache_support(ctx: LaunchContext) -> tuple[bool, bool] | None:
@@ -82,6 +108,9 @@ def _extra_buffer_support_v2x(ctx: LaunchContext) -> tuple[bool, bool] | None:
     return True, ctx.architecture in archs and backend in (None, "triton")
 
 
+_DRAFT_CHECK_IN_SPEC = VersionRange(since="0.5.14", until="0.5.17")
+
+
 @rule("SGD510", "mamba-extra-buffer-constraints", ERROR,
       "mamba extra_buffer needs the radix cache, mamba_track_interval >= draft tokens and a multiple of page_size.",
       "adjust mamba_track_interval, page_size or the radix cache setting")
@@ -90,7 +119,11 @@ def mamba_extra_buffer(ctx: LaunchContext) -> Iterator[Finding]:
         return  # SGLang applies the strategy only to hybrid (Mamba) models
     strategy_field = ("mamba_scheduler_strategy" if ctx.has_flag("mamba_scheduler_strategy")
                       else "mamba_radix_cache_strategy")
-    if ctx.get(strategy_field) not in ("extra_buffer", "extra_buffer_lazy"):
+    # 0.5.14+: `auto` is resolved first (extra_buffer on the architectures that take it); followed below
+    # SM100 only: there the hybrid models' own branch changes what the checks read (the page size)
+    below_sm100 = ctx.host is not None and ctx.host.sm is not None and ctx.host.sm < 100
+    strategy = resolved_strategy(ctx) if ctx.version not in V1X and below_sm100 else ctx.get(strategy_field)
+    if strategy not in ("extra_buffer", "extra_buffer_lazy"):
         return
     if ctx.version not in V1X and ctx.on("disable_radix_cache"):
         return  # 0.5.14+: without the radix cache SGLang never looks at the strategy
@@ -106,7 +139,9 @@ def mamba_extra_buffer(ctx: LaunchContext) -> Iterator[Finding]:
         yield Finding("server.disable_radix_cache", "mamba extra_buffer is not compatible with disable_radix_cache")
     interval, page = ctx.int("mamba_track_interval", 256), ctx.int("page_size", 1) or 1
     draft = ctx.get("speculative_num_draft_tokens")
-    if algorithm(ctx) and isinstance(draft, int) and interval < draft:
+    # the draft-token check reads the value as given, with or without an algorithm, except 0.5.14-0.5.16
+    # (inside the speculative branch there)
+    if (algorithm(ctx) or ctx.version not in _DRAFT_CHECK_IN_SPEC) and isinstance(draft, int) and interval < draft:
         yield Finding("server.speculative_num_draft_tokens", f"mamba_track_interval {interval} must be greater "
                       f"than or equal to speculative_num_draft_tokens {draft}")
     if interval % page:

@@ -16,6 +16,8 @@ from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.model_config import ModelConfig
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.common import attention_dp, radix_cache_off
+from sgdeploy.sglang.rules.kv_cache import kv4_model_unknown
+from sgdeploy.sglang.rules.parallelism import checkpoint_quantization_unknown
 from sgdeploy.sglang.rules.registry import ERROR, INFO, WARNING, rule
 from sgdeploy.sglang.rules.sites import Refusal, refusal_rule
 from sgdeploy.sglang.versions import VersionRange
@@ -49,6 +51,10 @@ def _skipped(ctx: LaunchContext) -> list[str]:
         wanted.append("context_length against the model's maximum")
     if ctx.given("quantization"):
         wanted.append("quantization against the checkpoint's")
+    elif checkpoint_quantization_unknown(ctx):
+        wanted.append("the checkpoint's quantization the MoE runner backend needs")
+    if kv4_model_unknown(ctx):
+        wanted.append("whether the model uses MLA, for the FP4 KV cache's attention backends")
     if ctx.given("kv_cache_dtype") and ctx.version in DSA_KV_CHECK:
         wanted.append("the KV cache dtype of DSA models")
     extra_buffer = _strategy(ctx) in _EXTRA_BUFFER and ctx.version in MAMBA_STATE_CHECK

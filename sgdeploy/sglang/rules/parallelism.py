@@ -402,6 +402,15 @@ def _quantization(ctx: LaunchContext) -> str | None:
     return None
 
 
+def checkpoint_quantization_unknown(ctx: LaunchContext) -> bool:
+    """The MoE kernel checks would read the checkpoint's quantization, which only its config.json says:
+    a Blackwell model whose checkpoint method SGLang copies into --quantization, or FlashInfer CuteDSL
+    (0.5.15+), which takes a hybrid NVFP4 checkpoint whatever --quantization says."""
+    uses_moe_kernels = ctx.given("moe_runner_backend") or bool(ctx.env_true("SGLANG_CUTLASS_MOE"))
+    cutedsl = _effective_runner(ctx) == "flashinfer_cutedsl" and ctx.version >= (0, 5, 15, 0)
+    return uses_moe_kernels and (_quantization(ctx) == _UNKNOWN or (cutedsl and _hybrid_nvfp4(ctx) is None))
+
+
 def _effective_runner(ctx: LaunchContext) -> object:
     """The MoE runner SGLang's kernel checks see: the megamoe alias resolved, and with mxfp8 quantization any
     runner but cutlass and the FlashInfer TRT-LLM ones replaced by flashinfer_trtllm (with a warning)."""

@@ -6,6 +6,7 @@ import ipaddress
 import json
 from collections.abc import Callable, Iterator
 
+from sgdeploy.sglang.facts import fact
 from sgdeploy.sglang.rule import Finding, LaunchContext
 from sgdeploy.sglang.rules.attention import architecture, resolve
 from sgdeploy.sglang.rules.common import radix_cache_off, server_field
@@ -614,6 +615,41 @@ def _picked_words(ctx: LaunchContext, backend: str) -> str:
     return f"SGLang {ctx.catalog.version} picks {backend} for {architecture(ctx) or 'this model'} on {where}"
 
 
+# _handle_deterministic_inference's DeepSeek / absorbed-MLA family (facts: deterministic_deepseek_archs, by
+# architectures[0] alone, 0.5.4.post1+) takes a shorter list: fa3 and triton, from 0.5.17 the radix-capable
+# deterministic backends (RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND), fa4 only on SM100/SM110.
+_DEEPSEEK_BACKENDS = (
+    (VersionRange(until="0.5.17"), ("fa3", "triton")),
+    (VersionRange(since="0.5.17"), ("ascend", "fa3", "fa4", "triton")),
+)
+_DEEPSEEK_FA4_SM = VersionRange(since="0.5.17")
+_ABSORBED_MLA_WORDS = VersionRange(since="0.5.18")
+
+
+def _deepseek_family(ctx: LaunchContext) -> Iterator[Finding]:
+    family = fact("deterministic_deepseek_archs", ctx.version)
+    if not family or architecture(ctx) not in family:
+        return
+    backends = resolve(ctx)
+    # the check reads the backend after the deterministic fallback (before the default from 0.5.15)
+    backend = backends.attention if ctx.version in _DETERMINISTIC_AFTER_RESOLUTION else backends.before_default
+    if backend is None or not (backends.exact or _given_backend(ctx)):
+        return
+    models = "absorbed-MLA models" if ctx.version in _ABSORBED_MLA_WORDS else "DeepSeek models"
+    allowed = next(names for versions, names in _DEEPSEEK_BACKENDS if ctx.version in versions)
+    field = "server.attention_backend" if ctx.given("attention_backend") else "server.enable_deterministic_inference"
+    if backend not in allowed:
+        yield Finding(field, f"{architecture(ctx)} is one of the models SGLang {ctx.catalog.version} treats as "
+                      f"{models} for deterministic inference: 'Currently only {list(allowed)} attention backends "
+                      f"are supported for deterministic inference with {models}. But you're using {backend}.'",
+                      f"set attention_backend to one of {list(allowed)}")
+    elif backend == "fa4" and ctx.version in _DEEPSEEK_FA4_SM and ctx.host is not None and ctx.host.sm is not None \
+            and ctx.host.sm // 10 not in (10, 11):
+        yield Finding(field, f"'Deterministic inference with {models} on the fa4 attention backend requires "
+                      f"SM100/SM110' ({architecture(ctx)} on SM{ctx.host.sm}, SGLang 0.5.17 and later)",
+                      "set attention_backend to fa3 or triton on this GPU")
+
+
 @rule("SGD535", "deterministic-attention-backend", ERROR,
       "Deterministic inference works only with the attention backends SGLang lists for it in that release.",
       "set attention_backend to one of the backends the message lists", _DETERMINISTIC_CHECK)
@@ -629,6 +665,7 @@ def deterministic_attention_backend(ctx: LaunchContext) -> Iterator[Finding]:
                           "(SGLang before 0.5.4)")
         return
     if backend in allowed:
+        yield from _deepseek_family(ctx)
         return
     if _given_backend(ctx):
         where = "attention_backend" if ctx.given("attention_backend") else "prefill_attention_backend"
