@@ -48,8 +48,23 @@ class Command(Protocol):
 
 
 # In the order `sgdeploy --help` lists them.
-COMMANDS: tuple[Command, ...] = (init, validate, diff, render, export, plan, apply, rollback, history,
-                                 status, probe, logcheck, import_, schema, completion)
+COMMANDS: tuple[Command, ...] = (
+    init,
+    validate,
+    diff,
+    render,
+    export,
+    plan,
+    apply,
+    rollback,
+    history,
+    status,
+    probe,
+    logcheck,
+    import_,
+    schema,
+    completion,
+)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -70,8 +70,8 @@ class Progress:
 
     def _text(self, kind: str, data: dict[str, object]) -> str:
         if kind == "expected":
-            return (f"expected: ready about {float(str(data.get('seconds'))):.0f} s after the start, as the "
-                    f"last good deployment ({data.get('deployment')}) was")
+            return (f"expected: ready about {float(str(data.get('seconds'))):.0f} s after the "
+                    f"start, as the last good deployment ({data.get('deployment')}) was")
         if kind == "step":
             rest = " ".join(f"{k}={v}" for k, v in data.items() if k != "step")
             return f"{data.get('step')} {rest}".strip()
@@ -94,7 +94,8 @@ class Progress:
         return ""
 
     def _remaining(self) -> str:
-        """` ~12 s left` while waiting for ready, counted down from the last good deployment's time."""
+        """` ~12 s left` while waiting for ready, counted down from the last good deployment's
+        time."""
         if self._expected_s is None or self._waiting_since is None:
             return ""
         left = self._expected_s - (time.monotonic() - self._waiting_since)

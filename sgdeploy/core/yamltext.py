@@ -29,9 +29,16 @@ def scalar(value: Any) -> str:
     if _PLAIN.fullmatch(value) and value.lower() not in _SPECIAL:
         return value
     quoted = json.dumps(value, ensure_ascii=False)
-    # YAML reads some characters JSON leaves as they are as line breaks (NEL, LS, PS) or drops them (BOM)
-    return "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
-                   for ch in quoted)
+    # YAML reads some characters JSON leaves as they are as line breaks (NEL, LS, PS) or drops them
+    # (BOM)
+    return "".join(
+        ch
+        if ch.isprintable()
+        else f"\\u{ord(ch):04x}"
+        if ord(ch) <= 0xFFFF
+        else f"\\U{ord(ch):08x}"
+        for ch in quoted
+    )
 
 
 def _lines(value: Any, indent: int) -> list[str]:

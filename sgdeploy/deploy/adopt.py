@@ -29,7 +29,13 @@ from sgdeploy.host.unitfile import UnitFileError, parse_service
 from sgdeploy.profile.inventory import HostEntry
 from sgdeploy.profile.model import ENV_NAME, UNIT_NAME, LoadedProfile, Profile
 from sgdeploy.profile.validate import InventoryContext, ValidationResult, validate_loaded
-from sgdeploy.sglang.argv import LAUNCH_MODULE, ArgvFinding, ParsedArgv, launch_entry, parse_server_argv
+from sgdeploy.sglang.argv import (
+    LAUNCH_MODULE,
+    ArgvFinding,
+    ParsedArgv,
+    launch_entry,
+    parse_server_argv,
+)
 from sgdeploy.sglang.catalog import Catalog, UnknownVersionError, load_catalog, newest_version
 from sgdeploy.sglang.gpus import gpu_model_for
 from sgdeploy.sglang.secrets import (
@@ -46,9 +52,28 @@ from sgdeploy.sglang.secrets import (
 # NVSHMEM_DISABLE_NVLS keeps NVLink multicast off, and a real import once dropped it), gloo's and
 # UCX's interfaces between nodes, the hub and tokenizers, torch, Triton's, TorchInductor's,
 # FlashInfer's and DeepGEMM's JIT caches, OpenMP's threads, mooncake
-ENV_PREFIXES = ("SGLANG_", "SGL_", "CUDA_", "NCCL_", "NVSHMEM_", "GLOO_", "UCX_", "HF_", "HUGGING_FACE_",
-                "TRANSFORMERS_", "TOKENIZERS_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TRITON_",
-                "FLASHINFER_", "DG_", "OMP_", "MOONCAKE_", "MC_")
+ENV_PREFIXES = (
+    "SGLANG_",
+    "SGL_",
+    "CUDA_",
+    "NCCL_",
+    "NVSHMEM_",
+    "GLOO_",
+    "UCX_",
+    "HF_",
+    "HUGGING_FACE_",
+    "TRANSFORMERS_",
+    "TOKENIZERS_",
+    "TORCH_",
+    "PYTORCH_",
+    "TORCHINDUCTOR_",
+    "TRITON_",
+    "FLASHINFER_",
+    "DG_",
+    "OMP_",
+    "MOONCAKE_",
+    "MC_",
+)
 _PYTHON = re.compile(r"^python[0-9.]*$")
 # Interpreter options that take the next word as their value.
 _PYTHON_OPTIONS_WITH_VALUE = {"-X", "-W", "-c", "--check-hash-based-pycs"}
@@ -119,7 +144,8 @@ class Observed:
     interpreter: str | None = None  # argv[0] resolved on the host
     sglang_version: str | None = None
     gpus: tuple[int, ...] = ()  # GPU indices its processes hold memory on
-    model_configs: Mapping[str, str] = field(default_factory=dict)  # argv word -> that folder's config.json
+    # argv word -> that folder's config.json
+    model_configs: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -143,7 +169,11 @@ class Imported:
 
 def sglang_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables of a process's environment that SGLang (and CUDA, NCCL, torch, HF) read."""
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES) and re.match(ENV_NAME, k)}
+    return {
+        k: v
+        for k, v in sorted(environ.items())
+        if k.startswith(ENV_PREFIXES) and re.match(ENV_NAME, k)
+    }
 
 
 def gpus_from(value: str) -> list[int | str] | None:
@@ -230,16 +260,19 @@ def _secret_notes(observed: Observed, catalog: Catalog, target: Target,
     """What to do about the secrets the launch carried: the files to create, the values written
     as placeholders, and variables SGLang ignores."""
     secret_flags = kept.flags
-    notes = [f"{name} is set in the server's environment, but SGLang reads no {name}: the server runs without "
-             f"{match.group(1).lower()} (list it in [secrets] to set one)"
+    notes = [f"{name} is set in the server's environment, but SGLang reads no {name}: the server "
+             f"runs without {match.group(1).lower()} (list it in [secrets] to set one)"
              for name in sorted(observed.environ)
              if (match := ENV_LOOKALIKE.match(name)) and match.group(1).lower() not in secret_flags]
     if secret_flags:
         flags = " and ".join(f"--{k.replace('_', '-')}" for k in secret_flags)
         path = default_file(_unit_name(target), catalog)
-        notes.append(f"{flags} {'holds a secret' if len(secret_flags) == 1 else 'hold secrets'}: not written into "
-                     f"the profile; its [secrets] names {path}. Before `sgdeploy apply --adopt`, "
-                     + creation_steps(secret_flags, catalog, path, observed.user or "root", target.host))
+        notes.append(
+            f"{flags} {'holds a secret' if len(secret_flags) == 1 else 'hold secrets'}: "
+            f"not written into the profile; its [secrets] names {path}. Before `sgdeploy "
+            "apply --adopt`, "
+            + creation_steps(secret_flags, catalog, path, observed.user or "root", target.host)
+        )
     notes += [f"server.{key} {kept.what[key]}: written with {REDACTED} in its place, so the "
               f"profile does not run the same launch until you fix it: {_CREDENTIAL_TO_ENV}"
               for key in kept.placeholders]
@@ -265,7 +298,11 @@ _SECRET_OPTIONS = tuple("--" + name.replace("_", "-") for name in (*SECRET_FIELD
 def shown_flags(flags: Sequence[str], parsed: ParsedArgv) -> list[str]:
     """SGLang's flags as they may be shown: the value of a secret option is `<redacted>`."""
     shown = list(flags)
-    values = {use.index: len(use.written) - 1 for use in parsed.uses if use.field in (*SECRET_FIELDS, "hf_token")}
+    values = {
+        use.index: len(use.written) - 1
+        for use in parsed.uses
+        if use.field in (*SECRET_FIELDS, "hf_token")
+    }
     parsed_at = {use.index for use in parsed.uses}
     for i, word in enumerate(flags):
         name, eq, _ = word.partition("=")
@@ -284,8 +321,10 @@ def _without(text: str, hidden: list[str]) -> str:
     for word in hidden:
         value = word.partition("=")[2] if word.startswith("--") else word
         if value:
-            text = text.replace(value if len(value) >= 4 else f"'{value}'", "'<redacted>'" if len(value) < 4
-                                else "<redacted>")
+            text = text.replace(
+                value if len(value) >= 4 else f"'{value}'",
+                "'<redacted>'" if len(value) < 4 else "<redacted>",
+            )
     return text
 
 
@@ -296,19 +335,28 @@ def _unit_name(target: Target) -> str:
 def _launch_notes(launch: Launch, observed: Observed) -> list[str]:
     notes = []
     if launch.entry == "serve":
-        notes.append("started with `sglang serve`: the unit runs `python -m sglang.launch_server` with the same "
-                     "flags (the same parser reads them)")
+        notes.append("started with `sglang serve`: the unit runs `python -m sglang.launch_server` "
+                     "with the same flags (the same parser reads them)")
     if launch.wrapper:
         notes.append(f"started through {launch.wrapper}: the unit starts SGLang directly; "
                      f"{launch.wrapper}'s own options are not kept")
-    options = [w for w in launch.launcher[1:] if w.startswith("-") and w not in ("-m", f"-m{LAUNCH_MODULE}")]
+    options = [
+        w
+        for w in launch.launcher[1:]
+        if w.startswith("-") and w not in ("-m", f"-m{LAUNCH_MODULE}")
+    ]
     if options and not launch.wrapper:
-        notes.append(f"interpreter options {' '.join(options)} are not kept (the unit sets PYTHONUNBUFFERED=1)")
-    if observed.interpreter is None and launch.interpreter and not posixpath.isabs(launch.interpreter):
-        notes.append(f"the launch ran '{launch.interpreter}' from its shell's PATH, which a unit does not have: "
-                     "write that interpreter's full path in deploy.python (on the host: `command -v "
-                     f"{launch.interpreter}` in the shell that started it, or the venv's bin/python3); until "
-                     "then validation refuses the profile (SGD003)")
+        notes.append(f"interpreter options {' '.join(options)} are not kept (the unit sets "
+                     "PYTHONUNBUFFERED=1)")
+    if (
+        observed.interpreter is None
+        and launch.interpreter
+        and not posixpath.isabs(launch.interpreter)
+    ):
+        notes.append(f"the launch ran '{launch.interpreter}' from its shell's PATH, which a unit "
+                     "does not have: write that interpreter's full path in deploy.python (on the "
+                     f"host: `command -v {launch.interpreter}` in the shell that started it, or "
+                     "the venv's bin/python3); until then validation refuses the profile (SGD003)")
     return notes
 
 
@@ -337,30 +385,42 @@ def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Cat
     withheld, secret_flags = kept.env, kept.flags
     source = f"pid {observed.pid}" if observed.pid else "a command line"
     if observed.unit:
-        source = f"{source} of {observed.unit}" if observed.pid else f"the unit file of {observed.unit}"
+        source = (
+            f"{source} of {observed.unit}" if observed.pid else f"the unit file of {observed.unit}"
+        )
     lines = [f"# Imported by `sgdeploy import` from {source} on {target.host}, read with SGLang "
              f"{catalog.version}'s flags.",
-             "# Check it, then `sgdeploy apply --adopt` takes the running server over without changing its launch.",
+             "# Check it, then `sgdeploy apply --adopt` takes the running server over without "
+             "changing its launch.",
              "", "[deploy]", f"host = {toml_value(target.host)}"]
     unit = _unit_name(target)
     lines.append(f"unit = {toml_value(unit)}")
     python = observed.interpreter or launch.interpreter or "python3"
-    inferred = " # inferred: the console script's interpreter" if (
-        observed.interpreter is None and launch.entry == "serve" and launch.interpreter != launch.launcher[0]) else ""
+    inferred = (
+        " # inferred: the console script's interpreter"
+        if (
+            observed.interpreter is None
+            and launch.entry == "serve"
+            and launch.interpreter != launch.launcher[0]
+        )
+        else ""
+    )
     lines.append(f"python = {toml_value(python)}{inferred}")
     if observed.user and observed.user != "root":
         lines.append(f"user = {toml_value(observed.user)}")
     if observed.cwd and observed.cwd != "/":
-        lines.append(f"working_directory = {toml_value(observed.cwd)} # relative paths in the launch start here")
+        lines.append(f"working_directory = {toml_value(observed.cwd)} # relative paths in the "
+                     "launch start here")
     if gpus:
         lines.append(f"gpus = {toml_value(gpus)} # from CUDA_VISIBLE_DEVICES")
     architecture = _architecture(observed, server.get("model_path"))
     if architecture:
-        lines.append(f"model_architecture = {toml_value(architecture)} # from the model's config.json")
+        lines.append(f"model_architecture = {toml_value(architecture)} # from the model's "
+                     "config.json")
     if withheld:
         env_file = target.env_file or f"/etc/sgdeploy/{unit}.env"
-        lines.append(f"env_file = {toml_value(env_file)} # move {', '.join(withheld)} here (KEY=value lines); "
-                     "the values were not copied")
+        lines.append(f"env_file = {toml_value(env_file)} # move {', '.join(withheld)} here "
+                     "(KEY=value lines); the values were not copied")
     elif target.env_file:
         lines.append(f"env_file = {toml_value(target.env_file)} # the unit's EnvironmentFile=")
     lines += ["", "[env]"]
@@ -379,16 +439,19 @@ def _render(observed: Observed, launch: Launch, parsed: ParsedArgv, catalog: Cat
             notes.append(f"{REDACTED} stands for a secret that was not copied (see the notes)")
         tail = f" # {_comment('; '.join(notes))}" if notes else ""
         lines.append(f"{key} = {toml_value(value)}{tail}")
-    refused = sorted({f.index for f in parsed.findings if f.severity == "error" and f.index is not None})
+    refused = sorted(
+        {f.index for f in parsed.findings if f.severity == "error" and f.index is not None}
+    )
     if refused:
         shown = shown_flags(launch.flags, parsed)
         words = " ".join(shlex.quote(shown[i]) for i in refused if i < len(shown))
-        lines.append(f"# not imported, SGLang {catalog.version} refuses them (see the import's report): "
+        lines.append(f"# not imported, SGLang {catalog.version} refuses them (see the import's "
+                     "report): "
                      + _comment(redact(words)))
     if secret_flags:
         lines += ["", "[secrets]",
-                  f"file = {toml_value(default_file(unit, catalog))} # create it on the host (the import's notes "
-                  "say how); the values were not copied",
+                  f"file = {toml_value(default_file(unit, catalog))} # create it on the host (the "
+                  "import's notes say how); the values were not copied",
                   f"keys = {toml_value(secret_flags)}"]
     return "\n".join(lines) + "\n"
 
@@ -419,7 +482,8 @@ class ImportResult:
 
     imported: Imported
     validation: ValidationResult
-    roundtrip: list[str]  # differences between the rendered launch and the observed one (empty: none)
+    # differences between the rendered launch and the observed one (empty: none)
+    roundtrip: list[str]
     version: str
 
 
@@ -432,8 +496,12 @@ def finish_import(observed: Observed, catalog: Catalog, target: Target, inventor
     validation = validate_loaded(loaded, inventory, catalog.version)
     validation.diagnostics += [_placeholder_finding(loaded, key, what)
                                for key, what in imported.placeholders.items()]
-    return ImportResult(imported, validation, roundtrip_differences(loaded, imported, observed, catalog),
-                        catalog.version)
+    return ImportResult(
+        imported,
+        validation,
+        roundtrip_differences(loaded, imported, observed, catalog),
+        catalog.version,
+    )
 
 
 def _placeholder_finding(loaded: LoadedProfile, key: str, what: str) -> Diagnostic:
@@ -450,8 +518,11 @@ def _loaded(text: str, path: str) -> LoadedProfile:
     return loaded
 
 
-def roundtrip_differences(loaded: LoadedProfile, imported: Imported, observed: Observed, catalog: Catalog) -> list[str]:
-    """What differs between the launch the profile renders and the one observed, after SGLang's parsing."""
+def roundtrip_differences(
+    loaded: LoadedProfile, imported: Imported, observed: Observed, catalog: Catalog
+) -> list[str]:
+    """What differs between the launch the profile renders and the one observed, after SGLang's
+    parsing."""
     profile = loaded.model
     if profile is None:
         return ["the profile does not load, so it renders nothing"]
@@ -487,7 +558,7 @@ def _text(value: Any) -> str:
     return "(absent)" if value is None else json.dumps(value, ensure_ascii=False)
 
 
-# --------------------------------------------------------------------------- a command line given locally
+# --------------------------------------------------------------------- a command line given locally
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _REDIRECT = re.compile(r"^\d*[<>]")
 _PREFIX_COMMANDS = {"nohup", "exec", "env", "setsid", "stdbuf", "nice", "sudo"}
@@ -518,9 +589,11 @@ def observed_from_command(text: str) -> Observed:
                 continue
             return Observed(tuple(argv), environ, cwd=cwd)
     if problems:  # a line the shell cannot split is the likelier cause: say it first
-        raise LaunchError(f"the command does not split as a shell line: {'; '.join(problems)} (close the quote, "
-                          "or escape it with a backslash); no SGLang server in the lines that do")
-    raise LaunchError("no SGLang server in this command (expected `-m sglang.launch_server` or `sglang serve`)")
+        raise LaunchError(f"the command does not split as a shell line: {'; '.join(problems)} "
+                          "(close the quote, or escape it with a backslash); no SGLang server in "
+                          "the lines that do")
+    raise LaunchError("no SGLang server in this command (expected `-m sglang.launch_server` or "
+                      "`sglang serve`)")
 
 
 def _shell_lines(text: str, problems: list[str]) -> Iterator[tuple[int, list[str]]]:
@@ -555,7 +628,8 @@ def _segments(words: list[str]) -> list[list[str]]:
 
 
 def _command_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
-    """(leading NAME=value assignments, the command) of one simple command, redirections left out."""
+    """(leading NAME=value assignments, the command) of one simple command, redirections left
+    out."""
     environ: dict[str, str] = {}
     argv: list[str] = []
     skip_next = False
@@ -585,8 +659,13 @@ def import_text(result: ImportResult, profile_path: str) -> str:
     hidden = [word for word, seen in zip(imported.launch.flags, shown, strict=True) if word != seen]
     lines = [f"read with SGLang {result.version}'s flags: {len(imported.parsed.uses)} flag(s)"]
     for finding in imported.findings:
-        where = f"argument {finding.index + 1} of SGLang's flags" if finding.index is not None else "command line"
-        word = (f" ({shown[finding.index]!r})" if finding.index is not None and finding.index < len(shown) else "")
+        where = (f"argument {finding.index + 1} of SGLang's "
+                 "flags") if finding.index is not None else "command line"
+        word = (
+            f" ({shown[finding.index]!r})"
+            if finding.index is not None and finding.index < len(shown)
+            else ""
+        )
         hint = f" (hint: {_without(finding.hint, hidden)})" if finding.hint else ""
         message = _without(finding.message, hidden)
         lines.append(redact(f"{where}{word}: {finding.severity}: {message}{hint}"))
@@ -594,13 +673,16 @@ def import_text(result: ImportResult, profile_path: str) -> str:
     lines += [redact(finding_line(d)) for d in result.validation.diagnostics]
     errors = sum(1 for d in result.validation.diagnostics if d.is_error)
     lines.append(f"validate: {errors} error(s), "
-                 f"{sum(1 for d in result.validation.diagnostics if not d.is_error)} other finding(s)")
+                 f"{sum(1 for d in result.validation.diagnostics if not d.is_error)} other "
+                 "finding(s)")
     if result.roundtrip:
         lines.append("round trip: the rendered launch differs from the one that ran:")
         lines += [f"  {difference}" for difference in result.roundtrip]
     else:
-        apart = "" if imported.parsed.ok else f", apart from the words SGLang {result.version} refuses (above)"
-        lines.append(f"round trip: {profile_path} renders the same flags, values and environment as the launch"
+        apart = "" if imported.parsed.ok else (f", apart from the words SGLang {result.version} "
+                                               "refuses (above)")
+        lines.append(f"round trip: {profile_path} renders the same flags, values and environment "
+                     "as the launch"
                      + apart)
     return "\n".join(lines) + "\n"
 
@@ -620,13 +702,22 @@ def import_from_command(text: str, host: str | None, unit: str | None, version: 
     """`sgdeploy import --command`: no host is contacted. Raises LaunchError."""
     observed = observed_from_command(text)
     entry = _inventory_entry(inventory, host)
-    catalog = load_catalog(version or (entry.sglang_version if entry and entry.sglang_version else newest_version()))
+    catalog = load_catalog(
+        version or (entry.sglang_version if entry and entry.sglang_version else newest_version())
+    )
     target = Target(host or "HOST", unit or "sglang")
     return ImportOutcome(finish_import(observed, catalog, target, inventory, path))
 
 
-def import_from_host(name: str, pid: int | None, unit: str | None, new_unit: str | None, version: str | None,
-                     inventory: InventoryContext, path: str = "imported.toml") -> ImportOutcome:
+def import_from_host(
+    name: str,
+    pid: int | None,
+    unit: str | None,
+    new_unit: str | None,
+    version: str | None,
+    inventory: InventoryContext,
+    path: str = "imported.toml",
+) -> ImportOutcome:
     """`sgdeploy import HOST`: read the running servers over SSH and import one. Raises LaunchError,
     and RemoteError when the host cannot be reached."""
     assert inventory.inventory is not None  # the CLI checks that `name` is one of its hosts
@@ -634,7 +725,9 @@ def import_from_host(name: str, pid: int | None, unit: str | None, new_unit: str
     with RemoteHost(name, entry).connect() as remote:
         found = read_servers(remote, pid, unit)
     if unit and not found.unit_pid and found.unit_file:
-        return _import_unit_file(found.unit_file, name, unit, new_unit, version, entry, inventory, path)
+        return _import_unit_file(
+            found.unit_file, name, unit, new_unit, version, entry, inventory, path
+        )
     server = choose_server(found, name, pid, unit)
     observed = observed_from_server(server)
     catalog, version_note = _catalog_for(observed.sglang_version, version, entry.sglang_version)
@@ -643,30 +736,49 @@ def import_from_host(name: str, pid: int | None, unit: str | None, new_unit: str
     if version_note:
         result.imported.notes.insert(0, version_note)
     if server.wrapper:
-        result.imported.notes.append(f"started by '{server.wrapper}' (pid {server.process.ppid}): the unit "
-                                     "replaces it")
+        result.imported.notes.append(f"started by '{server.wrapper}' (pid {server.process.ppid}): "
+                                     "the unit replaces it")
     others = [describe(s) for s in found.servers if s is not server]
-    return ImportOutcome(result, inventory_note(name, entry, found, observed.sglang_version), others)
+    return ImportOutcome(
+        result, inventory_note(name, entry, found, observed.sglang_version), others
+    )
 
 
-def _import_unit_file(text: str, name: str, unit: str, new_unit: str | None, version: str | None, entry: HostEntry,
-                      inventory: InventoryContext, path: str) -> ImportOutcome:
+def _import_unit_file(
+    text: str,
+    name: str,
+    unit: str,
+    new_unit: str | None,
+    version: str | None,
+    entry: HostEntry,
+    inventory: InventoryContext,
+    path: str,
+) -> ImportOutcome:
     """A unit that does not run: its ExecStart=, Environment=, WorkingDirectory= and User=."""
     try:
         service = parse_service(text)
     except UnitFileError as exc:
         raise LaunchError(f"{unit} on {name}: {exc}") from None
-    observed = Observed(argv=tuple(service.exec_start), environ=service.environment,
-                        cwd=service.working_directory, user=service.user, unit=unit.removesuffix(".service"))
+    observed = Observed(
+        argv=tuple(service.exec_start),
+        environ=service.environment,
+        cwd=service.working_directory,
+        user=service.user,
+        unit=unit.removesuffix(".service"),
+    )
     catalog, version_note = _catalog_for(None, version, entry.sglang_version)
     env_file = service.environment_files[0] if len(service.environment_files) == 1 else None
     target = Target(name, new_unit or unit.removesuffix(".service"), env_file=env_file)
     result = finish_import(observed, catalog, target, inventory, path)
-    notes = [f"{unit} does not run: read from its unit file, so SGLang's version is not the interpreter's"
+    notes = [f"{unit} does not run: read from its unit file, so SGLang's version is not the "
+             "interpreter's"
              + (f" ({version_note})" if version_note else ""), *map(redact, service.notes)]
     if service.environment_files:
-        notes.append(f"EnvironmentFile= {', '.join(service.environment_files)}: its variables stay in that file "
-                     "(not read)" + ("" if env_file else "; the profile can name only one: set deploy.env_file"))
+        notes.append(
+            f"EnvironmentFile= {', '.join(service.environment_files)}: its variables stay in that "
+            "file (not read)"
+            + ("" if env_file else "; the profile can name only one: set deploy.env_file")
+        )
     result.imported.notes[:0] = notes
     return ImportOutcome(result)
 
@@ -674,14 +786,17 @@ def _import_unit_file(text: str, name: str, unit: str, new_unit: str | None, ver
 def choose_server(found: HostServers, name: str, pid: int | None, unit: str | None) -> Server:
     """The one server to import; LaunchError with what was found otherwise."""
     if unit and not found.unit_pid:
-        raise LaunchError(f"{unit} is not running on {name}: import it while it runs, or give its ExecStart= "
-                          "with --command")
+        raise LaunchError(f"{unit} is not running on {name}: import it while it runs, or give its "
+                          "ExecStart= with --command")
     servers = [s for s in found.servers if pid or unit or _launches(s)]
     if pid or unit:
         wanted = pid or found.unit_pid
-        servers = [s for s in servers if (s.process.pid == wanted or wanted in s.children) and _launches(s)]
+        servers = [
+            s for s in servers if (s.process.pid == wanted or wanted in s.children) and _launches(s)
+        ]
         if not servers:
-            raise LaunchError(f"pid {wanted} on {name} is no SGLang server (or it exited during the import)")
+            raise LaunchError(f"pid {wanted} on {name} is no SGLang server (or it exited during "
+                              "the import)")
     if not servers:
         raise LaunchError(f"no SGLang server runs on {name}" + ("" if found.complete else
                                                                 " (the host's answer was cut off)"))
@@ -700,10 +815,12 @@ def _launches(server: Server) -> bool:
 
 
 def describe(server: Server) -> str:
-    """`pid 123 (unit sglang, GPUs 0,1): python -m sglang.launch_server --model-path ...` (shortened)."""
+    """`pid 123 (unit sglang, GPUs 0,1): python -m sglang.launch_server --model-path ...`
+    (shortened)."""
     process = server.process
     where = ", ".join(x for x in (f"unit {process.unit}" if process.unit else "",
-                                  f"GPUs {','.join(map(str, server.gpus))}" if server.gpus else "") if x)
+                                  "GPUs "
+                                  f"{','.join(map(str, server.gpus))}" if server.gpus else "") if x)
     words = list(process.argv)
     if words[1:2] == ["-c"] and words[3:5] == ["-m", LAUNCH_MODULE]:
         words[2] = "..."  # a unit's log launcher (sgdeploy.deploy.secret_args.redacting_launcher)
@@ -715,14 +832,24 @@ def observed_from_server(server: Server) -> Observed:
     process = server.process
     if not process.argv:
         raise LaunchError(f"pid {process.pid} exited during the import")
-    return Observed(argv=process.argv, environ=process.environ, cwd=process.cwd, user=process.user,
-                    pid=process.pid, unit=process.unit, interpreter=process.python,
-                    sglang_version=process.sglang_version, gpus=server.gpus, model_configs=process.model_configs)
+    return Observed(
+        argv=process.argv,
+        environ=process.environ,
+        cwd=process.cwd,
+        user=process.user,
+        pid=process.pid,
+        unit=process.unit,
+        interpreter=process.python,
+        sglang_version=process.sglang_version,
+        gpus=server.gpus,
+        model_configs=process.model_configs,
+    )
 
 
 def _catalog_for(seen: str | None, wanted: str | None, declared: str | None) -> tuple[Catalog, str]:
-    for version, note in ((wanted, ""), (seen, ""), (declared, f"the interpreter's SGLang version could not be "
-                                                    f"read; used the inventory's, {declared}")):
+    for version, note in ((wanted, ""), (seen, ""), (declared, "the interpreter's SGLang version "
+                                                    "could not be read; used the inventory's, "
+                                                    f"{declared}")):
         if version:
             try:
                 return load_catalog(version), note
@@ -731,7 +858,8 @@ def _catalog_for(seen: str | None, wanted: str | None, declared: str | None) -> 
                     raise LaunchError(f"no flag catalog is bundled for SGLang {version}") from None
                 continue
     newest = newest_version()
-    return load_catalog(newest), f"no SGLang version known for this server: read with the newest catalog, {newest}"
+    return load_catalog(newest), ("no SGLang version known for this server: read with the newest "
+                                  f"catalog, {newest}")
 
 
 def _inventory_entry(inventory: InventoryContext | None, host: str | None) -> HostEntry | None:
@@ -763,12 +891,15 @@ def inventory_note(name: str, entry: HostEntry, found: HostServers, version: str
             seen["gpu_memory_gib"] = round(gpu.memory_total_mib / 1024)
     if version:
         seen["sglang_version"] = version
-    changes = [f"{key} = {toml_value(value)}" + (f"  # inventory says {toml_value(getattr(entry, key))}"
+    changes = [f"{key} = {toml_value(value)}" + ("  # inventory says "
+                                                 f"{toml_value(getattr(entry, key))}"
                                                   if getattr(entry, key) is not None else "")
                for key, value in seen.items() if not _same_fact(key, getattr(entry, key), value)]
     if not changes:
         return f"inventory: [hosts.{name}] matches what the host has"
-    return f"inventory: the host has, in [hosts.{name}]:\n" + "\n".join(f"  {line}" for line in changes)
+    return f"inventory: the host has, in [hosts.{name}]:\n" + "\n".join(
+        f"  {line}" for line in changes
+    )
 
 
 # --------------------------------------------------------------------------- apply --adopt
@@ -780,7 +911,8 @@ class Takeovers(NamedTuple):
 
 
 def takeovers(found: HostServers, unit: str, port: int, version: str) -> Takeovers:
-    """The servers `apply --adopt` stops: those serving `port` outside `unit` (read with `version`'s flags)."""
+    """The servers `apply --adopt` stops: those serving `port` outside `unit` (read with `version`'s
+    flags)."""
     catalog = load_catalog(version)
     chosen = []
     for server in found.servers:
@@ -791,13 +923,16 @@ def takeovers(found: HostServers, unit: str, port: int, version: str) -> Takeove
             launch = split_launch(process.argv)
         except LaunchError:
             continue
-        served = parse_server_argv(list(launch.flags), catalog).server.get("port", catalog.default("port"))
+        served = parse_server_argv(list(launch.flags), catalog).server.get(
+            "port", catalog.default("port")
+        )
         if served == port:
             chosen.append(Takeover(process.pid, port, process.unit, server.children))
     if chosen:
         return Takeovers(tuple(chosen), [])
-    return Takeovers((), [Diagnostic("SGD708", Severity.INFO, f"--adopt: no SGLang server outside {unit} serves "
-                                     f"port {port}; nothing to take over", field="server.port")])
+    return Takeovers((), [Diagnostic("SGD708", Severity.INFO, "--adopt: no SGLang server outside "
+                                     f"{unit} serves port {port}; nothing to take "
+                                     "over", field="server.port")])
 
 
 def takeover_command(takeover: Sequence[Takeover]) -> str:
@@ -810,9 +945,10 @@ def takeover_command(takeover: Sequence[Takeover]) -> str:
             continue
         pids = " ".join(str(p) for p in (other.pid, *other.family))
         parts.append(
-            f"if grep -q sglang /proc/{other.pid}/cmdline 2>/dev/null; then kill -TERM {other.pid}; sgd_i=0; "
-            f"while kill -0 {other.pid} 2>/dev/null && [ $sgd_i -lt {int(TAKEOVER_STOP_S * 10)} ]; do sleep 0.1; "
-            f"sgd_i=$((sgd_i + 1)); done; kill -KILL {pids} 2>/dev/null; fi")
+            f"if grep -q sglang /proc/{other.pid}/cmdline 2>/dev/null; then kill -TERM "
+            f"{other.pid}; sgd_i=0; while kill -0 {other.pid} 2>/dev/null && [ $sgd_i -lt "
+            f"{int(TAKEOVER_STOP_S * 10)} ]; do sleep 0.1; sgd_i=$((sgd_i + 1)); done; kill -KILL "
+            f"{pids} 2>/dev/null; fi")
     return "; ".join(parts) + "; true"
 
 

@@ -3,8 +3,8 @@
 The order is SPEC §6: facts and preflight (nothing changed yet: `decide`), lock, the pre-stop
 gate (`sgdeploy.deploy.prestop`), stop, wait for idle GPUs, install, start, follow the journal until
 the launch's readiness lines, check health, record (`sgdeploy.deploy.transaction`). A failure rolls
-back to the last good deployment with the same steps (`sgdeploy.deploy.rollback`). `sgdeploy.deploy.early`
-lets the CLI connect and read the facts while it still validates offline.
+back to the last good deployment with the same steps (`sgdeploy.deploy.rollback`).
+`sgdeploy.deploy.early` lets the CLI connect and read the facts while it still validates offline.
 """
 
 from __future__ import annotations
@@ -83,11 +83,15 @@ def build_deployment(
     # A release without a bundled catalog (newer, a dev build) renders with the closest older one.
     unit = render_unit(loaded, load_catalog(nearest_version(sglang_version)), host)
     sandbox = unit_sandbox(profile)  # a strict unit: the check runs in the same sandbox
-    check = CheckRequest(python=unit.argv[0], argv=tuple(check_argv(profile, list(unit.argv[3:]))),
-                         environment=(*(sandbox.environment if sandbox else ()), *unit.environment),
-                         user=profile.deploy.run_as, working_directory=profile.deploy.working_directory,
-                         env_file=profile.deploy.env_file,
-                         properties=tuple(f"{k}={v}" for k, v in sandbox.properties()) if sandbox else ())
+    check = CheckRequest(
+        python=unit.argv[0],
+        argv=tuple(check_argv(profile, list(unit.argv[3:]))),
+        environment=(*(sandbox.environment if sandbox else ()), *unit.environment),
+        user=profile.deploy.run_as,
+        working_directory=profile.deploy.working_directory,
+        env_file=profile.deploy.env_file,
+        properties=tuple(f"{k}={v}" for k, v in sandbox.properties()) if sandbox else (),
+    )
     return Deployment(
         id=new_deployment_id(loaded.sha256),
         unit=profile.deploy.unit,
@@ -121,9 +125,16 @@ def apply_profile(
     profile = loaded.model
     assert profile is not None
     began = time.monotonic()
-    return on_host(name, entry, profile.deploy.unit, report, "apply",
-                   lambda session: _apply(session, loaded, name, declared, options, began), options.after_host,
-                   begun)
+    return on_host(
+        name,
+        entry,
+        profile.deploy.unit,
+        report,
+        "apply",
+        lambda session: _apply(session, loaded, name, declared, options, began),
+        options.after_host,
+        begun,
+    )
 
 
 def _apply(session: HostSession, loaded: LoadedProfile, name: str, declared: HostTarget | None,
@@ -131,26 +142,36 @@ def _apply(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     decided = decide(session, loaded, name, declared, options)
     if isinstance(decided, ApplyResult):
         held = None if options.dry_run else session.lock_held(state_dir(decided.unit))
-        if held is not None:  # another apply is mid-way: the state it leaves half-done refused this one
+        # another apply is mid-way: the state it leaves half-done refused this one
+        if held is not None:
             return replace(
-                decided, message=f"another apply holds the lock on this unit: {held}; nothing was changed")
+                decided, message=f"another apply holds the lock on this unit: {held}; nothing was "
+                         "changed")
         return decided
     plan, current_unit = decided
     if options.dry_run:
         return _planned(session, plan, loaded, options)
-    # SGLang's own check takes seconds on a real host: it starts now, beside the lock and the staging.
+    # SGLang's own check takes seconds on a real host: it starts now, beside the lock and the
+    # staging.
     check = start_check(session, plan, options.sglang_check_timeout_s, options.sglang_check)
-    lock = session.lock(plan.deployment.state_dir, plan.deployment.unit, None if plan.up_to_date else plan.deployment)
+    lock = session.lock(
+        plan.deployment.state_dir,
+        plan.deployment.unit,
+        None if plan.up_to_date else plan.deployment,
+    )
     if lock.holder is None:
-        return ApplyResult(Exit.REFUSED, "refused", message=f"{lock.refusal}; nothing was changed", **_common(plan))
+        return ApplyResult(Exit.REFUSED, "refused", message=f"{lock.refusal}; nothing was "
+                                                    "changed", **_common(plan))
     for text in lock.warnings:
         session.report("warning", text=text)
     try:
         staged = lock.staged
         if lock.state is not None and lock.state != host_state(plan.facts, current_unit):
-            # Another apply changed the unit since the facts were read: decide again, under the lock.
-            session.report("warning", text=f"{plan.deployment.unit}.service changed on {name} since its facts "
-                           "were read (another apply?); deciding again under the lock")
+            # Another apply changed the unit since the facts were read: decide again, under the
+            # lock.
+            session.report("warning", text=f"{plan.deployment.unit}.service changed on {name} "
+                           "since its facts were read (another apply?); deciding again under the "
+                           "lock")
             if staged is not None:
                 session.unstage(plan.deployment)
                 staged = None
@@ -160,12 +181,15 @@ def _apply(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
             plan, current_unit = decided
         if plan.up_to_date:
             return ApplyResult(Exit.READY, "up_to_date", deployment_id=plan.last_good,
-                               message=f"{plan.deployment.unit}.service already runs this unit (deployment "
-                               f"{plan.last_good}, checked under the lock); nothing to do (--force redeploys)",
+                               message=f"{plan.deployment.unit}.service already runs this unit "
+                               f"(deployment {plan.last_good}, checked under the lock); nothing to "
+                               "do (--force redeploys)",
                                **_common(plan))
         if check is not None and check.request != plan.deployment.check:
             check = None  # decided again under the lock: another launch, its own check
-        check = check or start_check(session, plan, options.sglang_check_timeout_s, options.sglang_check)
+        check = check or start_check(
+            session, plan, options.sglang_check_timeout_s, options.sglang_check
+        )
         return _run_transaction(session, plan, current_unit, options, began, loaded, check, staged)
     finally:
         lock.release()
@@ -173,16 +197,27 @@ def _apply(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
 
 def _common(plan: Plan) -> dict[str, Any]:
     """What every result of an apply that got as far as a plan carries."""
-    return {"host": plan.host, "unit": plan.deployment.unit, "plan": plan, "diagnostics": list(plan.diagnostics)}
+    return {
+        "host": plan.host,
+        "unit": plan.deployment.unit,
+        "plan": plan,
+        "diagnostics": list(plan.diagnostics),
+    }
 
 
-def _planned(session: HostSession, plan: Plan, loaded: LoadedProfile, options: ApplyOptions) -> ApplyResult:
+def _planned(
+    session: HostSession, plan: Plan, loaded: LoadedProfile, options: ApplyOptions
+) -> ApplyResult:
     """`sgdeploy plan`: the plan, judged by SGLang's own check on the host too."""
     common = _common(plan)
-    if (planned := start_check(session, plan, options.sglang_check_timeout_s, options.sglang_check)) is not None:
+    if (
+        planned := start_check(session, plan, options.sglang_check_timeout_s, options.sglang_check)
+    ) is not None:
         plan = judged_plan(plan, planned.result(), loaded)
         common = {**_common(plan), "sglang_check": check_report(plan)}
-    return ApplyResult(Exit.READY, "planned", message=f"{len(plan.steps)} steps would run", **common)
+    return ApplyResult(
+        Exit.READY, "planned", message=f"{len(plan.steps)} steps would run", **common
+    )
 
 
 def host_state(facts: HostFacts | None, unit_text: str | None) -> str:
@@ -194,7 +229,8 @@ def host_state(facts: HostFacts | None, unit_text: str | None) -> str:
 
 
 class Decided(NamedTuple):
-    """What apply will do on a host, and the text of the unit file installed there now (None: none)."""
+    """What apply will do on a host, and the text of the unit file installed there now (None:
+    none)."""
 
     plan: Plan
     current_unit: str | None
@@ -208,15 +244,25 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     unit = profile.deploy.unit
     session.report("step", step="facts", host=name)
     facts, current_unit = session.facts(*facts_key(loaded))
-    diagnostics, _, version = preflight(loaded, name, facts, declared, host_check=options.sglang_check)
+    diagnostics, _, version = preflight(
+        loaded, name, facts, declared, host_check=options.sglang_check
+    )
     version = options.sglang or version
     diagnostics += host_secret_diagnostics(session.remote, loaded, name, version)
     takeover: tuple[Takeover, ...] = ()
     if options.adopt and version is not None:
-        takeover, found = takeovers(session.running_servers(), unit, server_port(profile.server), version)
+        takeover, found = takeovers(
+            session.running_servers(), unit, server_port(profile.server), version
+        )
         diagnostics = [d for d in diagnostics if not (takeover and d.rule == "SGD705")] + found
-    held, strangers = gpu_holders(loaded, name, facts, gpus_for(dict(profile.server), profile.deploy.gpus),
-                                  takeover_pids(takeover), options.wait_for_gpus_s)
+    held, strangers = gpu_holders(
+        loaded,
+        name,
+        facts,
+        gpus_for(dict(profile.server), profile.deploy.gpus),
+        takeover_pids(takeover),
+        options.wait_for_gpus_s,
+    )
     diagnostics += held
     if version is None or any(d.is_error for d in diagnostics):
         return ApplyResult(Exit.REFUSED, "refused", name, unit,
@@ -225,9 +271,10 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     try:
         deployment = build_deployment(loaded, name, version)
     except KeyError as exc:  # a release without a catalog: a flag the closest older one lacks
-        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"cannot render the unit for SGLang {version} on "
-                           f"{name}: {exc.args[0] if exc.args else exc}, and no catalog of {version} is bundled; "
-                           "nothing was changed", diagnostics=diagnostics, stats=session.remote.stats.as_dict())
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, "cannot render the unit for SGLang "
+                           f"{version} on {name}: {exc.args[0] if exc.args else exc}, and no "
+                           f"catalog of {version} is bundled; nothing was "
+                           "changed", diagnostics=diagnostics, stats=session.remote.stats.as_dict())
     except SecretInUnit as exc:
         return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{exc}; nothing was changed",
                            diagnostics=diagnostics, stats=session.remote.stats.as_dict())
@@ -236,9 +283,13 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     # Up to date only if the installed unit is the one the last good deployment recorded: an
     # apply cut off after installing leaves the same unit text without having proved it ready.
     installed_is_last_good = recorded is not None and recorded.get("unit.service") == current_unit
-    before = BeforeStop(force=options.force or not installed_is_last_good or bool(takeover), takeover=takeover,
-                        sglang_check=options.sglang_check, strangers=strangers,
-                        wait_for_gpus_s=options.wait_for_gpus_s)
+    before = BeforeStop(
+        force=options.force or not installed_is_last_good or bool(takeover),
+        takeover=takeover,
+        sglang_check=options.sglang_check,
+        strangers=strangers,
+        wait_for_gpus_s=options.wait_for_gpus_s,
+    )
     plan = make_plan(name, deployment, facts, current_unit, diagnostics, before)
     return Decided(plan, current_unit)
 
@@ -254,9 +305,18 @@ def read_ahead(session: HostSession, deployment: Deployment) -> threading.Thread
     return reading
 
 
-def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None, options: ApplyOptions, began: float,
-              loaded: LoadedProfile, check: BackgroundCheck | None, staged: CommandResult | None) -> ApplyResult:
-    """Start the plan's deployment under the lock; record and report how it went, rolled back on failure."""
+def _run_transaction(
+    session: HostSession,
+    plan: Plan,
+    current_unit: str | None,
+    options: ApplyOptions,
+    began: float,
+    loaded: LoadedProfile,
+    check: BackgroundCheck | None,
+    staged: CommandResult | None,
+) -> ApplyResult:
+    """Start the plan's deployment under the lock; record and report how it went, rolled back on
+    failure."""
     deployment = plan.deployment
     transaction = Transaction(session, plan.host, options)
     previous = previous_deployment(session, plan, current_unit)  # while SGLang's check runs
@@ -275,8 +335,13 @@ def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None,
         handover = Handover(deployment, previous, running_port(current_unit, plan.previous_active))
         return refused or before_stop_gate(session, options.before_stop, handover)
 
-    startup = transaction.start(deployment, stop_first=plan.previous_active, takeover=plan.takeover, gate=gate,
-                                staged=staged)
+    startup = transaction.start(
+        deployment,
+        stop_first=plan.previous_active,
+        takeover=plan.takeover,
+        gate=gate,
+        staged=staged,
+    )
     plan = judged[0]
     checked = check_report(plan, startup.auto_adjusted if startup.ready else None)
     disagreeing = tuple(disagreements_of(plan))
@@ -286,7 +351,8 @@ def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None,
         transaction.measure(deployment, startup, _probe_baseline(session, plan))
     stats = session.remote.stats.as_dict
     if startup.failure_kind == "stage_failed":
-        return ApplyResult(Exit.REFUSED, "refused", message=f"{startup.reason}; the running server was not touched",
+        return ApplyResult(Exit.REFUSED, "refused", message=f"{startup.reason}; the running server "
+                                                    "was not touched",
                            stats=stats(), **common)
     if startup.failure_kind in REFUSED_BEFORE_STOP:
         transaction.record(deployment, startup, "refused", checked, disagreeing, unstage=True)
@@ -294,7 +360,9 @@ def _run_transaction(session: HostSession, plan: Plan, current_unit: str | None,
                            message=f"{startup.reason}; nothing was stopped",
                            failure=StartFailure(startup.failure_kind or "refused", startup.reason),
                            stats=stats(), **common)
-    transaction.record(deployment, startup, "ready" if startup.ready else "failed", checked, disagreeing)
+    transaction.record(
+        deployment, startup, "ready" if startup.ready else "failed", checked, disagreeing
+    )
     for text in (checked.differences or ()) if checked else ():
         session.report("warning", text=f"SGLang's check on the host did not foresee this: {text}")
     if startup.ready:
@@ -318,10 +386,12 @@ def kv_cache_findings(loaded: LoadedProfile, report: LogReport | None) -> list[D
     if report is None or not report.kv_cache_below_context:
         return []
     return [loaded.diagnostic(
-        "SGD714", f"the KV cache holds {report.kv_cache_tokens} tokens, fewer than one request of the "
-        f"context length {report.context_len}: SGLang started, but a long request cannot be served",
+        "SGD714", f"the KV cache holds {report.kv_cache_tokens} tokens, fewer than one request of "
+        f"the context length {report.context_len}: SGLang started, but a long request cannot be "
+        "served",
         dotted="server.mem_fraction_static", severity=Severity.WARNING,
-        hint="raise mem_fraction_static, lower context_length, or serve the model on more or larger GPUs")]
+        hint="raise mem_fraction_static, lower context_length, or serve the model on more or "
+        "larger GPUs")]
 
 
 def _probe_baseline(session: HostSession, plan: Plan) -> dict[str, Any] | None:
@@ -330,7 +400,11 @@ def _probe_baseline(session: HostSession, plan: Plan) -> dict[str, Any] | None:
         return None
     files = session.read_record(plan.deployment.state_dir, plan.last_good)
     server = recorded_server(files) if files is not None else None
-    if files is None or server is None or server.get("model_path") != plan.deployment.server.get("model_path"):
+    if (
+        files is None
+        or server is None
+        or server.get("model_path") != plan.deployment.server.get("model_path")
+    ):
         return None
     return recorded_probe(files)
 
@@ -372,13 +446,17 @@ def probe_unit(name: str, entry: HostEntry, unit: str, min_ratio: float | None) 
 def _probe(session: HostSession, name: str, unit: str, min_ratio: float | None) -> ProbeReport:
     facts = session.facts(unit, "/bin/true", "/nonexistent", 1).facts
     if facts.last_good is None:
-        return ProbeReport(Exit.REFUSED, name, unit, f"no deployment of {unit} is recorded on {name}")
+        return ProbeReport(Exit.REFUSED, name, unit, f"no deployment of {unit} is recorded on "
+                                                     f"{name}")
     files = session.read_record(state_dir(unit), facts.last_good)
     deployment = None if files is None else deployment_from_files(unit, facts.last_good, files)
     if deployment is None or files is None:
-        return ProbeReport(Exit.REFUSED, name, unit, f"the record of {facts.last_good} is incomplete")
+        return ProbeReport(Exit.REFUSED, name, unit, f"the record of {facts.last_good} is "
+                                                     "incomplete")
     settings = ProbeSettings.model_validate(deployment.probe_settings or {})
-    measured = probe_remote(session.remote, deployment.port, settings, api_key_for(session.remote, deployment))
+    measured = probe_remote(
+        session.remote, deployment.port, settings, api_key_for(session.remote, deployment)
+    )
     verdict = compare(measured, recorded_probe(files), min_ratio or 0.0)
     failed = not measured.ok or (min_ratio is not None and not verdict.ok)
     outcome = ProbeOutcome(measured, verdict)

@@ -7,11 +7,11 @@ gateway's view of its worker: read the worker's registration from the gateway an
 until nothing is in flight (the gateway's count for it and the server's own `/v1/loads` or
 `/get_load`, asked on the host), bounded by the drain timeout, at which the host is refused and
 the worker put back (`on_drain_timeout = "refuse"`, the default) or stopped anyway (`"stop"`);
-then the host's own transaction (`sgdeploy.deploy.transaction`: stop, idle GPUs, start, ready, rolled back
-on failure); then register the worker again (`POST /workers`) for the server that runs now, at
-that server's port, with the operator's part of the old registration (`gateway.registration`)
-and the server's own API key read on the host, and wait until the gateway lists it `ready`, the
-one state it routes to.
+then the host's own transaction (`sgdeploy.deploy.transaction`: stop, idle GPUs, start, ready,
+rolled back on failure); then register the worker again (`POST /workers`) for the server that runs
+now, at that server's port, with the operator's part of the old registration
+(`gateway.registration`) and the server's own API key read on the host, and wait until the gateway
+lists it `ready`, the one state it routes to.
 
 The worker is found by the port the running server listens on (the installed unit's), not the
 new profile's: a port change takes out the old URL and registers the new one. A worker the
@@ -86,7 +86,8 @@ class Rotation:
     host: str
     gateway: str
     worker_url: str  # where the deployed server will be registered
-    before: WorkerView  # the worker as the gateway lists it now (at its running port: maybe another URL)
+    # the worker as the gateway lists it now (at its running port: maybe another URL)
+    before: WorkerView
     steps: tuple[Step, ...]
 
     def as_dict(self) -> dict[str, Any]:
@@ -94,10 +95,11 @@ class Rotation:
                 "before": self.before.as_dict(), "steps": [s.as_dict() for s in self.steps]}
 
 
-PLAIN_STEP = Step(GatewayStepKind.DEPLOY, "no gateway fronts this host: restarted as in a plain rollout "
-                         "(clients that reach its server directly see the restart)")
-NODE_STEP = Step(GatewayStepKind.DEPLOY, "a node of rank 0's launch (nnodes > 1): stopped and started with "
-                        "it, while rank 0's worker is out of rotation; not a worker of its own")
+PLAIN_STEP = Step(GatewayStepKind.DEPLOY, "no gateway fronts this host: restarted as in a plain "
+                         "rollout (clients that reach its server directly see the restart)")
+NODE_STEP = Step(GatewayStepKind.DEPLOY, "a node of rank 0's launch (nnodes > 1): stopped and "
+                        "started with it, while rank 0's worker is out of rotation; not a worker "
+                        "of its own")
 
 
 @dataclass(frozen=True)
@@ -130,30 +132,38 @@ class DrainSettings:
 
 
 # --------------------------------------------------------------------------- deciding
-def host_steps(view: WorkerView, gateway: str, url: str, drain_timeout_s: float, on_timeout: str = REFUSE
-               ) -> tuple[Step, ...]:
+def host_steps(
+    view: WorkerView, gateway: str, url: str, drain_timeout_s: float, on_timeout: str = REFUSE
+) -> tuple[Step, ...]:
     """What a rollout does at the gateway around one host's transaction."""
     steps: list[Step] = []
     if view.listed:
-        at_timeout = ("put it back and refuse the host (its server keeps them)" if on_timeout == REFUSE
+        at_timeout = ("put it back and refuse the host (its server keeps "
+                      "them)" if on_timeout == REFUSE
                       else "stop it anyway (cuts them)")
-        steps += [Step(GatewayStepKind.REMOVE, f"read the registration of {view.url} at gateway '{gateway}' "
-                              f"(now {view.state}) and take it out: it drains, no new requests go to it"),
-                  Step(GatewayStepKind.WAIT_DRAINED, "until nothing is in flight to it (the gateway's load and "
-                              f"the server's own /v1/loads or /get_load); at most {drain_timeout_s:.0f} s, then with "
-                              f"requests still running {at_timeout}")]
-    moved = f" (the server moves from {view.url})" if view.listed and not same_url(view.url, url) else ""
-    steps += [Step(GatewayStepKind.DEPLOY, "the host's transaction: stop, idle GPUs, start, ready (rolled "
-                          "back on failure)"),
-              Step(GatewayStepKind.ADD, f"register {url} at gateway '{gateway}' again{moved}: the server that "
-                          "runs then (the restored one after a rollback), with the operator's settings of its "
-                          "registration and the server's own API key when it has one"),
-              Step(GatewayStepKind.WAIT_ROUTED, "until the gateway lists it ready, the one state it routes to")]
+        steps += [Step(GatewayStepKind.REMOVE, f"read the registration of {view.url} at gateway "
+                              f"'{gateway}' (now {view.state}) and take it out: it drains, no new "
+                              "requests go to it"),
+                  Step(GatewayStepKind.WAIT_DRAINED, "until nothing is in flight to it (the "
+                              "gateway's load and the server's own /v1/loads or /get_load); at "
+                              f"most {drain_timeout_s:.0f} s, then with requests still running "
+                              f"{at_timeout}")]
+    moved = (" (the server moves from "
+             f"{view.url})") if view.listed and not same_url(view.url, url) else ""
+    steps += [Step(GatewayStepKind.DEPLOY, "the host's transaction: stop, idle GPUs, start, ready "
+                          "(rolled back on failure)"),
+              Step(GatewayStepKind.ADD, f"register {url} at gateway '{gateway}' again{moved}: the "
+                          "server that runs then (the restored one after a rollback), with the "
+                          "operator's settings of its registration and the server's own API key "
+                          "when it has one"),
+              Step(GatewayStepKind.WAIT_ROUTED, "until the gateway lists it ready, the one state "
+                                                "it routes to")]
     return tuple(steps)
 
 
-def may_take_out(url: str, views: Sequence[WorkerView], rollout_urls: Sequence[str], max_unavailable: int
-                 ) -> str | None:
+def may_take_out(
+    url: str, views: Sequence[WorkerView], rollout_urls: Sequence[str], max_unavailable: int
+) -> str | None:
     """Why the worker at `url` must not be taken out of rotation now; None when it may."""
     mine = find_view(views, url)
     if not mine.routed:
@@ -161,12 +171,14 @@ def may_take_out(url: str, views: Sequence[WorkerView], rollout_urls: Sequence[s
     serving = [v for v in views if v.routed and not same_url(v.url, url)
                and (mine.model_id is None or v.model_id in (None, mine.model_id))]
     if not serving:
-        return (f"{url} is the last worker the gateway routes to{' for ' + mine.model_id if mine.model_id else ''}; "
-                "taking it out would leave nothing serving")
+        return (f"{url} is the last worker the gateway routes "
+                f"to{' for ' + mine.model_id if mine.model_id else ''}; taking it out would leave "
+                "nothing serving")
     out = [u for u in rollout_urls if not same_url(u, url) and not find_view(views, u).routed]
     if len(out) + 1 > max_unavailable:
-        return (f"{len(out)} worker(s) of this rollout are out of rotation already ({', '.join(out)}); taking "
-                f"{url} out too would exceed --max-unavailable {max_unavailable}")
+        return (f"{len(out)} worker(s) of this rollout are out of rotation already "
+                f"({', '.join(out)}); taking {url} out too would exceed --max-unavailable "
+                f"{max_unavailable}")
     return None
 
 
@@ -195,9 +207,24 @@ def plan_rollout(hosts: Sequence[FleetHost], front: Fronted, views: dict[str, li
             continue
         gateway, url = front.gateways[host.name], front.urls[host.name]
         view = planned_view(views[gateway], url)
-        rotations[host.name] = Rotation(host.name, gateway, url, view, host_steps(
-            view, gateway, url, front.drain_timeouts[gateway], front.on_timeouts.get(gateway, REFUSE)))
-    order = tuple(sorted((h.name for h in hosts), key=lambda n: n not in rotations or rotations[n].before.routed))
+        rotations[host.name] = Rotation(
+            host.name,
+            gateway,
+            url,
+            view,
+            host_steps(
+                view,
+                gateway,
+                url,
+                front.drain_timeouts[gateway],
+                front.on_timeouts.get(gateway, REFUSE),
+            ),
+        )
+    order = tuple(
+        sorted(
+            (h.name for h in hosts), key=lambda n: n not in rotations or rotations[n].before.routed
+        )
+    )
     step = max(1, min(parallel, max_unavailable))
     rest = list(order)
     batches: list[tuple[str, ...]] = [(rest.pop(0),)] if canary and rest else []
@@ -219,9 +246,15 @@ class Fronted:
     on_timeouts: dict[str, str]
 
 
-def fronted(inventory: Inventory, hosts: Sequence[str], port: int, settings: DrainSettings,
-            client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry) -> Fronted | None:
-    """The gateways in front of `hosts`, or None when no host has one. GatewayError: a key is missing."""
+def fronted(
+    inventory: Inventory,
+    hosts: Sequence[str],
+    port: int,
+    settings: DrainSettings,
+    client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry,
+) -> Fronted | None:
+    """The gateways in front of `hosts`, or None when no host has one. GatewayError: a key is
+    missing."""
     gateways = {h: g for h in hosts if (g := inventory.gateway_of(h))}
     if not gateways:
         return None
@@ -251,8 +284,9 @@ def views_of(front: Fronted) -> dict[str, list[WorkerView]]:
     return {name: client.workers() for name, client in front.clients.items()}
 
 
-def routed_unfronted(hosts: Sequence[FleetHost], front: Fronted, views: dict[str, list[WorkerView]], port: int
-                     ) -> list[str]:
+def routed_unfronted(
+    hosts: Sequence[FleetHost], front: Fronted, views: dict[str, list[WorkerView]], port: int
+) -> list[str]:
     """Hosts without a gateway in the inventory that a gateway of the rollout lists all the same:
     restarting them plainly would drop that gateway's requests."""
     found = []
@@ -267,7 +301,9 @@ def routed_unfronted(hosts: Sequence[FleetHost], front: Fronted, views: dict[str
     return found
 
 
-def routed_ranks(nodes: Sequence[FleetHost], views: dict[str, list[WorkerView]], port: int) -> list[str]:
+def routed_ranks(
+    nodes: Sequence[FleetHost], views: dict[str, list[WorkerView]], port: int
+) -> list[str]:
     """Nodes of rank 1 and above of a multi-node launch that a gateway lists as workers."""
     found = []
     for rank, node in enumerate(nodes, 1):
@@ -278,9 +314,15 @@ def routed_ranks(nodes: Sequence[FleetHost], views: dict[str, list[WorkerView]],
     return found
 
 
-def prepare(loaded: LoadedProfile, hosts: Sequence[FleetHost], inventory: Inventory, settings: DrainSettings,
-            parallel: int = 1, canary: bool = True,
-            client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry) -> PreparedRollout:
+def prepare(
+    loaded: LoadedProfile,
+    hosts: Sequence[FleetHost],
+    inventory: Inventory,
+    settings: DrainSettings,
+    parallel: int = 1,
+    canary: bool = True,
+    client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry,
+) -> PreparedRollout:
     """The gateways of `hosts` and the rollout plan, from one look at each gateway.
 
     GatewayError, before anything changed: a key is missing, a gateway does not answer, or a
@@ -293,18 +335,24 @@ def prepare(loaded: LoadedProfile, hosts: Sequence[FleetHost], inventory: Invent
     views = views_of(front)
     ranks = routed_ranks(hosts[1:], views, port) if len(workers) < len(hosts) else []
     if ranks:
-        raise GatewayError(f"the gateway routes to {'; '.join(ranks)}: in a launch of nnodes > 1 only rank 0 "
-                           "serves the API, so these would stop answering while still routed to; take them out "
-                           "of the gateway first (DELETE /workers/ID), then apply")
+        raise GatewayError(f"the gateway routes to {'; '.join(ranks)}: in a launch of nnodes > 1 "
+                           "only rank 0 serves the API, so these would stop answering while still "
+                           "routed to; take them out of the gateway first (DELETE /workers/ID), "
+                           "then apply")
     stray = routed_unfronted(workers, front, views, port)
     if stray:
-        raise GatewayError(f"{'; '.join(stray)}: the inventory gives {'it' if len(stray) == 1 else 'them'} no "
-                           "gateway, so its server would be restarted without draining; give it its gateway "
-                           "(`gateway = NAME` on the host, or the host or its group in the gateway's `hosts`)")
+        raise GatewayError(f"{'; '.join(stray)}: the inventory gives "
+                           f"{'it' if len(stray) == 1 else 'them'} no gateway, so its server would "
+                           "be restarted without draining; give it its gateway (`gateway = NAME` "
+                           "on the host, or the host or its group in the gateway's `hosts`)")
     plan = plan_rollout(workers, front, views, settings.max_unavailable, parallel, canary)
     if len(workers) < len(hosts):
-        plan = dataclasses.replace(plan, order=tuple(h.name for h in hosts), batches=(tuple(h.name for h in hosts),),
-                                   others=NODE_STEP)
+        plan = dataclasses.replace(
+            plan,
+            order=tuple(h.name for h in hosts),
+            batches=(tuple(h.name for h in hosts),),
+            others=NODE_STEP,
+        )
     return PreparedRollout(front, plan)
 
 
@@ -324,8 +372,12 @@ def profile_port(loaded: LoadedProfile) -> int:
     return server_port(loaded.model.server) if loaded.model else DEFAULT_PORT
 
 
-def worker_states(inventory: Inventory, hosts: Sequence[str], port: int,
-                  client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry) -> dict[str, WorkerStatus]:
+def worker_states(
+    inventory: Inventory,
+    hosts: Sequence[str],
+    port: int,
+    client: Callable[[str, Any], GatewayClient] = GatewayClient.for_entry,
+) -> dict[str, WorkerStatus]:
     """What each fronted host's gateway thinks of its worker (`status`), or why it cannot tell."""
     gateways = {h: g for h in hosts if (g := inventory.gateway_of(h))}
     states: dict[str, WorkerStatus] = {}
@@ -337,7 +389,9 @@ def worker_states(inventory: Inventory, hosts: Sequence[str], port: int,
             views = {h: planned_view(listed, u) for h, u in urls.items()}
             states.update({h: WorkerStatus(name, v) for h, v in views.items()})
         except GatewayError as exc:
-            states.update({h: WorkerStatus(name, WorkerView(u, "unknown"), str(exc)) for h, u in urls.items()})
+            states.update(
+                {h: WorkerStatus(name, WorkerView(u, "unknown"), str(exc)) for h, u in urls.items()}
+            )
     return states
 
 
@@ -346,12 +400,12 @@ def rotation_problem(state: WorkerStatus) -> str | None:
     if state.problem:
         return f"gateway '{state.gateway}': {state.problem}"
     if state.view.state != "ready":
-        return (f"not in rotation at gateway '{state.gateway}': {state.view.url} is {state.view.state}; "
-                "`sgdeploy apply` puts it back")
+        return (f"not in rotation at gateway '{state.gateway}': {state.view.url} is "
+                f"{state.view.state}; `sgdeploy apply` puts it back")
     return None
 
 
-# --------------------------------------------------------------------------- the worker's own server
+# -------------------------------------------------------------------------- the worker's own server
 def worker_in_flight(session: HostSession, port: int, keyed: Deployment | None) -> int | None:
     """Requests the server on `port` has running or waiting (SGLang's /v1/loads from 0.5.8,
     /get_load before 0.5.21), asked on the host with `keyed`'s API key; None when it cannot tell."""
@@ -376,12 +430,20 @@ def server_said(session: HostSession, port: int, keyed: Deployment | None) -> di
             return None
         answers.append(_json(body))
     status, body = _ask(session, port, keyed, "/v1/models")
-    said = server_labels(without_secrets(answers[0]) if isinstance(answers[0], dict) else {}, answers[1])
+    said = server_labels(
+        without_secrets(answers[0]) if isinstance(answers[0], dict) else {}, answers[1]
+    )
     return {**(models_labels(_json(body)) if status == 200 else {}), **said}
 
 
-def _ask(session: HostSession, port: int, keyed: Deployment | None, path: str) -> tuple[int | None, bytes]:
-    headers = bearer_headers(session.remote, keyed.profile_text, keyed.unit, keyed.sglang_version) if keyed else {}
+def _ask(
+    session: HostSession, port: int, keyed: Deployment | None, path: str
+) -> tuple[int | None, bytes]:
+    headers = (
+        bearer_headers(session.remote, keyed.profile_text, keyed.unit, keyed.sglang_version)
+        if keyed
+        else {}
+    )
     try:
         response = session.remote.http_get(port, path, timeout=5.0, headers=headers)
     except (ConnectionRefusedError, RemoteError):
@@ -427,7 +489,9 @@ class _Worker:
 class DrainedRollout:
     """One drained rollout in progress: the gateway calls, serialised where they decide."""
 
-    def __init__(self, front: Fronted, plan: RolloutPlan, report_for: Callable[[str], Reporter]) -> None:
+    def __init__(
+        self, front: Fronted, plan: RolloutPlan, report_for: Callable[[str], Reporter]
+    ) -> None:
         self.front = front
         self.plan = plan
         self.report_for = report_for
@@ -449,7 +513,9 @@ class DrainedRollout:
     def options_for(self, host: str, options: ApplyOptions) -> ApplyOptions:
         if host not in self.workers:
             return options  # no gateway: a plain restart
-        return dataclasses.replace(options, before_stop=self.before_stop(host), after_host=self.after_host(host))
+        return dataclasses.replace(
+            options, before_stop=self.before_stop(host), after_host=self.after_host(host)
+        )
 
     # ----------------------------------------------------------------- before the stop
     def before_stop(self, host: str) -> Callable[[HostSession, Handover], str | None]:
@@ -458,10 +524,16 @@ class DrainedRollout:
 
         def hook(session: HostSession, swap: Handover) -> str | None:
             worker.swap = swap
-            running = self.url_at(host, swap.running_port) if swap.running_port else rotation.worker_url
+            running = (
+                self.url_at(host, swap.running_port) if swap.running_port else rotation.worker_url
+            )
             self.report_for(host)("step", step="gateway_remove", worker=running)
             try:
-                said = server_said(session, swap.running_port, swap.previous) if swap.running_port else None
+                said = (
+                    server_said(session, swap.running_port, swap.previous)
+                    if swap.running_port
+                    else None
+                )
                 refusal = self.take_out(host, worker, running, said)
                 if refusal or not rotation.taken_out:
                     return refusal
@@ -475,7 +547,9 @@ class DrainedRollout:
 
         return hook
 
-    def take_out(self, host: str, worker: _Worker, running: str, said: dict[str, str] | None) -> str | None:
+    def take_out(
+        self, host: str, worker: _Worker, running: str, said: dict[str, str] | None
+    ) -> str | None:
         """Read the registration and remove the worker when the guard allows it; a sentence when
         it must not (or cannot)."""
         rotation, client = worker.rotation, self.client(host)
@@ -488,12 +562,17 @@ class DrainedRollout:
                 return None
             worker.current_url = view.url
             if view.routed:
-                refusal = may_take_out(view.url, views, self.rollout_urls(self.front.gateways[host]),
-                                       self.plan.max_unavailable)
+                refusal = may_take_out(
+                    view.url,
+                    views,
+                    self.rollout_urls(self.front.gateways[host]),
+                    self.plan.max_unavailable,
+                )
                 if refusal:
                     return refusal
             worker.registration = registration(view, said)
-            if view.state != "draining":  # one removal only: a second one would remove the worker added back
+            # one removal only: a second one would remove the worker added back
+            if view.state != "draining":
                 client.remove(view)
             rotation.taken_out = True
             rotation.removed_url = view.url
@@ -509,27 +588,38 @@ class DrainedRollout:
         left: int | None = None
         while True:
             view = self.client(host).worker(worker.current_url)
-            left = worker_in_flight(session, swap.running_port, swap.previous) if swap.running_port else None
+            left = (
+                worker_in_flight(session, swap.running_port, swap.previous)
+                if swap.running_port
+                else None
+            )
             # Draining routes nothing new to it: done once neither side has a request of it
             # (the server unable to tell: once the gateway has let it go).
-            if not view.routed and not view.load and (left == 0 or (left is None and not view.listed)):
+            if (
+                not view.routed
+                and not view.load
+                and (left == 0 or (left is None and not view.listed))
+            ):
                 left = 0
                 break
             if time.monotonic() - began >= timeout:
                 left = max(left or 0, view.load or 0, 1)
                 if self.front.on_timeouts[self.front.gateways[host]] == STOP:
-                    report("warning", text=f"{worker.current_url} still {view.describe()} with {left} request(s) "
-                           f"running at the drain timeout ({timeout:.0f} s); stopping it anyway "
-                           "(on_drain_timeout = stop)")
+                    report("warning", text=f"{worker.current_url} still {view.describe()} with "
+                           f"{left} request(s) running at the drain timeout ({timeout:.0f} s); "
+                           "stopping it anyway (on_drain_timeout = stop)")
                 break
-            report("waiting", what="drain", detail=f"gateway: {view.describe()}; server: {left} in flight")
+            report("waiting", what="drain", detail=f"gateway: {view.describe()}; server: {left} in "
+                                            "flight")
             time.sleep(POLL_S)
         rotation.drained_s = round(time.monotonic() - began, 3)
         rotation.in_flight_left = left
         rotation.steps.append(GatewayStepKind.WAIT_DRAINED.value)
         return left
 
-    def refuse_at_timeout(self, host: str, worker: _Worker, session: HostSession, swap: Handover, left: int) -> str:
+    def refuse_at_timeout(
+        self, host: str, worker: _Worker, session: HostSession, swap: Handover, left: int
+    ) -> str:
         """The drain timed out with requests running: the server keeps running them, the worker
         goes back in rotation as it was, the host is refused."""
         url = worker.current_url
@@ -538,8 +628,9 @@ class DrainedRollout:
         timeout = self.front.drain_timeouts[self.front.gateways[host]]
         back = "it was put back in rotation" if worker.rotation.back else "putting it back failed"
         worker.rotation.problem = worker.rotation.problem if not worker.rotation.back else None
-        return (f"{url} still had {left} request(s) running after the drain timeout ({timeout:.0f} s): {back} and "
-                "its server left running (a longer --drain-timeout, or --on-drain-timeout stop to cut them)")
+        return (f"{url} still had {left} request(s) running after the drain timeout ({timeout:.0f} "
+                f"s): {back} and its server left running (a longer --drain-timeout, or "
+                "--on-drain-timeout stop to cut them)")
 
     # ----------------------------------------------------------------- after the transaction
     def after_host(self, host: str) -> Callable[[HostSession, ApplyResult], None]:
@@ -554,12 +645,18 @@ class DrainedRollout:
             serving = _serving(result, worker.swap)
             if serving is None:
                 rotation.after = ABSENT if rotation.taken_out else rotation.before
-                rotation.problem = rotation.problem or "left out of rotation: nothing healthy runs on the host"
+                rotation.problem = rotation.problem or ("left out of rotation: nothing healthy "
+                                                        "runs on the host")
                 return
             if rotation.problem is not None:
                 return  # the gateway failed before the stop: nothing more is asked of it
             try:
-                self.put_back(host, worker, self.url_at(host, serving.port), api_key_for(session.remote, serving))
+                self.put_back(
+                    host,
+                    worker,
+                    self.url_at(host, serving.port),
+                    api_key_for(session.remote, serving),
+                )
             except GatewayError as exc:
                 rotation.problem = str(exc)
 
@@ -572,7 +669,8 @@ class DrainedRollout:
         timeout = self.front.add_timeouts[self.front.gateways[host]]
         deadline = time.monotonic() + timeout
         view = client.worker(url)
-        while view.state == "draining" and time.monotonic() < deadline:  # still letting it go: 409 on add
+        # still letting it go: 409 on add
+        while view.state == "draining" and time.monotonic() < deadline:
             time.sleep(POLL_S)
             view = client.worker(url)
         if not view.listed:
@@ -592,14 +690,17 @@ class DrainedRollout:
         rotation.back = view.routed
         rotation.steps.append(GatewayStepKind.WAIT_ROUTED.value)
         if not view.routed:
-            unkeyed = "" if key else "; if its server takes an API key, give the profile [secrets] with api_key"
-            rotation.problem = (f"gateway '{client.name}' did not route to {url} within {timeout:.0f} s "
-                                f"(it is {view.state}{unkeyed})")
+            unkeyed = "" if key else ("; if its server takes an API key, give the profile "
+                                      "[secrets] with api_key")
+            rotation.problem = (f"gateway '{client.name}' did not route to {url} within "
+                                f"{timeout:.0f} s (it is {view.state}{unkeyed})")
 
     def host_failed(self, host: str, result: ApplyResult) -> bool:
         """The host's apply failed, or its worker did not come back into rotation."""
         worker = self.workers.get(host)
-        return result.exit_code != Exit.READY or (worker is not None and worker.rotation.problem is not None)
+        return result.exit_code != Exit.READY or (
+            worker is not None and worker.rotation.problem is not None
+        )
 
     def rotations_now(self) -> dict[str, RotationResult]:
         """Each fronted host's rotation record, with the gateway's view of its worker now."""
@@ -626,9 +727,16 @@ def _serving(result: ApplyResult, swap: Handover | None) -> Deployment | None:
     return None
 
 
-def run_drained(loaded: LoadedProfile, hosts: Sequence[FleetHost], options: ApplyOptions, front: Fronted,
-                plan: RolloutPlan, report_for: Callable[[str], Reporter] | None = None) -> FleetResult:
-    """Execute `plan`: batch by batch, stopping at the first host that fails or is not back in rotation."""
+def run_drained(
+    loaded: LoadedProfile,
+    hosts: Sequence[FleetHost],
+    options: ApplyOptions,
+    front: Fronted,
+    plan: RolloutPlan,
+    report_for: Callable[[str], Reporter] | None = None,
+) -> FleetResult:
+    """Execute `plan`: batch by batch, stopping at the first host that fails or is not back in
+    rotation."""
     by_name = {h.name: h for h in hosts}
     run = DrainedRollout(front, plan, report_for or (lambda _: (lambda *a, **k: None)))
     fleet = FleetResult(list(plan.order))
@@ -651,14 +759,21 @@ def run_drained(loaded: LoadedProfile, hosts: Sequence[FleetHost], options: Appl
     return fleet
 
 
-def run_drained_multinode(loaded: LoadedProfile, hosts: Sequence[FleetHost], options: ApplyOptions,
-                          front: Fronted, plan: RolloutPlan, report_for: Callable[[str], Reporter] | None = None
-                          ) -> FleetResult:
+def run_drained_multinode(
+    loaded: LoadedProfile,
+    hosts: Sequence[FleetHost],
+    options: ApplyOptions,
+    front: Fronted,
+    plan: RolloutPlan,
+    report_for: Callable[[str], Reporter] | None = None,
+) -> FleetResult:
     """A multi-node launch behind a gateway: rank 0's worker drained before any node stops, put
     back once every node is ready (or restored)."""
     run = DrainedRollout(front, plan, report_for or (lambda _: (lambda *a, **k: None)))
     rank0 = hosts[0].name
-    fleet = multinode.apply_multinode(loaded, hosts, run.options_for(rank0, options), report_for=run.report_for)
+    fleet = multinode.apply_multinode(
+        loaded, hosts, run.options_for(rank0, options), report_for=run.report_for
+    )
     first = fleet.results.get(rank0)
     if fleet.stopped_at is None and first is not None and run.host_failed(rank0, first):
         fleet.stopped_at = rank0

@@ -85,7 +85,8 @@ class EarlyConnection:
             return
 
         def read_ahead() -> None:
-            with contextlib.suppress(RemoteError, ValueError):  # apply reads them again and says what went wrong
+            # apply reads them again and says what went wrong
+            with contextlib.suppress(RemoteError, ValueError):
                 session.read_ahead(loaded)
 
         facts = threading.Thread(target=read_ahead, daemon=True, name="sgdeploy-facts")
@@ -108,12 +109,20 @@ class EarlyStart:
     under way, so that the host's work (the facts, then SGLang's own check once validation has
     passed) overlaps the client's."""
 
-    def __init__(self, profile: str, inventory: str | None, hosts: list[str], sglang: str | None = None,
-                 sglang_check: bool = True, sglang_check_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        profile: str,
+        inventory: str | None,
+        hosts: list[str],
+        sglang: str | None = None,
+        sglang_check: bool = True,
+        sglang_check_timeout_s: float = 60.0,
+    ) -> None:
         self.profile, self.inventory, self.hosts, self.sglang = profile, inventory, hosts, sglang
         self.sglang_check, self.sglang_check_timeout_s = sglang_check, sglang_check_timeout_s
         self.early: EarlyConnection | None = None
-        self.check: EarlyCheck | None = None  # SGLang's check begun beside the facts, once validation passed
+        # SGLang's check begun beside the facts, once validation passed
+        self.check: EarlyCheck | None = None
         self.validation = OfflineValidation()
         self.ready = threading.Event()  # connecting has begun, or will not
         self._thread = threading.Thread(target=self._run, daemon=True, name="sgdeploy-connect")
@@ -121,12 +130,14 @@ class EarlyStart:
         self.ready.wait(5)
 
     def _run(self) -> None:
-        from sgdeploy.host.sshconfig import SshEntry  # here, not at the top: on this thread, not before it starts
+        # here, not at the top: on this thread, not before it starts
+        from sgdeploy.host.sshconfig import SshEntry
 
         connected: RemoteHost | ConnectError | None = None
         try:
             quick = self._unvalidated_target()
-            if quick is not None:  # the validation may begin as soon as this connection is under way
+            # the validation may begin as soon as this connection is under way
+            if quick is not None:
                 connected = _connect(*quick, began=self.ready.set)
             target = self._target()
             if target is None:
@@ -137,7 +148,11 @@ class EarlyStart:
                 _close(connected)  # read differently from what validation made of it
                 connected = _connect(name, entry)
             checking = version and self.sglang_check
-            self.check = EarlyCheck(str(version), self.sglang_check_timeout_s, self.validation) if checking else None
+            self.check = (
+                EarlyCheck(str(version), self.sglang_check_timeout_s, self.validation)
+                if checking
+                else None
+            )
         except Exception:  # whatever it is, the validation that follows says it, located
             _close(connected)
             return
@@ -154,7 +169,13 @@ class EarlyStart:
         if len(self.hosts) > 1:
             return None
         deploy = (read_raw(self.profile) or {}).get("deploy")
-        name = self.hosts[0] if self.hosts else deploy.get("host") if isinstance(deploy, dict) else None
+        name = (
+            self.hosts[0]
+            if self.hosts
+            else deploy.get("host")
+            if isinstance(deploy, dict)
+            else None
+        )
         if not isinstance(name, str):
             return None
         entry = unvalidated_ssh_entry(inventory_path(self.inventory), name)
@@ -201,16 +222,22 @@ class EarlyStart:
         self.take("")
 
 
-def _connect(name: str, entry: HostSettings, began: Callable[[], None] | None = None) -> RemoteHost | ConnectError:
-    """Connect while another thread imports sgdeploy.deploy.apply: the RemoteHost, or the ConnectError.
-    `began` is told once the SSH stack is imported, just before connecting."""
+def _connect(
+    name: str, entry: HostSettings, began: Callable[[], None] | None = None
+) -> RemoteHost | ConnectError:
+    """Connect while another thread imports sgdeploy.deploy.apply: the RemoteHost, or the
+    ConnectError. `began` is told once the SSH stack is imported, just before connecting."""
     # imported here: early.py starts the connection before pydantic and the deploy core load
     from sgdeploy.host.remote import ConnectError, RemoteError, RemoteHost
 
     if began is not None:
         began()
-    importing = threading.Thread(target=importlib.import_module, args=("sgdeploy.deploy.apply",), daemon=True,
-                                 name="sgdeploy-import")
+    importing = threading.Thread(
+        target=importlib.import_module,
+        args=("sgdeploy.deploy.apply",),
+        daemon=True,
+        name="sgdeploy-import",
+    )
     importing.start()
     try:
         remote = RemoteHost(name, entry).connect()

@@ -39,7 +39,8 @@ class FleetResult:
     hosts: list[str]
     results: dict[str, ApplyResult] = field(default_factory=dict)
     stopped_at: str | None = None
-    gateway: dict[str, RotationResult] | None = None  # per host: its worker at the gateway (sgdeploy.deploy.drained)
+    # per host: its worker at the gateway (sgdeploy.deploy.drained)
+    gateway: dict[str, RotationResult] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -60,8 +61,17 @@ class FleetResult:
         for name in self.hosts:
             result = self.results.get(name)
             if result is None:
-                rows.append({"host": name, "status": "not started", "exit_code": None, "startup_s": None,
-                             "sglang_version": None, "deployment_id": None, "message": "rollout stopped earlier"})
+                rows.append(
+                    {
+                        "host": name,
+                        "status": "not started",
+                        "exit_code": None,
+                        "startup_s": None,
+                        "sglang_version": None,
+                        "deployment_id": None,
+                        "message": "rollout stopped earlier",
+                    }
+                )
                 continue
             plan = result.plan
             rows.append({

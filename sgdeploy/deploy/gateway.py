@@ -68,7 +68,9 @@ class Reply:
 Transport = Callable[[str, str, dict[str, str], bytes | None, float], Reply]
 
 
-def urllib_transport(method: str, url: str, headers: dict[str, str], body: bytes | None, timeout: float) -> Reply:
+def urllib_transport(
+    method: str, url: str, headers: dict[str, str], body: bytes | None, timeout: float
+) -> Reply:
     request = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -77,7 +79,9 @@ def urllib_transport(method: str, url: str, headers: dict[str, str], body: bytes
         return Reply(exc.code, exc.read())
     except urllib.error.URLError as exc:
         reason = exc.reason
-        raise OSError(reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)) from exc
+        raise OSError(
+            reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ class WorkerView:
     worker_id: str | None = None
     load: int | None = None  # requests the gateway has in flight to it
     model_id: str | None = None
-    spec: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # as GET /workers lists it
+    # as GET /workers lists it
+    spec: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def routed(self) -> bool:
@@ -100,8 +105,14 @@ class WorkerView:
         return self.state != ABSENT
 
     def as_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "state": self.state, "healthy": self.routed, "worker_id": self.worker_id,
-                "load": self.load, "model_id": self.model_id}
+        return {
+            "url": self.url,
+            "state": self.state,
+            "healthy": self.routed,
+            "worker_id": self.worker_id,
+            "load": self.load,
+            "model_id": self.model_id,
+        }
 
     def describe(self) -> str:
         if not self.listed:
@@ -112,7 +123,8 @@ class WorkerView:
 
 @dataclass(frozen=True)
 class WorkerStatus:
-    """What `status` learns of a host's worker from its gateway, or why the gateway could not tell."""
+    """What `status` learns of a host's worker from its gateway, or why the gateway could not
+    tell."""
 
     gateway: str
     view: WorkerView
@@ -132,7 +144,8 @@ class RotationResult:
     worker_url: str  # where it is registered now (or was to be)
     before: str
     taken_out: bool = False
-    removed_url: str | None = None  # the URL taken out, when the server moved to another port (or is out)
+    # the URL taken out, when the server moved to another port (or is out)
+    removed_url: str | None = None
     drained_s: float | None = None
     in_flight_left: int | None = None
     back: bool = False
@@ -161,21 +174,22 @@ def normal_url(url: str) -> str:
 
 
 def api_key(name: str, entry: GatewayEntry, environ: dict[str, str] | None = None) -> str | None:
-    """The gateway's API key from where the inventory says it is; GatewayError when it is not there."""
+    """The gateway's API key from where the inventory says it is; GatewayError when it is not
+    there."""
     env = os.environ if environ is None else environ
     if entry.api_key_env:
         value = env.get(entry.api_key_env, "").strip()
         if not value:
-            raise GatewayError(f"gateway '{name}': the environment variable {entry.api_key_env} (api_key_env) "
-                               "is not set; export the gateway's API key in it")
+            raise GatewayError(f"gateway '{name}': the environment variable {entry.api_key_env} "
+                               "(api_key_env) is not set; export the gateway's API key in it")
         return value
     if entry.api_key_file:
         path = Path(entry.api_key_file).expanduser()
         try:
             value = path.read_text().strip()
         except OSError as exc:
-            raise GatewayError(f"gateway '{name}': cannot read its API key from {path} (api_key_file): "
-                               f"{exc.strerror or exc}") from None
+            raise GatewayError(f"gateway '{name}': cannot read its API key from {path} "
+                               f"(api_key_file): {exc.strerror or exc}") from None
         if not value:
             raise GatewayError(f"gateway '{name}': {path} (api_key_file) is empty")
         return value
@@ -185,8 +199,14 @@ def api_key(name: str, entry: GatewayEntry, environ: dict[str, str] | None = Non
 class GatewayClient:
     """One gateway's worker API."""
 
-    def __init__(self, name: str, url: str, key: str | None = None, transport: Transport = urllib_transport,
-                 timeout: float = TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        key: str | None = None,
+        transport: Transport = urllib_transport,
+        timeout: float = TIMEOUT_S,
+    ) -> None:
         self.name = name
         self.url = url.rstrip("/")
         self._key = key
@@ -195,10 +215,14 @@ class GatewayClient:
         self.requests = 0
 
     @classmethod
-    def for_entry(cls, name: str, entry: GatewayEntry, transport: Transport = urllib_transport) -> GatewayClient:
+    def for_entry(
+        cls, name: str, entry: GatewayEntry, transport: Transport = urllib_transport
+    ) -> GatewayClient:
         return cls(name, entry.url, api_key(name, entry), transport)
 
-    def _call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> tuple[int, Any]:
+    def _call(
+        self, method: str, path: str, payload: dict[str, Any] | None = None
+    ) -> tuple[int, Any]:
         headers = {"Accept": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
@@ -210,11 +234,12 @@ class GatewayClient:
         try:
             reply = self._transport(method, self.url + path, headers, body, self._timeout)
         except OSError as exc:
-            raise GatewayUnreachable(f"gateway '{self.name}' at {self.url} does not answer ({method} {path}): "
-                                     f"{exc.strerror or exc}") from None
+            raise GatewayUnreachable(f"gateway '{self.name}' at {self.url} does not answer "
+                                     f"({method} {path}): {exc.strerror or exc}") from None
         if reply.status in (401, 403):
-            raise GatewayRefused(f"gateway '{self.name}' refused {method} {path} with HTTP {reply.status}: check "
-                                 "its API key (api_key_env or api_key_file in the inventory)")
+            raise GatewayRefused(f"gateway '{self.name}' refused {method} {path} with HTTP "
+                                 f"{reply.status}: check its API key (api_key_env or api_key_file "
+                                 "in the inventory)")
         try:
             document = json.loads(reply.body) if reply.body else None
         except ValueError:
@@ -223,10 +248,18 @@ class GatewayClient:
 
     def workers(self) -> list[WorkerView]:
         status, document = self._call("GET", "/workers")
-        if status != 200 or not isinstance(document, dict) or not isinstance(document.get("workers"), list):
+        if (
+            status != 200
+            or not isinstance(document, dict)
+            or not isinstance(document.get("workers"), list)
+        ):
             raise GatewayRefused(f"gateway '{self.name}': GET /workers answered HTTP {status}"
                                  f"{_said(document)}; is {self.url} an smg gateway's admin URL?")
-        return [_view(w) for w in document["workers"] if isinstance(w, dict) and isinstance(w.get("url"), str)]
+        return [
+            _view(w)
+            for w in document["workers"]
+            if isinstance(w, dict) and isinstance(w.get("url"), str)
+        ]
 
     def worker(self, url: str, listed: list[WorkerView] | None = None) -> WorkerView:
         """The gateway's view of the worker at `url` (ABSENT when it does not list it)."""
@@ -241,15 +274,24 @@ class GatewayClient:
             return
         status, document = self._call("DELETE", f"/workers/{view.worker_id}")
         if status not in (200, 202, 404):  # 404: gone already
-            raise GatewayRefused(f"gateway '{self.name}': removing {view.url} answered HTTP {status}{_said(document)}")
+            raise GatewayRefused(f"gateway '{self.name}': removing {view.url} answered HTTP "
+                                 f"{status}{_said(document)}")
 
-    def add(self, url: str, registration: dict[str, Any] | None = None, worker_key: str | None = None) -> None:
+    def add(
+        self, url: str, registration: dict[str, Any] | None = None, worker_key: str | None = None
+    ) -> None:
         """Register a worker (with `registration`'s settings, and SGLang's own API key of the
         worker when it has one); the gateway checks it in the background and then routes to it."""
-        payload = {**(registration or {}), "url": url, **({"api_key": worker_key} if worker_key else {})}
+        payload = {
+            **(registration or {}),
+            "url": url,
+            **({"api_key": worker_key} if worker_key else {}),
+        }
         status, document = self._call("POST", "/workers", payload)
-        if status not in (200, 201, 202, 409):  # 409: it lists that URL already, or is registering it
-            raise GatewayRefused(f"gateway '{self.name}': adding {url} answered HTTP {status}{_said(document)}")
+        # 409: it lists that URL already, or is registering it
+        if status not in (200, 201, 202, 409):
+            raise GatewayRefused(f"gateway '{self.name}': adding {url} answered HTTP "
+                                 f"{status}{_said(document)}")
 
 
 def _view(worker: dict[str, Any]) -> WorkerView:
@@ -257,23 +299,64 @@ def _view(worker: dict[str, Any]) -> WorkerView:
     status = worker.get("status")
     if not isinstance(status, str):
         status = ROUTED if worker.get("is_healthy") else "not_ready"
-    return WorkerView(url=worker["url"], state=status, worker_id=worker.get("id"),
-                      load=load if isinstance(load, int) else None,
-                      model_id=worker.get("model_id") if isinstance(worker.get("model_id"), str) else None,
-                      spec=worker)
+    return WorkerView(
+        url=worker["url"],
+        state=status,
+        worker_id=worker.get("id"),
+        load=load if isinstance(load, int) else None,
+        model_id=worker.get("model_id") if isinstance(worker.get("model_id"), str) else None,
+        spec=worker,
+    )
 
 
 # What GET /workers shows of a worker besides its registration (smg 1.13's WorkerInfo around
 # the WorkerSpec it flattens in), and the spec fields that are the gateway's own.
-VIEW_ONLY = frozenset({"id", "model_id", "url", "is_healthy", "status", "load", "http2", "engine_load", "pd_pairing",
-                       "stalled", "job_status", "api_key", "bootstrap_host"})
+VIEW_ONLY = frozenset(
+    {
+        "id",
+        "model_id",
+        "url",
+        "is_healthy",
+        "status",
+        "load",
+        "http2",
+        "engine_load",
+        "pd_pairing",
+        "stalled",
+        "job_status",
+        "api_key",
+        "bootstrap_host",
+    }
+)
 # Labels smg 1.13 makes itself from a worker's /server_info, /model_info and /v1/models answers.
-DISCOVERED_LABELS = frozenset({
-    "model_id", "model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "attn_dp_size",
-    "load_balance_method", "disaggregation_mode", "version", "is_embedding", "enable_dp_attention",
-    "context_length", "max_total_tokens", "max_running_requests", "weight_version", "tokenizer_path",
-    "is_generation", "has_image_understanding", "has_audio_understanding", "model_type", "architectures",
-    "max_model_len", "kv_transfer_params"})
+DISCOVERED_LABELS = frozenset(
+    {
+        "model_id",
+        "model_path",
+        "served_model_name",
+        "tp_size",
+        "dp_size",
+        "pp_size",
+        "attn_dp_size",
+        "load_balance_method",
+        "disaggregation_mode",
+        "version",
+        "is_embedding",
+        "enable_dp_attention",
+        "context_length",
+        "max_total_tokens",
+        "max_running_requests",
+        "weight_version",
+        "tokenizer_path",
+        "is_generation",
+        "has_image_understanding",
+        "has_audio_understanding",
+        "model_type",
+        "architectures",
+        "max_model_len",
+        "kv_transfer_params",
+    }
+)
 
 
 def registration(view: WorkerView, said: dict[str, str] | None) -> dict[str, Any]:
@@ -293,7 +376,12 @@ def registration(view: WorkerView, said: dict[str, str] | None) -> dict[str, Any
             del spec["labels"]
     served = (said or {}).get("served_model_name") or (labels or {}).get("served_model_name")
     models = spec.get("models")
-    if isinstance(models, list) and len(models) == 1 and isinstance(models[0], dict) and models[0].get("id") == served:
+    if (
+        isinstance(models, list)
+        and len(models) == 1
+        and isinstance(models[0], dict)
+        and models[0].get("id") == served
+    ):
         del spec["models"]
     return spec
 

@@ -24,7 +24,8 @@ from sgdeploy.sglang.sandbox import (
     written_paths,
 )
 
-ADDRESS_FAMILIES = ("AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK")  # NETLINK: getifaddrs (NCCL, gloo)
+# NETLINK: getifaddrs (NCCL, gloo)
+ADDRESS_FAMILIES = ("AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK")
 # What every strict unit gets whatever the launch: no privileges, the kernel's and systemd's own
 # state out of reach. Not here, on purpose: MemoryDenyWriteExecute (every JIT), SystemCallFilter,
 # PrivateDevices, PrivateUsers (docs/hardening.md says why).
@@ -45,7 +46,8 @@ class UnitSandbox:
 
     user: str
     cache_directory: str  # absolute; systemd creates it (CacheDirectory=) owned by `user`
-    writable: tuple[WrittenPath, ...]  # besides the cache and runtime folders, with the key that names each
+    # besides the cache and runtime folders, with the key that names each
+    writable: tuple[WrittenPath, ...]
     protect_home: str  # "yes", or "read-only" when the launch reads or writes under a home folder
     device_groups: tuple[str, ...]  # DeviceAllow=char-NAME rw
     device_paths: tuple[str, ...]  # DeviceAllow=PATH rw
@@ -60,9 +62,14 @@ class UnitSandbox:
         """The unit's sandbox as systemd properties, in the order the unit file lists them; SGLang's
         own check on the host runs under the same ones (`systemd-run --property`)."""
         return (
-            ("CacheDirectory", self.cache_directory_setting), ("CacheDirectoryMode", "0700"), ("UMask", "0077"),
-            ("ProtectSystem", "strict"), *(("ReadWritePaths", f"-{path}") for path in self.read_write_paths),
-            ("ProtectHome", self.protect_home), ("PrivateTmp", "yes"), ("DevicePolicy", "closed"),
+            ("CacheDirectory", self.cache_directory_setting),
+            ("CacheDirectoryMode", "0700"),
+            ("UMask", "0077"),
+            ("ProtectSystem", "strict"),
+            *(("ReadWritePaths", f"-{path}") for path in self.read_write_paths),
+            ("ProtectHome", self.protect_home),
+            ("PrivateTmp", "yes"),
+            ("DevicePolicy", "closed"),
             *(("DeviceAllow", f"char-{group} rw") for group in self.device_groups),
             *(("DeviceAllow", f"{path} rw") for path in self.device_paths),
             *_LOCKED_DOWN,
@@ -80,7 +87,9 @@ class UnitSandbox:
 
 def _multi_node(profile: Profile) -> bool:
     nnodes = profile.server.get("nnodes", 1)
-    return (isinstance(nnodes, int) and nnodes > 1) or any(k.startswith("NCCL_IB_") for k in profile.env)
+    return (isinstance(nnodes, int) and nnodes > 1) or any(
+        k.startswith("NCCL_IB_") for k in profile.env
+    )
 
 
 def unit_sandbox(profile: Profile) -> UnitSandbox | None:

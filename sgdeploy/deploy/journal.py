@@ -60,14 +60,14 @@ def follower_command(unit: str, invocation: str) -> str:
     # (how sgdeploy ends it: the channel then closes from the host's side, never mid-stream),
     # or when a heartbeat finds the channel gone (sgdeploy died).
     return (
-        'd=$(mktemp -d) || exit 1; c="$d/cursor"; trap \'rm -rf "$d"\' EXIT; trap \'exit 0\' PIPE HUP TERM; '
-        f'echo "{FOLLOWER_MARKER}$d"; '
-        f'i=0; while :; do [ ! -e "$d/stop" ] || exit 0; {read} || :; i=$((i + 1)); '
-        f'if [ $((i % 10)) -eq 0 ] && [ "$(systemctl show -p SubState --value {unit_q})" != running ]; then '
-        f"sleep 0.5; {read}; echo {EXITED_MARKER}; "
-        f"systemctl show -p ActiveState,SubState,ExecMainStatus,ExecMainCode,NRestarts --no-pager {unit_q} "
-        "| tr '\\n' ' '; echo; exit 0; fi; "
-        "[ $((i % 20)) -ne 0 ] || printf '\\n' || exit 0; sleep 0.05; done"
+        'd=$(mktemp -d) || exit 1; c="$d/cursor"; trap \'rm -rf "$d"\' EXIT; trap \'exit 0\' PIPE '
+        f'HUP TERM; echo "{FOLLOWER_MARKER}$d"; i=0; while :; do [ ! -e "$d/stop" ] || exit 0; '
+        f'{read} || :; i=$((i + 1)); if [ $((i % 10)) -eq 0 ] && [ "$(systemctl show -p SubState '
+        f'--value {unit_q})" != running ]; then '
+        f"sleep 0.5; {read}; echo {EXITED_MARKER}; systemctl show -p "
+        f"ActiveState,SubState,ExecMainStatus,ExecMainCode,NRestarts --no-pager {unit_q} | tr "
+        "'\\n' ' '; echo; exit 0; fi; [ $((i % 20)) -ne 0 ] || printf '\\n' || exit 0; sleep 0.05; "
+        "done"
     )
 
 
@@ -85,7 +85,9 @@ class JournalFollower:
         With `expected=None` the unit is only watched for failures (a non-zero multi-node rank)
         until `stop` is set; `stop` also ends a normal follow early (another node failed).
         """
-        self.report("step", step="wait_ready" if expected is not None else "watch", expected=expected)
+        self.report(
+            "step", step="wait_ready" if expected is not None else "watch", expected=expected
+        )
         reader = LogReader(deployment.server, deployment.sglang_version)
         started = time.monotonic()
         known: tuple[str, ...] = ()  # secret values the server's dump named
@@ -101,9 +103,13 @@ class JournalFollower:
                 if failed_at is not None and time.monotonic() - failed_at > FAILURE_SETTLE_S:
                     return _failed(reader, started, "the server logged a failure")
                 if stop is not None and stop.is_set():
-                    return StartupResult(expected is None, reader.report(), "stopped: another node failed",
-                                         None if expected is None else "peer_failed",
-                                         seconds=time.monotonic() - started)
+                    return StartupResult(
+                        expected is None,
+                        reader.report(),
+                        "stopped: another node failed",
+                        None if expected is None else "peer_failed",
+                        seconds=time.monotonic() - started,
+                    )
                 if not line:
                     continue
                 if folder is None and line.startswith(FOLLOWER_MARKER):
@@ -139,7 +145,9 @@ class JournalFollower:
         missing = ", ".join(reader.report().missing(expected or []))
         result = _failed(reader, started, f"not ready within {deployment.ready_timeout_s} s "
                          f"(still waiting for: {missing})")
-        result.failure_kind = result.failure_kind if result.failure_kind != "incomplete" else "timeout"
+        result.failure_kind = (
+            result.failure_kind if result.failure_kind != "incomplete" else "timeout"
+        )
         return result
 
     def _feed(self, reader: LogReader, message: str, started: float) -> bool:
@@ -190,6 +198,8 @@ def journal_message(line: str) -> str | None:
         return None
     message = entry.get("MESSAGE")
     if isinstance(message, list):  # journald stores non-UTF-8 messages as byte arrays
-        return bytes(v for v in message if isinstance(v, int) and 0 <= v < 256).decode("utf-8", "replace")
+        return bytes(v for v in message if isinstance(v, int) and 0 <= v < 256).decode(
+            "utf-8", "replace"
+        )
     return message if isinstance(message, str) else None
 

@@ -154,7 +154,9 @@ class Record:
         """The single-stream figure of the throughput probe, when one was recorded."""
         probe = self._get("probe")
         value = probe.get("single_stream_tps") if isinstance(probe, dict) else None
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        return (
+            float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The record as `history` and `status` show it: a secret in it is `<redacted>`."""
@@ -282,11 +284,10 @@ def status_files_command(unit: str) -> str:
     return (
         f"{_history_sh(state_dir(unit))}"
         f"u={shlex.quote(unit_path(unit))}; "
-        f'echo "{MARK}file unit@@"; {_b64_file("$u")}; '
-        'if [ -n "$lg" ]; then for f in unit.service profile.toml; do '
-        f'printf "{MARK}file record/%s@@\\n" "$f"; {_b64_file("$d/$lg/$f")}; done; fi; '
-        f'echo "{MARK}sums@@"; for f in "$d"/*/unit.service; do [ -f "$f" ] && sha256sum "$f"; done; '
-        f'echo "{MARK}systemd@@"; '
+        f'echo "{MARK}file unit@@"; {_b64_file("$u")}; if [ -n "$lg" ]; then for f in unit.service '
+        f'profile.toml; do printf "{MARK}file record/%s@@\\n" "$f"; {_b64_file("$d/$lg/$f")}; '
+        f'done; fi; echo "{MARK}sums@@"; for f in "$d"/*/unit.service; do [ -f "$f" ] && sha256sum '
+        f'"$f"; done; echo "{MARK}systemd@@"; '
         f"systemctl show -p NeedDaemonReload --no-pager {shlex.quote(service)} 2>/dev/null; "
         f'echo "{MARK}end@@"'
     )
@@ -369,9 +370,9 @@ def _how_it_ended(unit: SystemdUnitState) -> str:
         return f", exit status {status}"
     name = _signal_name(status)
     if status == 9:
-        return (f", killed by {name}: SGLang ends itself that way when stopped, so a `systemctl stop` outside "
-                "sgdeploy leaves the unit failed; if nobody stopped it, look for the kernel's OOM killer "
-                "(journalctl -k)")
+        return (f", killed by {name}: SGLang ends itself that way when stopped, so a `systemctl "
+                "stop` outside sgdeploy leaves the unit failed; if nobody stopped it, look for the "
+                "kernel's OOM killer (journalctl -k)")
     return f", killed by {name}"
 
 
@@ -522,7 +523,8 @@ class Status:
     health: HealthCheck | None
     sglang_version: str | None  # installed on the host
     notes: tuple[str, ...] = ()
-    gateway: WorkerStatus | None = None  # what the host's gateway thinks of its worker (sgdeploy.deploy.drained)
+    # what the host's gateway thinks of its worker (sgdeploy.deploy.drained)
+    gateway: WorkerStatus | None = None
 
     @property
     def exit_code(self) -> int:

@@ -27,10 +27,12 @@ from sgdeploy.sglang.rules import gpus_per_node
 from sgdeploy.sglang.versions import parse_version
 
 UNIT_DIR = "/etc/systemd/system"
-READY_ENDPOINT_SINCE = (0, 5, 20, 0)  # `/ready` exists from 0.5.20 (http_server.py); older: `/health`
+# `/ready` exists from 0.5.20 (http_server.py); older: `/health`
+READY_ENDPOINT_SINCE = (0, 5, 20, 0)
 
 DEFAULT_PORT = 30000  # SGLang's own default --port
-DIST_INIT_PORT = 50000  # torch.distributed rendezvous on rank 0 of a multi-node launch when the profile names none
+# torch.distributed rendezvous on rank 0 of a multi-node launch when the profile names none
+DIST_INIT_PORT = 50000
 
 
 class StepKind(enum.StrEnum):
@@ -48,7 +50,8 @@ class StepKind(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Step:
-    """One step and why it is there: a host's (`StepKind`), or a gateway's around it (drained.py)."""
+    """One step and why it is there: a host's (`StepKind`), or a gateway's around it
+    (drained.py)."""
 
     kind: enum.StrEnum
     why: str
@@ -82,10 +85,12 @@ class Deployment:
     ready_timeout_s: int
     rollback_of: str | None = None
     probe_settings: dict[str, Any] | None = None  # the profile's [probe], when it has one
-    expect: tuple[str, ...] | None = None  # readiness phases, when no profile says (a unit found on the host)
+    # readiness phases, when no profile says (a unit found on the host)
+    expect: tuple[str, ...] | None = None
     check: CheckRequest | None = None  # what SGLang's own check on the host is asked about
     sandbox: str | None = None  # a strict unit: who runs it and what it may write (plan shows it)
-    daemon_text: str | None = None  # the weight-cache daemon's unit, for a client of it (weight_daemon)
+    # the weight-cache daemon's unit, for a client of it (weight_daemon)
+    daemon_text: str | None = None
 
     @property
     def unit_path(self) -> str:
@@ -98,7 +103,9 @@ class Deployment:
     @property
     def daemon_files(self) -> DaemonFiles:
         daemon = daemon_unit_name(self.unit)
-        return DaemonFiles(daemon, unit_file(daemon), staged_unit_file(daemon), self.daemon_text is not None)
+        return DaemonFiles(
+            daemon, unit_file(daemon), staged_unit_file(daemon), self.daemon_text is not None
+        )
 
     @property
     def state_dir(self) -> str:
@@ -128,8 +135,8 @@ class Deployment:
 
 
 def health_path(sglang_version: str | None) -> str:
-    """The endpoint that says a server is ready: `/ready` from SGLang 0.5.20 on (READY_ENDPOINT_SINCE),
-    `/health` before (and when the version is unknown)."""
+    """The endpoint that says a server is ready: `/ready` from SGLang 0.5.20 on
+    (READY_ENDPOINT_SINCE), `/health` before (and when the version is unknown)."""
     try:
         return (
             "/ready"
@@ -149,7 +156,9 @@ def server_port(server: dict[str, Any]) -> int:
 def new_deployment_id(profile_sha256: str, now: datetime | None = None) -> str:
     """Sortable by time to the millisecond: `20261130T112614Z-042-8fc7671f` (profile hash last)."""
     moment = now or datetime.now(UTC)
-    return f"{moment.strftime('%Y%m%dT%H%M%SZ')}-{moment.microsecond // 1000:03d}-{profile_sha256[:8]}"
+    return (
+        f"{moment.strftime('%Y%m%dT%H%M%SZ')}-{moment.microsecond // 1000:03d}-{profile_sha256[:8]}"
+    )
 
 
 def gpus_for(server: dict[str, Any], explicit: list[int | str] | None) -> tuple[int | str, ...]:
@@ -170,7 +179,8 @@ def who() -> str:
 
 @dataclass(frozen=True)
 class Takeover:
-    """A server outside the profile's unit that `apply --adopt` stops: run by hand, or by another unit."""
+    """A server outside the profile's unit that `apply --adopt` stops: run by hand, or by another
+    unit."""
 
     pid: int
     port: int
@@ -196,7 +206,8 @@ class Plan:
     facts: HostFacts | None = field(default=None, repr=False)
     takeover: tuple[Takeover, ...] = ()
     sglang_check: HostVerdict | None = None  # SGLang's own verdict on the host (plan runs it too)
-    strangers: tuple[GpuHolder, ...] = ()  # processes outside the unit on its GPUs (--wait-for-gpus)
+    # processes outside the unit on its GPUs (--wait-for-gpus)
+    strangers: tuple[GpuHolder, ...] = ()
     restart: Restart | None = None  # weights kept or cold, when a launch uses the weight cache
 
     @property
@@ -211,9 +222,14 @@ class Plan:
 def unit_diff(current: str | None, new: str, path: str) -> str:
     if current == new:
         return ""
-    return "".join(difflib.unified_diff(
-        (current or "").splitlines(keepends=True), new.splitlines(keepends=True),
-        fromfile=f"{path} (on host)" if current is not None else "/dev/null", tofile=f"{path} (new)"))
+    return "".join(
+        difflib.unified_diff(
+            (current or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"{path} (on host)" if current is not None else "/dev/null",
+            tofile=f"{path} (new)",
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -240,32 +256,43 @@ def make_plan(host: str, deployment: Deployment, facts: HostFacts, current_unit_
     active = bool(unit and unit.active)
     same_unit = current_unit_text == deployment.unit_text
     up_to_date = same_unit and active and facts.last_good is not None and not force
-    steps: list[Step] = [Step(StepKind.LOCK, f"one apply at a time on {deployment.unit}; up to date is "
-                              "decided again under it")]
+    steps: list[Step] = [Step(StepKind.LOCK, f"one apply at a time on {deployment.unit}; up to "
+                              "date is decided again under it")]
     if before.sglang_check:
-        steps.append(Step(StepKind.SGLANG_CHECK, f"SGLang {deployment.sglang_version} on {host} parses and "
-                          "resolves this launch as the unit would run it; a refusal stops here"))
+        steps.append(Step(StepKind.SGLANG_CHECK, f"SGLang {deployment.sglang_version} on {host} "
+                          "parses and resolves this launch as the unit would run it; a refusal "
+                          "stops here"))
     if strangers:
         steps.append(Step(StepKind.WAIT_GPUS_FREE, "; ".join(h.describe() for h in strangers)
-                          + f": wait up to {before.wait_for_gpus_s or 0:.0f} s for them to leave, or stop nothing"))
+                          + f": wait up to {before.wait_for_gpus_s or 0:.0f} s for them to leave, "
+                            "or stop nothing"))
     if active and unit is not None:
         steps.append(Step(StepKind.STOP, f"{deployment.unit}.service is {unit.active_state} "
                           f"(pid {unit.main_pid}); the new server needs its GPUs"))
     for other in takeover:
-        steps.append(Step(StepKind.STOP, f"{other.describe()}: --adopt stops it"
-                          + (" and disables its unit" if other.unit else "") + f" so {deployment.unit} takes over"))
+        steps.append(
+            Step(
+                StepKind.STOP,
+                f"{other.describe()}: --adopt stops it"
+                + (" and disables its unit" if other.unit else "")
+                + f" so {deployment.unit} takes over",
+            )
+        )
     gpus = ", ".join(str(g) for g in deployment.gpus)
     restart = restart_for(current_unit_text, deployment.unit_text, deployment.sglang_version)
     steps += [
-        Step(StepKind.WAIT_GPUS_IDLE, f"GPUs {gpus} must have no compute process and memory back at baseline"),
+        Step(StepKind.WAIT_GPUS_IDLE, f"GPUs {gpus} must have no compute process and memory back "
+                                      "at baseline"),
         Step(StepKind.INSTALL, f"write {deployment.unit_path} atomically, daemon-reload"
              + (f"; {deployment.sandbox}" if deployment.sandbox else "")),
         Step(StepKind.START, f"systemctl start {deployment.unit}.service"
              + (f"; restart: {restart.kind} ({restart.why})" if restart else "")),
-        Step(StepKind.WAIT_READY, f"follow the journal until {', '.join(deployment.expected_phases)} "
-             f"(deadline {deployment.ready_timeout_s} s)"),
-        Step(StepKind.CHECK_HEALTH, f"GET {deployment.health_path} on 127.0.0.1:{deployment.port} returns 200"),
-        Step(StepKind.RECORD, f"record {deployment.id} under {deployment.state_dir}; mark it last good"),
+        Step(StepKind.WAIT_READY, "follow the journal until "
+             f"{', '.join(deployment.expected_phases)} (deadline {deployment.ready_timeout_s} s)"),
+        Step(StepKind.CHECK_HEALTH, f"GET {deployment.health_path} on 127.0.0.1:{deployment.port} "
+                                    "returns 200"),
+        Step(StepKind.RECORD, f"record {deployment.id} under {deployment.state_dir}; mark it last "
+                              "good"),
     ]
     return Plan(
         host=host,

@@ -49,7 +49,11 @@ def host_target(name: str, facts: HostFacts, declared: HostTarget | None) -> Hos
 
 
 def preflight(
-    loaded: LoadedProfile, name: str, facts: HostFacts, declared: HostTarget | None, host_check: bool = False
+    loaded: LoadedProfile,
+    name: str,
+    facts: HostFacts,
+    declared: HostTarget | None,
+    host_check: bool = False,
 ) -> tuple[list[Diagnostic], HostTarget, str | None]:
     """Diagnostics for running `loaded` on the host, the host as seen, and the SGLang version.
 
@@ -60,7 +64,9 @@ def preflight(
     assert profile is not None
     found: list[Diagnostic] = []
 
-    def add(rule: str, message: str, dotted: str | None, hint: str, severity: Severity = Severity.ERROR) -> None:
+    def add(
+        rule: str, message: str, dotted: str | None, hint: str, severity: Severity = Severity.ERROR
+    ) -> None:
         found.append(loaded.diagnostic(rule, message, dotted=dotted, hint=hint, severity=severity))
 
     target = host_target(name, facts, declared)
@@ -73,36 +79,44 @@ def preflight(
     if not facts.python_ok:
         error = facts.error("python")
         add("SGD701", f"{profile.deploy.python} does not run on {name}"
-            + (f" ({error.message})" if error else ""), "deploy.python", "point deploy.python at the "
-            "interpreter of the environment that has sglang installed")
+            + (f" ({error.message})" if error else ""), "deploy.python", "point deploy.python at "
+            "the interpreter of the environment that has sglang installed")
     elif facts.sglang_version is None:
-        add("SGD702", f"sglang is not installed for {profile.deploy.python} on {name}", "deploy.python",
+        add("SGD702", f"sglang is not installed for {profile.deploy.python} on "
+                      f"{name}", "deploy.python",
             "install sglang into that environment or fix deploy.python")
     if not facts.gpus:
-        add("SGD706", f"no GPU found on {name}" + (" (nvidia-smi is missing)" if facts.nvidia_smi_found is False
-                                                    else ""), "deploy.host", "check the NVIDIA driver")
+        add(
+            "SGD706",
+            f"no GPU found on {name}"
+            + (" (nvidia-smi is missing)" if facts.nvidia_smi_found is False else ""),
+            "deploy.host",
+            "check the NVIDIA driver",
+        )
     if facts.model_config_present is False:
-        add("SGD704", f"{profile.server.get('model_path')} has no config.json on {name}", "server.model_path",
+        add("SGD704", f"{profile.server.get('model_path')} has no config.json on "
+                      f"{name}", "server.model_path",
             "copy the model to the host or fix model_path")
     elif (unreadable := facts.error("model")) is not None:
         reader = f"user {profile.deploy.run_as}" if profile.deploy.run_as else "root"
-        add("SGD704", f"{profile.server.get('model_path')}/config.json on {name} cannot be read by {reader}, "
-            f"who runs the server: {unreadable.message}", "server.model_path",
+        add("SGD704", f"{profile.server.get('model_path')}/config.json on {name} cannot be read by "
+            f"{reader}, who runs the server: {unreadable.message}", "server.model_path",
             "make the model readable by deploy.user (or fix deploy.user), or repair config.json")
     elif (shut := facts.model_unreadable_weights)[0]:
         reader = f"user {profile.deploy.run_as}" if profile.deploy.run_as else "root"
         folder = profile.server.get("model_path")
         more = f" and {shut[0] - len(shut[1])} more" if shut[0] > len(shut[1]) else ""
-        add("SGD704", f"{shut[0]} weight file(s) in {folder} on {name} cannot be read by {reader}, who runs "
-            f"the server ({', '.join(shut[1])}{more}); SGLang would fail after the stop with "
-            "'No such file or directory'", "server.model_path",
+        add("SGD704", f"{shut[0]} weight file(s) in {folder} on {name} cannot be read by {reader}, "
+            f"who runs the server ({', '.join(shut[1])}{more}); SGLang would fail after the stop "
+            "with 'No such file or directory'", "server.model_path",
             f"make them readable, e.g. chmod a+r {folder}/* (or chown them to that user)")
     found.extend(_host_file_problems(loaded, name, facts))
     if facts.port_listening and not (facts.unit and facts.unit.active):
         holders = "; ".join(h.describe() for h in facts.port_holders) or "a process"
-        add("SGD705", f"port {facts.port} is already in use on {name} by {holders} outside the unit",
-            "server.port", "stop that process or choose another port; if it is the SGLang server this profile "
-            "imports, `apply --adopt` stops it and takes over")
+        add("SGD705", f"port {facts.port} is already in use on {name} by {holders} outside the "
+                      "unit",
+            "server.port", "stop that process or choose another port; if it is the SGLang server "
+            "this profile imports, `apply --adopt` stops it and takes over")
     if declared is not None:
         found.extend(_mismatches(loaded, declared, target))
 
@@ -112,19 +126,29 @@ def preflight(
             version = load_catalog(version).version
         except (UnknownVersionError, ValueError):
             if host_check:
-                add("SGD703", f"{name} runs SGLang {version}, for which no flag catalog is bundled: its flags "
-                    "and cross-flag rules were not checked offline; SGLang's own check on the host decides",
-                    "deploy.host", "upgrade sgdeploy, or build a catalog (scripts/build_catalogs.py) into "
+                add("SGD703", f"{name} runs SGLang {version}, for which no flag catalog is "
+                    "bundled: its flags and cross-flag rules were not checked offline; SGLang's "
+                    "own check on the host decides",
+                    "deploy.host", "upgrade sgdeploy, or build a catalog "
+                    "(scripts/build_catalogs.py) into "
                     "SGDEPLOY_CATALOG_PATH", severity=Severity.WARNING)
                 return found, target, version
-            add("SGD703", f"{name} runs SGLang {version}, for which no flag catalog is bundled, and SGLang's "
-                "own check on the host is off; refusing to validate against another version", "deploy.host",
-                "drop --no-sglang-check, upgrade sgdeploy, or build a catalog (scripts/build_catalogs.py) "
-                "into SGDEPLOY_CATALOG_PATH")
+            add("SGD703", f"{name} runs SGLang {version}, for which no flag catalog is bundled, "
+                "and SGLang's own check on the host is off; refusing to validate against another "
+                "version", "deploy.host",
+                "drop --no-sglang-check, upgrade sgdeploy, or build a catalog "
+                "(scripts/build_catalogs.py) into SGDEPLOY_CATALOG_PATH")
             version = None
     if version is not None:
-        found.extend(check_launch(loaded, target, version, architecture=facts.model_architecture,
-                                  model_config=host_model_config(facts, name, profile.server.get("model_path"))))
+        found.extend(
+            check_launch(
+                loaded,
+                target,
+                version,
+                architecture=facts.model_architecture,
+                model_config=host_model_config(facts, name, profile.server.get("model_path")),
+            )
+        )
     return found, target, version
 
 
@@ -145,14 +169,20 @@ def launch_paths(loaded: LoadedProfile) -> list[CheckedPath]:
              for f in host_files(profile.server, profile.deploy.working_directory)]
     sandbox = unit_sandbox(profile)
     if sandbox is not None:
-        paths += [CheckedPath(w.field, HostFile(w.field, w.path, w.path), True) for w in sandbox.writable]
+        paths += [
+            CheckedPath(w.field, HostFile(w.field, w.path, w.path), True) for w in sandbox.writable
+        ]
     return paths
 
 
 def host_file_paths(loaded: LoadedProfile) -> tuple[str, ...]:
     """The absolute paths the facts round trip checks for this launch; a path no file can have (a
     newline, a NUL byte) is left to SGLang's own error."""
-    return tuple(p.file.path for p in launch_paths(loaded) if "\n" not in p.file.path and "\0" not in p.file.path)
+    return tuple(
+        p.file.path
+        for p in launch_paths(loaded)
+        if "\n" not in p.file.path and "\0" not in p.file.path
+    )
 
 
 def _host_file_problems(loaded: LoadedProfile, name: str, facts: HostFacts) -> list[Diagnostic]:
@@ -165,8 +195,13 @@ def _host_file_problems(loaded: LoadedProfile, name: str, facts: HostFacts) -> l
         status = facts.host_files.get(host_file.path)
         if status not in ("missing", "unreadable"):
             continue
-        shown = host_file.path if host_file.path == host_file.value else f"{host_file.value!r} ({host_file.path})"
-        what = "does not exist" if status == "missing" else f"cannot be read by {reader}, who runs the server"
+        shown = (
+            host_file.path
+            if host_file.path == host_file.value
+            else f"{host_file.value!r} ({host_file.path})"
+        )
+        what = "does not exist" if status == "missing" else (f"cannot be read by {reader}, who "
+                                                             "runs the server")
         found.append(loaded.diagnostic(
             "SGD713", f"{host_file.key}: {shown} {what} on {name}", dotted=dotted,
             hint="copy the file to the host, fix the path, or make it readable by deploy.user"
@@ -188,25 +223,43 @@ def gpu_holders(
     unit = facts.unit
     active = bool(unit and unit.active)
     own = (*own_pids, *((unit.main_pid,) if unit and unit.main_pid else ()))
-    strangers, undecided = gpu_strangers(facts.gpus, facts.gpu_processes, gpus, profile.deploy.unit, own, active,
-                                         own_units=(daemon_unit_name(profile.deploy.unit),))
+    strangers, undecided = gpu_strangers(
+        facts.gpus,
+        facts.gpu_processes,
+        gpus,
+        profile.deploy.unit,
+        own,
+        active,
+        own_units=(daemon_unit_name(profile.deploy.unit),),
+    )
     found: list[Diagnostic] = []
     if strangers:
         held = "; ".join(h.describe() for h in strangers)
         if waiting_s is None:
             found.append(loaded.diagnostic(
-                "SGD710", f"processes outside {profile.deploy.unit}.service hold the GPUs this launch uses on "
-                f"{name}: {held}; nothing was stopped", dotted="deploy.gpus" if profile.deploy.gpus else "deploy.host",
-                hint="stop them, choose other GPUs (deploy.gpus), or wait for them with --wait-for-gpus SECONDS"))
+                "SGD710", f"processes outside {profile.deploy.unit}.service hold the GPUs this "
+                f"launch uses on {name}: {held}; nothing was "
+                "stopped", dotted="deploy.gpus" if profile.deploy.gpus else "deploy.host",
+                hint="stop them, choose other GPUs (deploy.gpus), or wait for them with "
+                "--wait-for-gpus SECONDS"))
         else:
-            found.append(loaded.diagnostic(
-                "SGD710", f"{held}: waiting up to {waiting_s:.0f} s for them to leave before anything stops",
-                dotted="deploy.host", hint="they are not part of the unit", severity=Severity.WARNING))
+            found.append(
+                loaded.diagnostic(
+                    "SGD710",
+                    f"{held}: waiting up to {waiting_s:.0f} s for them to leave before "
+                    "anything stops",
+                    dotted="deploy.host",
+                    hint="they are not part of the unit",
+                    severity=Severity.WARNING,
+                )
+            )
     if undecided:
         found.append(loaded.diagnostic(
-            "SGD710", "cannot tell whose these GPU processes are (no /proc entry: another PID namespace?): "
+            "SGD710", "cannot tell whose these GPU processes are (no /proc entry: another PID "
+                      "namespace?): "
             + "; ".join(h.describe() for h in undecided), dotted="deploy.host",
-            hint="if they are not the unit's server, the new server will not fit", severity=Severity.WARNING))
+            hint="if they are not the unit's server, the new server will not "
+            "fit", severity=Severity.WARNING))
     return found, strangers
 
 
@@ -219,7 +272,8 @@ def _mismatches(loaded: LoadedProfile, declared: HostTarget, seen: HostTarget) -
     ):
         if expected is not None and actual is not None and str(expected) != str(actual):
             notes.append(loaded.diagnostic(
-                "SGD707", f"the inventory says {what} {expected} for {declared.name}, the host has {actual}; "
-                "validated against the host", dotted="deploy.host", hint="update inventory.toml",
+                "SGD707", f"the inventory says {what} {expected} for {declared.name}, the host has "
+                f"{actual}; validated against the "
+                "host", dotted="deploy.host", hint="update inventory.toml",
                 severity=Severity.WARNING))
     return notes

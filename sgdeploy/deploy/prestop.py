@@ -44,7 +44,9 @@ class Handover:
 BeforeStop = Callable[[HostSession, Handover], str | None]
 
 
-def start_check(session: HostSession, plan: Plan, timeout_s: float, enabled: bool = True) -> BackgroundCheck | None:
+def start_check(
+    session: HostSession, plan: Plan, timeout_s: float, enabled: bool = True
+) -> BackgroundCheck | None:
     """SGLang's own check of the plan's launch, running on its own channel (the one begun
     already for the same launch, `EarlyCheck`); None when skipped."""
     request = plan.deployment.check
@@ -69,18 +71,26 @@ def pre_stop(session: HostSession, plan: Plan, check: BackgroundCheck | None, lo
     held = None
     if plan.strangers:
         unit_state = plan.facts.unit if plan.facts else None
-        own = takeover_pids(plan.takeover) + ((unit_state.main_pid,) if unit_state and unit_state.main_pid else ())
+        own = takeover_pids(plan.takeover) + (
+            (unit_state.main_pid,) if unit_state and unit_state.main_pid else ()
+        )
         held = strangers_left(session, deployment, own, wait_for_gpus_s)
     judged = judged_plan(plan, check.result(), loaded) if check is not None else plan
     verdict = judged.sglang_check
     if judged.refused and verdict is not None:
-        why = (f"SGLang {verdict.sglang_version or deployment.sglang_version} on {plan.host} refuses the "
-               f"launch ({verdict.stage})" if verdict.refused else "SGLang's own check did not answer in time")
+        why = (
+            f"SGLang {verdict.sglang_version or deployment.sglang_version} on {plan.host} refuses "
+            f"the launch ({verdict.stage})"
+            if verdict.refused
+            else "SGLang's own check did not answer in time"
+        )
         return Judged(judged, StartupResult(False, reason=why, failure_kind="sglang_refused"))
     return Judged(judged, held)
 
 
-def before_stop_gate(session: HostSession, hook: BeforeStop | None, handover: Handover) -> StartupResult | None:
+def before_stop_gate(
+    session: HostSession, hook: BeforeStop | None, handover: Handover
+) -> StartupResult | None:
     """The `before_stop` hook (a gateway drains the worker) as a refusal, or None to go on."""
     refusal = hook(session, handover) if hook is not None else None
     return StartupResult(False, reason=refusal, failure_kind="drain_refused") if refusal else None
@@ -97,8 +107,9 @@ def strangers_left(session: HostSession, deployment: Deployment, own: tuple[int,
     held = session.wait_gpus_free(deployment.gpus, deployment.unit, own, wait_for_gpus_s or 0.0)
     if not held:
         return None
-    return StartupResult(False, failure_kind="gpus_held", reason=f"processes outside {deployment.unit}.service "
-                         f"still hold its GPUs after {wait_for_gpus_s or 0:.0f} s: "
+    return StartupResult(False, failure_kind="gpus_held", reason="processes outside "
+                         f"{deployment.unit}.service still hold its GPUs after "
+                         f"{wait_for_gpus_s or 0:.0f} s: "
                          + "; ".join(h.describe() for h in held))
 
 
@@ -111,11 +122,13 @@ def judged_plan(plan: Plan, verdict: HostVerdict, loaded: LoadedProfile) -> Plan
     if verdict.refused:
         covering = site_for(deployment.sglang_version, verdict.error or "")
         found.append(loaded.diagnostic("SGD711", f"{where} refuses the launch at {verdict.stage}: "
-                                       f"{verdict.message}; {covering_text(covering)}", dotted="server",
+                                       f"{verdict.message}; "
+                                       f"{covering_text(covering)}", dotted="server",
                                        hint="change the profile as SGLang's message says"))
     elif verdict.status == "unavailable":
         uncatalogued = any(d.rule == "SGD703" for d in plan.notes)
-        if verdict.timed_out:  # SGLang hangs resolving this launch: so would the server, after the stop
+        # SGLang hangs resolving this launch: so would the server, after the stop
+        if verdict.timed_out:
             then = "refusing: a launch whose arguments SGLang cannot resolve in time is not started"
         elif uncatalogued:
             then = "no catalog checked this version either, so nothing has judged the launch"
@@ -123,8 +136,8 @@ def judged_plan(plan: Plan, verdict: HostVerdict, loaded: LoadedProfile) -> Plan
             then = "the offline (catalog) verdict stands"
         found.append(loaded.diagnostic(
             "SGD712", f"SGLang's own check could not run on {plan.host}: {verdict.reason}; {then}",
-            dotted="deploy.python", hint="check deploy.python and the SGLang install on the host, raise "
-            "--sglang-check-timeout, or skip the check with --no-sglang-check",
+            dotted="deploy.python", hint="check deploy.python and the SGLang install on the host, "
+            "raise --sglang-check-timeout, or skip the check with --no-sglang-check",
             severity=Severity.ERROR if uncatalogued or verdict.timed_out else Severity.WARNING))
     refusals = plan.refusals + tuple(d for d in found if d.is_error)
     notes = plan.notes + tuple(d for d in found if not d.is_error)
@@ -146,4 +159,6 @@ def disagreements_of(plan: Plan) -> list[Disagreement]:
         return []
     checked = not any(d.rule == "SGD703" for d in plan.notes)
     offline = [d.rule for d in plan.refusals if d.rule not in ("SGD711", "SGD712")]
-    return disagreements(verdict, offline, checked, site_for(plan.deployment.sglang_version, verdict.error or ""))
+    return disagreements(
+        verdict, offline, checked, site_for(plan.deployment.sglang_version, verdict.error or "")
+    )

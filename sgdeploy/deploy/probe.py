@@ -43,9 +43,15 @@ def request_body(settings: ProbeSettings, prompt: str) -> bytes:
                 "sampling_params": {"max_new_tokens": settings.max_tokens, "temperature": 0,
                                     "ignore_eos": True}}
     else:
-        body = {"model": settings.model or "default", "prompt": prompt, "max_tokens": settings.max_tokens,
-                "temperature": 0, "ignore_eos": True, "stream": True,
-                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        body = {
+            "model": settings.model or "default",
+            "prompt": prompt,
+            "max_tokens": settings.max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
     return json.dumps(body).encode()
 
 
@@ -128,7 +134,9 @@ class StreamParser:
 
 def _count(obj: dict[str, Any], before: int) -> int | None:
     """The cumulative output token count after this event; None for an error event."""
-    if obj.get("object") == "error" or ("error" in obj and "choices" not in obj and "meta_info" not in obj):
+    if obj.get("object") == "error" or (
+        "error" in obj and "choices" not in obj and "meta_info" not in obj
+    ):
         return None
     meta = obj.get("meta_info")
     if isinstance(meta, dict):  # SGLang native
@@ -142,7 +150,11 @@ def _count(obj: dict[str, Any], before: int) -> int | None:
         return max(before, int(usage["completion_tokens"]))
     choices = obj.get("choices")
     if isinstance(choices, list):
-        texts = [c.get("text") or (c.get("delta") or {}).get("content") for c in choices if isinstance(c, dict)]
+        texts = [
+            c.get("text") or (c.get("delta") or {}).get("content")
+            for c in choices
+            if isinstance(c, dict)
+        ]
         return before + sum(1 for text in texts if text)
     return before
 
@@ -197,7 +209,9 @@ class StreamStats:
         return after / span if span > 0 and after > 0 else None
 
 
-def measure_stream(stream_request: StreamRequest, body: bytes, clock: Clock, deadline: float) -> StreamStats:
+def measure_stream(
+    stream_request: StreamRequest, body: bytes, clock: Clock, deadline: float
+) -> StreamStats:
     """Send one request and time its tokens; never raises for what the server or the link does."""
     started = clock()
     parser = StreamParser()
@@ -280,9 +294,9 @@ class ProbeResult:
         def f(value: float | None, unit: str) -> str:
             return "n/a" if value is None else f"{value:.1f} {unit}"
 
-        text = (f"single-stream {f(self.single_stream_tps, 'tok/s')}, {self.concurrency} concurrent "
-                f"{f(self.concurrent_tps, 'tok/s')}, TTFT median {f(self.ttft_ms_median, 'ms')} "
-                f"(p90 {f(self.ttft_ms_p90, 'ms')})")
+        text = (f"single-stream {f(self.single_stream_tps, 'tok/s')}, {self.concurrency} "
+                f"concurrent {f(self.concurrent_tps, 'tok/s')}, TTFT median "
+                f"{f(self.ttft_ms_median, 'ms')} (p90 {f(self.ttft_ms_p90, 'ms')})")
         if self.errors:
             text += f"; {self.errors} of {self.requests} requests failed ({self.error_messages[0]})"
         return text
@@ -312,7 +326,9 @@ def run_probe(stream_request: StreamRequest, settings: ProbeSettings | None = No
         if now >= cap:
             return None  # not started: past the cap
         body = request_body(settings, prompts[i % len(prompts)])
-        return measure_stream(stream_request, body, clock, min(now + settings.request_timeout_s, cap))
+        return measure_stream(
+            stream_request, body, clock, min(now + settings.request_timeout_s, cap)
+        )
 
     for _ in range(settings.warmup):
         one()
@@ -323,7 +339,9 @@ def run_probe(stream_request: StreamRequest, settings: ProbeSettings | None = No
     if concurrent_count:
         from concurrent.futures import ThreadPoolExecutor  # not on validate's import path
 
-        with ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="sgdeploy-probe") as pool:
+        with ThreadPoolExecutor(
+            max_workers=settings.concurrency, thread_name_prefix="sgdeploy-probe"
+        ) as pool:
             futures = [pool.submit(one) for _ in range(concurrent_count)]
             concurrent = [s for s in (f.result() for f in futures) if s is not None]
     measured = single + concurrent
@@ -336,8 +354,8 @@ def run_probe(stream_request: StreamRequest, settings: ProbeSettings | None = No
                          duration_s=clock() - began, workload=settings.workload())
     result.error_messages = list(dict.fromkeys(s.error for s in failed if s.error))
     if skipped:
-        result.error_messages.append(f"{skipped} requests not sent: the probe's {settings.duration_s:.0f} s "
-                                     "cap was reached")
+        result.error_messages.append(f"{skipped} requests not sent: the probe's "
+                                     f"{settings.duration_s:.0f} s cap was reached")
     ttfts = [s.ttft_s * 1000 for s in single if s.ok and s.ttft_s is not None]
     if ttfts:
         result.ttft_ms_median = statistics.median(ttfts)
@@ -362,7 +380,9 @@ def stream_requester(remote: RemoteHost, port: int, settings: ProbeSettings,
         headers["Authorization"] = f"Bearer {api_key}"
 
     def send(body: bytes) -> Iterator[bytes]:
-        return remote.http_stream(port, "POST", settings.path, body, headers, timeout=settings.request_timeout_s)
+        return remote.http_stream(
+            port, "POST", settings.path, body, headers, timeout=settings.request_timeout_s
+        )
 
     return send
 
@@ -394,15 +414,22 @@ class ProbeOutcome:
     verdict: ProbeVerdict
 
     def as_dict(self) -> dict[str, Any]:
-        """As apply's JSON and the record's meta.json keep it: the figures, the verdict, a summary."""
-        return {**self.result.as_dict(), "verdict": self.verdict.as_dict(), "summary": self.result.summary()}
+        """As apply's JSON and the record's meta.json keep it: the figures, the verdict, a
+        summary."""
+        return {
+            **self.result.as_dict(),
+            "verdict": self.verdict.as_dict(),
+            "summary": self.result.summary(),
+        }
 
     @property
     def text(self) -> str:
         return f"{self.result.summary()}; {self.verdict.message}"
 
 
-def compare(new: ProbeResult, baseline: dict[str, Any] | None, min_ratio: float = 0.9) -> ProbeVerdict:
+def compare(
+    new: ProbeResult, baseline: dict[str, Any] | None, min_ratio: float = 0.9
+) -> ProbeVerdict:
     """Hold a probe against the last good deployment's (`ProbeResult.as_dict()`, or a meta.json
     with it under "probe"). The single-stream figure decides; the concurrent figure is checked
     too when both probes have one. A different workload is not compared."""
@@ -413,11 +440,13 @@ def compare(new: ProbeResult, baseline: dict[str, Any] | None, min_ratio: float 
         baseline = baseline["probe"]
     now = f"single-stream {new.single_stream_tps:.1f} tok/s"
     if new.errors:
-        return ProbeVerdict(False, None, f"{now}, but {new.errors} of {new.requests} probe requests failed: "
+        return ProbeVerdict(False, None, f"{now}, but {new.errors} of {new.requests} probe "
+                            "requests failed: "
                             f"{new.error_messages[0] if new.error_messages else 'unknown error'}")
     old = _figure(baseline, "single_stream_tps")
     if baseline is None or old is None:
-        return ProbeVerdict(True, None, "no previous figure to compare with")  # shown beside the summary
+        # shown beside the summary
+        return ProbeVerdict(True, None, "no previous figure to compare with")
     old_workload = baseline.get("workload")
     if isinstance(old_workload, dict) and old_workload and old_workload != new.workload:
         changed = sorted(k for k in set(old_workload) | set(new.workload)
@@ -438,4 +467,8 @@ def compare(new: ProbeResult, baseline: dict[str, Any] | None, min_ratio: float 
 
 def _figure(baseline: dict[str, Any] | None, key: str) -> float | None:
     value = (baseline or {}).get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        else None
+    )

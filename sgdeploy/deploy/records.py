@@ -54,7 +54,9 @@ def running_port(unit_text: str | None, active: bool) -> int | None:
     return (exec_port(unit_text) or DEFAULT_PORT) if active and unit_text else None
 
 
-def deployment_from_files(unit: str, deployment_id: str, files: dict[str, str]) -> Deployment | None:
+def deployment_from_files(
+    unit: str, deployment_id: str, files: dict[str, str]
+) -> Deployment | None:
     """A recorded deployment from its files, to start again; None if they are corrupt."""
     try:
         meta = json.loads(files["meta.json"])
@@ -79,7 +81,8 @@ def deployment_from_files(unit: str, deployment_id: str, files: dict[str, str]) 
         profile_name=str(meta.get("profile", "")),
         profile_sha256=str(meta.get("profile_sha256", "")),
         profile_text=files["profile.toml"],
-        sglang_version=str(meta.get("sglang_version") or newest_version()),  # a record from before versions were kept
+        # a record from before versions were kept
+        sglang_version=str(meta.get("sglang_version") or newest_version()),
         server=server,
         gpus=gpus_for(server, gpus),
         ready_timeout_s=timeout if isinstance(timeout, int) and timeout > 0 else 1200,
@@ -100,9 +103,12 @@ def recorded_probe(files: dict[str, str]) -> dict[str, Any] | None:
 
 
 def recorded_server(files: dict[str, str]) -> dict[str, Any] | None:
-    """The `[server]` table of a record's profile ({} for a unit found on the host); None if corrupt."""
+    """The `[server]` table of a record's profile ({} for a unit found on the host); None if
+    corrupt."""
     try:
-        server = tomllib.loads(files["profile.toml"]).get("server", {}) if files["profile.toml"] else {}
+        server = (
+            tomllib.loads(files["profile.toml"]).get("server", {}) if files["profile.toml"] else {}
+        )
     except ValueError:
         return None
     return server if isinstance(server, dict) else {}
@@ -115,4 +121,8 @@ def recorded_startup_s(files: dict[str, str] | None) -> float | None:
     except ValueError:
         return None
     value = meta.get("startup_s") if isinstance(meta, dict) else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+    return (
+        float(value)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        else None
+    )

@@ -40,7 +40,8 @@ from sgdeploy.sglang.secrets import launch_secrets
 
 
 def _template_dir() -> Path:
-    """Where the unit template lies: inside the installed package, else the checkout's templates/."""
+    """Where the unit template lies: inside the installed package, else the checkout's
+    templates/."""
     package = Path(__file__).resolve().parents[1]
     installed = package / "templates"
     return installed if installed.is_dir() else package.parent / "templates"
@@ -62,7 +63,8 @@ class RenderedUnit:
 
     unit: str
     text: str
-    argv: tuple[str, ...]  # `<python> -m sglang.launch_server FLAGS` (ExecStart= may add -c LAUNCHER before -m)
+    # `<python> -m sglang.launch_server FLAGS` (ExecStart= may add -c LAUNCHER before -m)
+    argv: tuple[str, ...]
     environment: tuple[tuple[str, str], ...]
     daemon: DaemonUnit | None = None  # the weight-cache daemon's unit, for a client of it
 
@@ -184,8 +186,10 @@ def env_assignment(pair: tuple[str, str]) -> str:
 
 def exec_command(groups: list[list[str]]) -> str:
     """The ExecStart= value, one flag per line (systemd joins lines ending in a backslash)."""
-    words = [[exec_path(group[0]), *map(exec_arg, group[1:])] if i == 0 else [exec_arg(w) for w in group]
-             for i, group in enumerate(groups)]
+    words = [
+        [exec_path(group[0]), *map(exec_arg, group[1:])] if i == 0 else [exec_arg(w) for w in group]
+        for i, group in enumerate(groups)
+    ]
     return " \\\n    ".join(" ".join(group) for group in words)
 
 
@@ -214,8 +218,12 @@ def _template_env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=False,
     )
-    env.filters.update(exec_command=exec_command, env_assignment=env_assignment, path_value=path_value,
-                       text_value=text_value)
+    env.filters.update(
+        exec_command=exec_command,
+        env_assignment=env_assignment,
+        path_value=path_value,
+        text_value=text_value,
+    )
     return env
 
 
@@ -241,7 +249,8 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
     exec_groups = [[groups[0][0], *secrets.launcher, *groups[0][1:]], *groups[1:]]
     environment = unit_environment(profile)
     daemon = None
-    if owns_daemon(profile, catalog.version):  # sgdeploy places the daemons' sockets: its templates win
+    # sgdeploy places the daemons' sockets: its templates win
+    if owns_daemon(profile, catalog.version):
         owned = dict(template_environment(profile.deploy.unit, catalog.version))
         environment = [(k, v) for k, v in environment if k not in owned] + list(owned.items())
         daemon = _daemon_unit(profile, catalog, host, environment)
@@ -275,7 +284,9 @@ def _daemon_unit(profile: Profile, catalog: Catalog, host: str | None,
     """The weight-cache daemon's unit (sgdeploy.deploy.weight_daemon), for a client launch."""
     unit = profile.deploy.unit
     name = daemon_unit_name(unit)
-    weights = profile.model_copy(update={"server": daemon_server_settings(profile, catalog.version)})
+    weights = profile.model_copy(
+        update={"server": daemon_server_settings(profile, catalog.version)}
+    )
     groups = launch_words(weights, catalog)
     groups[0] = [profile.deploy.python, "-m", DAEMON_MODULE]
     groups.append(["--timeout", str(profile.deploy.ready_timeout_s)])

@@ -1,4 +1,5 @@
-"""Which kind of restart a change of launch needs: the weights kept by the weight-cache daemon, or cold.
+"""Which kind of restart a change of launch needs: the weights kept by the weight-cache daemon, or
+cold.
 
 SGLang's weight-cache daemon (0.5.17+, docs/weight-cache.md) keeps a launch's post-quantization,
 TP-sharded weights resident on the GPUs; a server started with `weight_cache_mode = "client"`
@@ -39,12 +40,20 @@ class Restart:
         return self.kind == WEIGHTS_KEPT
 
 
-def restart_kind(old: Mapping[str, Any] | None, new: Mapping[str, Any], *,
-                 default: Callable[[str], Any] = lambda name: None,
-                 old_version: str | None = None, new_version: str | None = None,
-                 old_gpus: Sequence[int | str] | None = None, new_gpus: Sequence[int | str] | None = None,
-                 old_env: Mapping[str, str] | None = None, new_env: Mapping[str, str] | None = None) -> Restart:
-    """The restart going from the running launch `old` ([server] flags; None: nothing runs) to `new`.
+def restart_kind(
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any],
+    *,
+    default: Callable[[str], Any] = lambda name: None,
+    old_version: str | None = None,
+    new_version: str | None = None,
+    old_gpus: Sequence[int | str] | None = None,
+    new_gpus: Sequence[int | str] | None = None,
+    old_env: Mapping[str, str] | None = None,
+    new_env: Mapping[str, str] | None = None,
+) -> Restart:
+    """The restart going from the running launch `old` ([server] flags; None: nothing runs) to
+    `new`.
 
     `default` gives SGLang's default of a flag the launch does not set (the catalog's), so that
     writing a default out is no change. Versions, GPUs and environment are compared when given.
@@ -57,8 +66,9 @@ def restart_kind(old: Mapping[str, Any] | None, new: Mapping[str, Any], *,
 
     modes = (value(old, "weight_cache_mode") or "off", value(new, "weight_cache_mode") or "off")
     if modes != ("client", "client"):
-        return Restart(COLD, f"weight_cache_mode is {modes[0]!r} -> {modes[1]!r}: only a server in 'client' mode "
-                       "replaced by one in 'client' mode finds its weights in a running daemon")
+        return Restart(COLD, f"weight_cache_mode is {modes[0]!r} -> {modes[1]!r}: only a server in "
+                       "'client' mode replaced by one in 'client' mode finds its weights in a "
+                       "running daemon")
     changed = [name for name in WEIGHT_FIELDS if value(old, name) != value(new, name)]
     if old_version != new_version:
         changed.append(f"SGLang {old_version} -> {new_version}")
@@ -67,9 +77,10 @@ def restart_kind(old: Mapping[str, Any] | None, new: Mapping[str, Any], *,
     if old_env is not None and new_env is not None:
         changed += [f"env.{name}" for name in WEIGHT_ENV if old_env.get(name) != new_env.get(name)]
     if changed:
-        return Restart(COLD, f"{', '.join(changed)} changed: the daemon's weights no longer match, so it is "
-                       "restarted and the weights load from disk")
-    return Restart(WEIGHTS_KEPT, "the daemon keeps the weights: the new server maps them over CUDA IPC")
+        return Restart(COLD, f"{', '.join(changed)} changed: the daemon's weights no longer match, "
+                       "so it is restarted and the weights load from disk")
+    return Restart(WEIGHTS_KEPT, "the daemon keeps the weights: the new server maps them over CUDA "
+                                 "IPC")
 
 
 @dataclass(frozen=True)
@@ -81,7 +92,8 @@ class UnitLaunch:
 
 
 def unit_launch(text: str | None, catalog: Catalog) -> UnitLaunch | None:
-    """The launch of a unit file's ExecStart=, read with the release's flags; None when there is none."""
+    """The launch of a unit file's ExecStart=, read with the release's flags; None when there is
+    none."""
     if text is None:
         return None
     try:
@@ -96,13 +108,16 @@ def unit_launch(text: str | None, catalog: Catalog) -> UnitLaunch | None:
 
 
 def restart_between_units(old_text: str | None, new_text: str, catalog: Catalog) -> Restart | None:
-    """The restart from the unit on the host to the new one, when either uses the weight cache; else None
-    (without the weight cache every restart is cold, and plan says nothing)."""
+    """The restart from the unit on the host to the new one, when either uses the weight cache; else
+    None (without the weight cache every restart is cold, and plan says nothing)."""
     new = unit_launch(new_text, catalog)
     if new is None:
         return None
     old = unit_launch(old_text, catalog)
-    if "client" not in (new.server.get("weight_cache_mode"), old.server.get("weight_cache_mode") if old else None):
+    if "client" not in (
+        new.server.get("weight_cache_mode"),
+        old.server.get("weight_cache_mode") if old else None,
+    ):
         return None
     return restart_kind(old.server if old else None, new.server, default=catalog.default,
                         old_env=old.env if old else None, new_env=new.env)

@@ -32,16 +32,21 @@ from sgdeploy.host.facts import HostFacts, gpu_strangers, state_dir
 from sgdeploy.profile.inventory import HostEntry
 
 
-def previous_deployment(session: HostSession, plan: Plan, current_unit_text: str | None) -> Deployment | None:
-    """What to restore if the new deployment fails: the last good record, else the unit as it was."""
+def previous_deployment(
+    session: HostSession, plan: Plan, current_unit_text: str | None
+) -> Deployment | None:
+    """What to restore if the new deployment fails: the last good record, else the unit as it
+    was."""
     deployment = plan.deployment
     if plan.last_good:
         restored = deployment_from_record(session, deployment.unit, plan.last_good)
         if restored is not None:
             return restored
-        session.report("warning", text=f"the last good record {plan.last_good} is missing or corrupt; "
-                       "the rollback target is the unit found on the host" if current_unit_text else
-                       f"the last good record {plan.last_good} is missing or corrupt; nothing to roll back to")
+        session.report("warning", text=f"the last good record {plan.last_good} is missing or "
+                       "corrupt; the rollback target is the unit found on the "
+                       "host" if current_unit_text else
+                       f"the last good record {plan.last_good} is missing or corrupt; nothing to "
+                       "roll back to")
     if current_unit_text is not None and plan.previous_active:
         port = exec_port(current_unit_text)
         return Deployment(
@@ -53,7 +58,9 @@ def previous_deployment(session: HostSession, plan: Plan, current_unit_text: str
     return None
 
 
-def deployment_from_record(session: HostSession, unit: str, deployment_id: str) -> Deployment | None:
+def deployment_from_record(
+    session: HostSession, unit: str, deployment_id: str
+) -> Deployment | None:
     """Rebuild a recorded deployment (for rollback) from its folder on the host."""
     files = session.read_record(state_dir(unit), deployment_id)
     return None if files is None else deployment_from_files(unit, deployment_id, files)
@@ -62,12 +69,19 @@ def deployment_from_record(session: HostSession, unit: str, deployment_id: str) 
 def unrestorable(session: HostSession, previous: Deployment, host: str) -> str | None:
     """Why a recorded deployment cannot be started again (its [secrets] file is not usable on
     the host), asked before it is; None when it can."""
-    problems = [d.message for d in recorded_secret_diagnostics(session.remote, previous, host) if d.is_error]
+    problems = [
+        d.message for d in recorded_secret_diagnostics(session.remote, previous, host) if d.is_error
+    ]
     return f"its secrets file is not usable: {'; '.join(problems)}" if problems else None
 
 
-def restore(transaction: Transaction, failed: ApplyResult, deployment: Deployment, previous: Deployment | None,
-            installed: bool) -> ApplyResult:
+def restore(
+    transaction: Transaction,
+    failed: ApplyResult,
+    deployment: Deployment,
+    previous: Deployment | None,
+    installed: bool,
+) -> ApplyResult:
     """`failed`, after `deployment` failed to start: `previous` restored (exit 1) unless
     --no-rollback was given or there is none; else the unit is stopped (exit 3)."""
     session, host = transaction.session, transaction.host
@@ -76,7 +90,8 @@ def restore(transaction: Transaction, failed: ApplyResult, deployment: Deploymen
             session.stop(deployment.unit)
         why = ("--no-rollback was given" if not transaction.options.rollback
                else "there is no previous deployment to restore")
-        return dataclasses.replace(failed, message=f"{failed.message}; {why}, so nothing healthy is running",
+        return dataclasses.replace(failed, message=f"{failed.message}; {why}, so nothing healthy "
+                                           "is running",
                                    stats=session.remote.stats.as_dict())
     session.report("step", step="rollback", to=previous.rollback_of)
     unusable = unrestorable(session, previous, host)
@@ -84,25 +99,34 @@ def restore(transaction: Transaction, failed: ApplyResult, deployment: Deploymen
         session.stop(deployment.unit)  # stopped, not left restarting into the same failure
         return dataclasses.replace(
             failed, rollback=RollbackOutcome(previous.rollback_of, False, unusable, startup_s=0.0),
-            message=f"{failed.message}; the rollback to {previous.rollback_of} was not started: {unusable}; "
-            "the unit is stopped", stats=session.remote.stats.as_dict())
+            message=f"{failed.message}; the rollback to {previous.rollback_of} was not started: "
+            f"{unusable}; the unit is stopped", stats=session.remote.stats.as_dict())
     restored = transaction.start(previous, stop_first=True, best_effort_idle=True)
     transaction.record(previous, restored, "ready" if restored.ready else "failed")
     failed = dataclasses.replace(
-        failed, rollback=RollbackOutcome(previous.rollback_of, restored.ready, restored.reason, previous.id,
-                                         round(restored.seconds, 2)),
-        stats=session.remote.stats.as_dict())
+        failed,
+        rollback=RollbackOutcome(
+            previous.rollback_of,
+            restored.ready,
+            restored.reason,
+            previous.id,
+            round(restored.seconds, 2),
+        ),
+        stats=session.remote.stats.as_dict(),
+    )
     if restored.ready:
         return dataclasses.replace(
             failed, exit_code=Exit.ROLLED_BACK, status="rolled_back",
-            message=f"{failed.message}; rolled back to {previous.rollback_of} (now {previous.id}), which is ready")
+            message=f"{failed.message}; rolled back to {previous.rollback_of} (now {previous.id}), "
+            "which is ready")
     if restored.failure_kind == "gpus_busy":
         return dataclasses.replace(
-            failed, message=f"{failed.message}; the rollback to {previous.rollback_of} was not started: "
-            f"{restored.reason}; run `sgdeploy rollback` once they are free")
+            failed, message=f"{failed.message}; the rollback to {previous.rollback_of} was not "
+            f"started: {restored.reason}; run `sgdeploy rollback` once they are free")
     session.stop(previous.unit)  # stopped, not left restarting into the same failure
-    return dataclasses.replace(failed, message=f"{failed.message}; the rollback to {previous.rollback_of} failed "
-                               f"too: {restored.reason}; the unit is stopped")
+    return dataclasses.replace(failed, message=f"{failed.message}; the rollback to "
+                               f"{previous.rollback_of} failed too: {restored.reason}; the unit is "
+                               "stopped")
 
 
 def rollback_unit(
@@ -121,7 +145,12 @@ def rollback_unit(
 
 
 def _rollback(
-    session: HostSession, name: str, unit: str, to: str | None, options: ApplyOptions, report: Reporter,
+    session: HostSession,
+    name: str,
+    unit: str,
+    to: str | None,
+    options: ApplyOptions,
+    report: Reporter,
     began: float,
 ) -> ApplyResult:
     report("step", step="facts", host=name)
@@ -133,7 +162,8 @@ def _rollback(
     deployment, strangers = chosen
     lock = session.lock(deployment.state_dir)
     if lock.holder is None:
-        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{lock.refusal}; nothing was changed")
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{lock.refusal}; nothing was "
+                                                                "changed")
     for text in lock.warnings:
         report("warning", text=text)
     try:
@@ -142,14 +172,24 @@ def _rollback(
         running = running_port(current_unit, bool(facts.unit and facts.unit.active))
 
         def gate() -> StartupResult | None:
-            refused = strangers_left(session, deployment, own, options.wait_for_gpus_s) if strangers else None
-            return refused or before_stop_gate(session, options.before_stop, Handover(deployment, None, running))
+            refused = (
+                strangers_left(session, deployment, own, options.wait_for_gpus_s)
+                if strangers
+                else None
+            )
+            return refused or before_stop_gate(
+                session, options.before_stop, Handover(deployment, None, running)
+            )
 
         startup = transaction.start(deployment, stop_first=bool(facts.unit and facts.unit.exists),
                                     best_effort_idle=True, gate=gate)
         held = startup.failure_kind in REFUSED_BEFORE_STOP
-        transaction.record(deployment, startup, "refused" if held else "ready" if startup.ready else "failed",
-                           unstage=held)
+        transaction.record(
+            deployment,
+            startup,
+            "refused" if held else "ready" if startup.ready else "failed",
+            unstage=held,
+        )
     finally:
         lock.release()
     return _rolled_back(session, startup, deployment, name, unit, target or "", began)
@@ -168,36 +208,57 @@ def _target(session: HostSession, facts: HostFacts, name: str, unit: str, target
     deployment = deployment_from_record(session, unit, target)
     if deployment is None:
         return ApplyResult(Exit.REFUSED, "refused", name, unit,
-                           f"the record of {target} on {name} is incomplete or corrupt; choose another with --to")
-    secrets = recorded_secret_diagnostics(session.remote, deployment, name)  # its [secrets] file, before the stop
+                           f"the record of {target} on {name} is incomplete or corrupt; choose "
+                           "another with --to")
+    # its [secrets] file, before the stop
+    secrets = recorded_secret_diagnostics(session.remote, deployment, name)
     if any(d.is_error for d in secrets):
-        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"the secrets file of {target} is not usable on "
-                           f"{name}; nothing was stopped", diagnostics=secrets, stats=session.remote.stats.as_dict())
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"the secrets file of {target} is "
+                           f"not usable on {name}; nothing was "
+                           "stopped", diagnostics=secrets, stats=session.remote.stats.as_dict())
     # Never start the previous deployment into GPUs others hold: decided before the stop.
     own = (facts.unit.main_pid,) if facts.unit and facts.unit.main_pid else ()
-    strangers, _ = gpu_strangers(facts.gpus, facts.gpu_processes, deployment.gpus, unit, own,
-                                 bool(facts.unit and facts.unit.active), own_units=(daemon_unit_name(unit),))
+    strangers, _ = gpu_strangers(
+        facts.gpus,
+        facts.gpu_processes,
+        deployment.gpus,
+        unit,
+        own,
+        bool(facts.unit and facts.unit.active),
+        own_units=(daemon_unit_name(unit),),
+    )
     if strangers and options.wait_for_gpus_s is None:
         return ApplyResult(Exit.REFUSED, "refused", name, unit,
                            f"processes outside {unit}.service hold the GPUs {target} needs: "
                            + "; ".join(h.describe() for h in strangers)
-                           + "; nothing was stopped (--wait-for-gpus SECONDS waits for them to leave)")
+                           + "; nothing was stopped (--wait-for-gpus SECONDS waits for them to "
+                             "leave)")
     return deployment, bool(strangers)
 
 
-def _rolled_back(session: HostSession, startup: StartupResult, deployment: Deployment, name: str, unit: str,
-                 target: str, began: float) -> ApplyResult:
+def _rolled_back(
+    session: HostSession,
+    startup: StartupResult,
+    deployment: Deployment,
+    name: str,
+    unit: str,
+    target: str,
+    began: float,
+) -> ApplyResult:
     """The result of a rollback's start; a failed one leaves the unit stopped."""
     stats = session.remote.stats.as_dict()
     if startup.failure_kind in REFUSED_BEFORE_STOP:
-        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{startup.reason}; nothing was stopped", stats=stats)
-    if startup.failure_kind == "stage_failed":  # nothing was stopped: the running server is as it was
-        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{startup.reason}; the running server was not "
-                           "touched", stats=stats)
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{startup.reason}; nothing was "
+                                                                "stopped", stats=stats)
+    # nothing was stopped: the running server is as it was
+    if startup.failure_kind == "stage_failed":
+        return ApplyResult(Exit.REFUSED, "refused", name, unit, f"{startup.reason}; the running "
+                           "server was not touched", stats=stats)
     if startup.ready:
         return result_from(startup, ApplyResult(
-            Exit.READY, "ready", name, unit, f"rolled back to {target} (recorded as {deployment.id}); ready after "
-            f"{startup.seconds:.1f} s", deployment_id=deployment.id, timings=timings(startup, began), stats=stats))
+            Exit.READY, "ready", name, unit, f"rolled back to {target} (recorded as "
+            f"{deployment.id}); ready after {startup.seconds:.1f} "
+            "s", deployment_id=deployment.id, timings=timings(startup, began), stats=stats))
     session.stop(unit)
     again = "; run it again once they are free" if startup.failure_kind == "gpus_busy" else ""
     return result_from(startup, ApplyResult(

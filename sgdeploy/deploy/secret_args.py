@@ -86,22 +86,30 @@ def unit_parts(profile: Profile, catalog: Catalog, groups: list[list[str]]) -> S
     launcher = ("-c", redacting_launcher(secrets.keys))
     journal = "; -c keeps their values out of SGLang's log lines (the journal)"
     if mechanism(catalog) == "environment":
-        words = [[flag.option, EnvReference(key)] for key in secrets.keys if (flag := catalog.get(key))]
+        words = [
+            [flag.option, EnvReference(key)] for key in secrets.keys if (flag := catalog.get(key))
+        ]
         return SecretUnit([*groups, *words], env_files=(secrets.file,), launcher=launcher,
-                          note=f"[secrets] {', '.join(secrets.keys)}: systemd expands them from {secrets.file} "
-                          f"(SGLang {catalog.version} has no --config; the process list shows them){journal}")
+                          note=f"[secrets] {', '.join(secrets.keys)}: systemd expands them from "
+                          f"{secrets.file} (SGLang {catalog.version} has no --config; the process "
+                          f"list shows them){journal}")
     own = profile.server.get("config")
     if not isinstance(own, str) or not own:
         return SecretUnit([*groups, ["--config", secrets.file]], launcher=launcher,
-                          note=f"[secrets] {', '.join(secrets.keys)}: SGLang reads them from {secrets.file} "
-                          f"(--config){journal}")
+                          note=f"[secrets] {', '.join(secrets.keys)}: SGLang reads them from "
+                          f"{secrets.file} (--config){journal}")
     unit = profile.deploy.unit
     rest = [group for group in groups if group[0] != "--config"]
     merge = [[profile.deploy.python, "-c", MERGE_SCRIPT], [own, secrets.file, merged_path(unit)]]
-    return SecretUnit([*rest, ["--config", merged_path(unit)]], exec_start_pre=merge, launcher=launcher,
-                      runtime_directory=runtime_directory(unit),
-                      note=f"[secrets] {', '.join(secrets.keys)}: ExecStartPre= merges {own} and {secrets.file} into "
-                      f"{merged_path(unit)} (SGLang takes one --config), readable by the server's user only{journal}")
+    return SecretUnit(
+        [*rest, ["--config", merged_path(unit)]],
+        exec_start_pre=merge,
+        launcher=launcher,
+        runtime_directory=runtime_directory(unit),
+        note=f"[secrets] {', '.join(secrets.keys)}: ExecStartPre= merges {own} and "
+        f"{secrets.file} into {merged_path(unit)} (SGLang takes one --config), "
+        f"readable by the server's user only{journal}",
+    )
 
 
 def check_argv(profile: Profile, flags: list[str]) -> list[str]:
@@ -129,23 +137,25 @@ def check_argv(profile: Profile, flags: list[str]) -> list[str]:
 # A dumped value: a str's repr in either quote, or a number. As few backslashes as the unit allows.
 _SECRET_VALUE = r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[0-9][0-9A-Za-z_.+-]*)"""
 _LAUNCHER = (
-    "import logging,os,re,sys;"
-    "logging.setLogRecordFactory(lambda *a,f=logging.getLogRecordFactory(),s=re.compile(r'''{pattern}''').sub,**k:"
-    "(lambda r:(r.args or not isinstance(r.msg,str) or setattr(r,'msg',s(lambda m:m[1]+\"'<redacted>'\",r.msg)),r)[1])"
-    "(f(*a,**k)));"
-    "del sys.argv[:2];getattr(sys.flags,'safe_path',0) or sys.path.__setitem__(0,os.getcwd());"
-    "del logging,os,re,sys;__import__('runpy')._run_module_as_main('sglang.launch_server')"
+    "import logging,os,re,sys;logging.setLogRecordFactory(lambda "
+    "*a,f=logging.getLogRecordFactory(),s=re.compile(r'''{pattern}''').sub,**k:(lambda r:(r.args "
+    "or not isinstance(r.msg,str) or setattr(r,'msg',s(lambda "
+    "m:m[1]+\"'<redacted>'\",r.msg)),r)[1])(f(*a,**k)));del "
+    "sys.argv[:2];getattr(sys.flags,'safe_path',0) or sys.path.__setitem__(0,os.getcwd());del "
+    "logging,os,re,sys;__import__('runpy')._run_module_as_main('sglang.launch_server')"
 )
 
 
 def secret_value_pattern(names: tuple[str, ...] | list[str]) -> str:
-    """A field's value as SGLang's argument dumps print it: `name='v'` (ServerArgs) or `'name': 'v'` (a dict)."""
+    """A field's value as SGLang's argument dumps print it: `name='v'` (ServerArgs) or `'name': 'v'`
+    (a dict)."""
     fields = "(?:" + "|".join(map(re.escape, sorted(set(names) | set(SECRET_FIELDS)))) + ")"
     return rf"""((?<![0-9A-Za-z_]){fields}=|['"]{fields}['"]: ?){_SECRET_VALUE}"""
 
 
 def redacting_launcher(names: tuple[str, ...] | list[str]) -> str:
-    """The `-c` program that runs sglang.launch_server with the values of `names` kept out of its log."""
+    """The `-c` program that runs sglang.launch_server with the values of `names` kept out of its
+    log."""
     return _LAUNCHER.format(pattern=secret_value_pattern(names))
 
 
@@ -270,8 +280,11 @@ def _spec(profile: Profile, catalog: Catalog) -> dict[str, Any]:
     for key in secrets.keys:
         flag = catalog.get(key)
         if flag is not None:
-            spellings[key] = ([o[2:] for o in flag.options if o.startswith("--") and not o.startswith("--no-")]
-                              if kind == "config" else [key])
+            spellings[key] = (
+                [o[2:] for o in flag.options if o.startswith("--") and not o.startswith("--no-")]
+                if kind == "config"
+                else [key]
+            )
     own = profile.server.get("config")
     spec.update(file=secrets.file, format="yaml" if kind == "config" else "env", keys=spellings,
                 also=own if kind == "config" and isinstance(own, str) else None)
@@ -285,7 +298,8 @@ def needs_check(profile: Profile) -> bool:
 def check_command(profile: Profile, catalog: Catalog) -> str:
     """The host command that checks the profile's secrets file (and names in deploy.env_file)."""
     spec = json.dumps(_spec(profile, catalog))
-    return f"{shlex.quote(profile.deploy.python)} -c {shlex.quote(_CHECK_SCRIPT)} {shlex.quote(spec)} 2>&1"
+    return (f"{shlex.quote(profile.deploy.python)} -c {shlex.quote(_CHECK_SCRIPT)} "
+            f"{shlex.quote(spec)} 2>&1")
 
 
 def parse_check(output: str, exit_code: int) -> SecretCheck:
@@ -299,14 +313,19 @@ def parse_check(output: str, exit_code: int) -> SecretCheck:
     return SecretCheck(raw)
 
 
-def check_diagnostics(loaded: LoadedProfile, check: SecretCheck, host: str, catalog: Catalog) -> list[Diagnostic]:
-    """Refusals (and notes) for the host's secrets file; a message names files and keys, never a value."""
+def check_diagnostics(
+    loaded: LoadedProfile, check: SecretCheck, host: str, catalog: Catalog
+) -> list[Diagnostic]:
+    """Refusals (and notes) for the host's secrets file; a message names files and keys, never a
+    value."""
     profile = loaded.model
     assert profile is not None
     found: list[Diagnostic] = []
 
     def add(message: str, dotted: str, hint: str, severity: Severity = Severity.ERROR) -> None:
-        found.append(loaded.diagnostic(RULE_HOST, message, dotted=dotted, hint=hint, severity=severity))
+        found.append(
+            loaded.diagnostic(RULE_HOST, message, dotted=dotted, hint=hint, severity=severity)
+        )
 
     found.extend(_env_file_notes(loaded, check, host))
     secrets = profile.secrets
@@ -321,25 +340,35 @@ def check_diagnostics(loaded: LoadedProfile, check: SecretCheck, host: str, cata
     if raw.get("state") != "file":
         what = {"missing": "does not exist", "not_a_file": "is not a regular file"}.get(
             check.state, f"cannot be read ({raw.get('why', check.state)})")
-        add(f"the secrets file {path} {what} on {host}", "secrets.file", _create_hint(profile, catalog))
+        add(
+            f"the secrets file {path} {what} on {host}",
+            "secrets.file",
+            _create_hint(profile, catalog),
+        )
         return found
     if raw.get("owner") != user:
-        add(f"the secrets file {path} on {host} is owned by {raw.get('owner')}; the server runs as {user}",
-            "secrets.file", f"chown {user} {path} (only its owner may read it, and SGLang reads it as {user})")
+        add(f"the secrets file {path} on {host} is owned by {raw.get('owner')}; the server runs as "
+            f"{user}",
+            "secrets.file", f"chown {user} {path} (only its owner may read it, and SGLang reads it "
+                            f"as {user})")
     mode = int(str(raw.get("mode", "0")), 8)
     if mode & 0o077:
-        add(f"the secrets file {path} on {host} has mode {raw.get('mode')}: others than its owner can read or "
-            "change it", "secrets.file", f"chmod 600 {path}")
+        add(f"the secrets file {path} on {host} has mode {raw.get('mode')}: others than its owner "
+            "can read or change it", "secrets.file", f"chmod 600 {path}")
     if raw.get("error"):
-        add(f"the secrets file {path} on {host} {raw['error']}", "secrets.file", _create_hint(profile, catalog))
+        add(
+            f"the secrets file {path} on {host} {raw['error']}",
+            "secrets.file",
+            _create_hint(profile, catalog),
+        )
         return found
     keys: dict[str, Any] = raw["keys"] if isinstance(raw.get("keys"), dict) else {}
     for key in secrets.keys:
         found.extend(_key_note(loaded, host, path, key, str(keys.get(key, "missing")), catalog))
     others = [str(n) for n in raw.get("others", [])]
     if others and mechanism(catalog) == "config":
-        add(f"the secrets file {path} on {host} also sets {', '.join(others)}, which SGLang applies too "
-            "(it passes every key of a --config file on)", "secrets.keys",
+        add(f"the secrets file {path} on {host} also sets {', '.join(others)}, which SGLang "
+            "applies too (it passes every key of a --config file on)", "secrets.keys",
             "list them in secrets.keys, or move them to [server]", Severity.WARNING)
     also = raw.get("also")
     if isinstance(also, dict) and (also.get("state") != "file" or also.get("error")):
@@ -358,9 +387,15 @@ def _key_note(loaded: LoadedProfile, host: str, path: str, key: str, state: str,
     spelled = file_key(flag) if flag and mechanism(catalog) == "config" else key
     what = {"missing": "does not define", "empty": "gives an empty value for",
             "not_a_value": "gives no single value (a list, table or true/false) for",
-            "underscore": f"spells {key} with underscores (SGLang would pass --{key} and refuse it) instead of"}
-    hint = f"write `{spelled}: VALUE` in it" if mechanism(catalog) == "config" else f"write `{key}=VALUE` in it"
-    return [loaded.diagnostic(RULE_HOST, f"the secrets file {path} on {host} {what.get(state, state)} {spelled}",
+            "underscore": f"spells {key} with underscores (SGLang would pass --{key} and refuse "
+                          "it) instead of"}
+    hint = (
+        f"write `{spelled}: VALUE` in it"
+        if mechanism(catalog) == "config"
+        else f"write `{key}=VALUE` in it"
+    )
+    return [loaded.diagnostic(RULE_HOST, f"the secrets file {path} on {host} "
+                                         f"{what.get(state, state)} {spelled}",
                               dotted="secrets.keys", hint=hint)]
 
 
@@ -377,21 +412,24 @@ def _create_hint(profile: Profile, catalog: Catalog) -> str:
 
 
 def default_file(unit: str, catalog: Catalog) -> str:
-    """Where an imported profile's `[secrets]` points: YAML for --config, else an environment file."""
+    """Where an imported profile's `[secrets]` points: YAML for --config, else an environment
+    file."""
     return f"/etc/sglang/{unit}.secrets." + ("yaml" if mechanism(catalog) == "config" else "env")
 
 
 def creation_steps(keys: list[str], catalog: Catalog, path: str, user: str, host: str) -> str:
     """How to create the secrets file on the host (names and placeholders only, never a value)."""
     if mechanism(catalog) == "config":
-        lines = [f"`{file_key(flag)}: '<the {flag.option} value>'`" for key in keys if (flag := catalog.get(key))]
-        how = "each value in single quotes, a ' inside it written twice; SGLang reads the file through --config"
+        lines = [f"`{file_key(flag)}: '<the {flag.option} "
+                 "value>'`" for key in keys if (flag := catalog.get(key))]
+        how = ("each value in single quotes, a ' inside it written twice; SGLang reads the file "
+               "through --config")
     else:
         lines = [f"`{key}=<the {flag.option} value>`" for key in keys if (flag := catalog.get(key))]
-        how = (f"SGLang {catalog.version} has no --config: systemd expands the values into the command line, "
-               "where the process list shows them")
-    return (f"create {path} on {host} as root, owned by {user} with mode 0600 (`install -D -m 600 -o {user} "
-            f"/dev/null {path}`), with one line per key: {' and '.join(lines)} ({how})")
+        how = (f"SGLang {catalog.version} has no --config: systemd expands the values into the "
+               "command line, where the process list shows them")
+    return (f"create {path} on {host} as root, owned by {user} with mode 0600 (`install -D -m 600 "
+            f"-o {user} /dev/null {path}`), with one line per key: {' and '.join(lines)} ({how})")
 
 
 def _env_file_notes(loaded: LoadedProfile, check: SecretCheck, host: str) -> list[Diagnostic]:
@@ -399,9 +437,11 @@ def _env_file_notes(loaded: LoadedProfile, check: SecretCheck, host: str) -> lis
     assert profile is not None
     names = [str(n) for n in check.raw.get("env_file_names", []) if ENV_LOOKALIKE.match(str(n))]
     return [loaded.diagnostic(
-        RULE_HOST, f"deploy.env_file on {host} sets {name}, which SGLang does not read: the server runs "
-        "without it (no API key is enforced)", dotted="deploy.env_file", severity=Severity.WARNING,
-        hint=f"list {_field_of(name)} in [secrets] keys with its value in the secrets file, and remove {name}")
+        RULE_HOST, f"deploy.env_file on {host} sets {name}, which SGLang does not read: the server "
+        "runs without it (no API key is "
+        "enforced)", dotted="deploy.env_file", severity=Severity.WARNING,
+        hint=f"list {_field_of(name)} in [secrets] keys with its value in the secrets file, and "
+        f"remove {name}")
         for name in names]
 
 
@@ -430,7 +470,11 @@ def key_source(profile_text: str, unit: str, sglang_version: str) -> KeySource |
     except (tomllib.TOMLDecodeError, ValueError, LookupError):
         return None
     secrets, deploy = data.get("secrets"), data.get("deploy")
-    if not isinstance(secrets, dict) or not isinstance(deploy, dict) or "api_key" not in (secrets.get("keys") or []):
+    if (
+        not isinstance(secrets, dict)
+        or not isinstance(deploy, dict)
+        or "api_key" not in (secrets.get("keys") or [])
+    ):
         return None
     flag, python, path = catalog.get("api_key"), deploy.get("python"), secrets.get("file")
     if flag is None or not isinstance(python, str) or not isinstance(path, str):
@@ -468,9 +512,16 @@ sys.stdout.write(str(value))
 
 def read_api_key(remote: RemoteHost, source: KeySource) -> str | None:
     """The API key, read on the host as root at the moment of use; None when it cannot be read."""
-    spec = json.dumps({"file": source.file, "format": source.format, "spellings": list(source.spellings),
-                       "unit": source.unit})
-    result = remote.run(f"{shlex.quote(source.python)} -c {shlex.quote(_READ_SCRIPT)} {shlex.quote(spec)}",
+    spec = json.dumps(
+        {
+            "file": source.file,
+            "format": source.format,
+            "spellings": list(source.spellings),
+            "unit": source.unit,
+        }
+    )
+    result = remote.run(f"{shlex.quote(source.python)} -c {shlex.quote(_READ_SCRIPT)} "
+                        f"{shlex.quote(spec)}",
                         timeout=30)
     return result.stdout if result.ok and result.stdout else None
 
@@ -481,7 +532,9 @@ def api_key_for(remote: RemoteHost, deployment: Deployment) -> str | None:
     return read_api_key(remote, source) if source else None
 
 
-def bearer_headers(remote: RemoteHost, profile_text: str, unit: str, sglang_version: str) -> dict[str, str]:
+def bearer_headers(
+    remote: RemoteHost, profile_text: str, unit: str, sglang_version: str
+) -> dict[str, str]:
     """`Authorization: Bearer <key>` for a protected deployment, else nothing. Never stored."""
     source = key_source(profile_text, unit, sglang_version)
     key = read_api_key(remote, source) if source else None
@@ -494,9 +547,11 @@ def without_secrets(info: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- preflight
-def host_secret_diagnostics(remote: RemoteHost, loaded: LoadedProfile, host: str, version: str | None
-                            ) -> list[Diagnostic]:
-    """Check the profile's secrets file (and deploy.env_file's names) on the host, before anything stops."""
+def host_secret_diagnostics(
+    remote: RemoteHost, loaded: LoadedProfile, host: str, version: str | None
+) -> list[Diagnostic]:
+    """Check the profile's secrets file (and deploy.env_file's names) on the host, before anything
+    stops."""
     profile = loaded.model
     if profile is None or version is None or not needs_check(profile):
         return []
@@ -508,11 +563,14 @@ def host_secret_diagnostics(remote: RemoteHost, loaded: LoadedProfile, host: str
     return check_diagnostics(loaded, parse_check(result.stdout, result.exit_code), host, catalog)
 
 
-def recorded_secret_diagnostics(remote: RemoteHost, deployment: Deployment, host: str) -> list[Diagnostic]:
+def recorded_secret_diagnostics(
+    remote: RemoteHost, deployment: Deployment, host: str
+) -> list[Diagnostic]:
     """The host check of a recorded deployment's `[secrets]` (a rollback), before anything stops."""
     if not deployment.profile_text:
         return []
-    doc = parse_toml_text(LoadedProfile(path=f"{deployment.rollback_of or deployment.id}/profile.toml",
+    doc = parse_toml_text(LoadedProfile(path=f"{deployment.rollback_of or deployment.id}/"
+                                        "profile.toml",
                                         text=deployment.profile_text), Profile)
     if not isinstance(doc, LoadedProfile) or doc.model is None or doc.model.secrets is None:
         return []

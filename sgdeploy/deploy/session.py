@@ -2,8 +2,8 @@
 
 Each `HostSession` method is one or two round trips over its `RemoteHost` (the only SSH user):
 facts, the per-unit lock, stopping and swapping units, the GPUs' state, SGLang's own check,
-health, records. Following the journal is `sgdeploy.deploy.journal`'s. What to run when is decided by
-the transaction (`sgdeploy.deploy.transaction`), never here.
+health, records. Following the journal is `sgdeploy.deploy.journal`'s. What to run when is decided
+by the transaction (`sgdeploy.deploy.transaction`), never here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sgdeploy.deploy.journal import JournalFollower, Reporter, StartupResult
-from sgdeploy.deploy.plan import DEFAULT_PORT, UNIT_DIR, Deployment, Takeover, deployment_meta, server_port, who
+from sgdeploy.deploy.plan import (
+    DEFAULT_PORT,
+    UNIT_DIR,
+    Deployment,
+    Takeover,
+    deployment_meta,
+    server_port,
+    who,
+)
 from sgdeploy.deploy.records import WEIGHTS_FILE, exec_port, record_files_sh, split_files
 from sgdeploy.deploy.secret_args import bearer_headers, without_secrets
 from sgdeploy.deploy.weight_daemon import daemon_unit_name
@@ -72,9 +80,9 @@ _LOCK_HOLDER = (
     'sed -i \'s/"outcome": "starting"/"outcome": "interrupted"/\' "$m" && '
     'm=${m%/meta.json} && printf "interrupted:%s\\n" "${m##*/}"; done; '
     # What "up to date" is decided on, read under the lock: last good, installed unit, unit state.
-    'if [ -n "$3" ]; then lg=$(readlink "$d/last_good" 2>/dev/null || head -n 1 "$d/last_good" 2>/dev/null); '
-    'lg=${lg%/}; us=$(sha256sum "$3" 2>/dev/null); '
-    'printf "state:%s %s %s\\n" "${lg##*/}" "${us%% *}" "$(systemctl show -p ActiveState --value "$4")"; fi; '
+    'if [ -n "$3" ]; then lg=$(readlink "$d/last_good" 2>/dev/null || head -n 1 "$d/last_good" '
+    '2>/dev/null); lg=${lg%/}; us=$(sha256sum "$3" 2>/dev/null); printf "state:%s %s %s\\n" '
+    '"${lg##*/}" "${us%% *}" "$(systemctl show -p ActiveState --value "$4")"; fi; '
     # $5: staging the new unit and its record, under the lock (`HostSession.stage_command`).
     'if [ -n "$5" ]; then e=$(sh -c "$5" 2>&1 >/dev/null); printf "staged:%s\\n" "$?"; '
     '[ -z "$e" ] || printf "%s\\n" "$e" | sed "s/^/stage-err:/"; fi; '
@@ -111,7 +119,8 @@ class FactsRead(NamedTuple):
 
 
 class Launched(NamedTuple):
-    """A start of the unit: the command's result and the systemd invocation it started (None: none)."""
+    """A start of the unit: the command's result and the systemd invocation it started (None:
+    none)."""
 
     result: CommandResult
     invocation: str | None
@@ -167,7 +176,8 @@ class HostSession:
         self._records: dict[tuple[str, str], dict[str, str] | None] = {}
         self._health_paths: dict[str, str] = {}  # deployment id -> /health where /ready is missing
         self._facts_ahead: dict[FactsKey, FactsRead] = {}  # `read_ahead`
-        self.checks_ahead: list[BackgroundCheck] = []  # SGLang's checks begun before the plan (sgdeploy.deploy.early)
+        # SGLang's checks begun before the plan (sgdeploy.deploy.early)
+        self.checks_ahead: list[BackgroundCheck] = []
 
     def read_ahead(self, loaded: LoadedProfile) -> None:
         """Read the facts `decide` will ask for, now (while the CLI still validates offline)."""
@@ -204,14 +214,18 @@ class HostSession:
         return FactsRead(facts, None if unit_text == "@@none@@" else unit_text)
 
     # -- lock ----------------------------------------------------------------------------
-    def lock(self, state_dir: str, unit: str | None = None, stage: Deployment | None = None) -> UnitLock:
+    def lock(
+        self, state_dir: str, unit: str | None = None, stage: Deployment | None = None
+    ) -> UnitLock:
         """Take the per-unit lock. Under it, records that an earlier apply left at `starting` (it
         died or lost its connection) are marked `interrupted`, with `unit` what "up to date"
         depends on is read (`UnitLock.state`), and `stage` is staged (`UnitLock.staged`), all in
         the same round trip."""
-        holder = f"{who()} pid={os.getpid()} since={datetime.now(UTC).isoformat(timespec='seconds')}"
+        holder = (f"{who()} pid={os.getpid()} "
+                  f"since={datetime.now(UTC).isoformat(timespec='seconds')}")
         q = shlex.quote(state_dir)
-        extra = (f" {shlex.quote(f'{UNIT_DIR}/{unit}.service')} {shlex.quote(f'{unit}.service')}" if unit else "")
+        extra = (f" {shlex.quote(f'{UNIT_DIR}/{unit}.service')} "
+                 f"{shlex.quote(f'{unit}.service')}" if unit else "")
         if unit and stage is not None:
             extra += f" {shlex.quote(self.stage_command(stage))}"
         command = (f"mkdir -p {q} && exec flock -n -E {LOCK_BUSY_RC} {q}/lock "
@@ -238,7 +252,8 @@ class HostSession:
                                       f"{held.output.strip() or held.exit_code}")
 
     def lock_held(self, state_dir: str) -> str | None:
-        """Who holds the unit's lock right now (what it wrote into the file); None when it is free."""
+        """Who holds the unit's lock right now (what it wrote into the file); None when it is
+        free."""
         q = shlex.quote(f"{state_dir}/lock")
         out = self.remote.run(f"[ -e {q} ] || exit 0; flock -n -E {LOCK_BUSY_RC} {q} true; "
                               f"[ $? -ne {LOCK_BUSY_RC} ] || {{ echo busy; cat {q}; }}").stdout
@@ -248,10 +263,12 @@ class HostSession:
     def stop(self, unit: str) -> CommandResult:
         self.report("step", step="stop", unit=unit)
         q = shlex.quote(f"{unit}.service")
-        return self.remote.run(f"{stop_sh(unit)}; systemctl show -p ActiveState --value {q}", timeout=600)
+        return self.remote.run(f"{stop_sh(unit)}; systemctl show -p ActiveState --value "
+                               f"{q}", timeout=600)
 
     def take_over(self, takeover: tuple[Takeover, ...]) -> CommandResult:
-        """Stop servers outside the unit (`apply --adopt`): another unit, or a process run by hand."""
+        """Stop servers outside the unit (`apply --adopt`): another unit, or a process run by
+        hand."""
         # imported here: early.py's connection thread imports this module while the CLI validates
         from sgdeploy.deploy.adopt import takeover_command
 
@@ -269,21 +286,27 @@ class HostSession:
     def gpu_state(self) -> GpuState:
         """The GPUs and their compute processes with each one's user and cgroup (one round trip)."""
         # the two queries run side by side: this is polled while the old server lets go of the GPUs
-        command = (f"a=$(mktemp) || exit; nvidia-smi --query-compute-apps={','.join(APPS_QUERY_FIELDS)} "
+        command = ("a=$(mktemp) || exit; nvidia-smi "
+                   f"--query-compute-apps={','.join(APPS_QUERY_FIELDS)} "
                    f'--format=csv,noheader,nounits >"$a" & '
-                   f"nvidia-smi --query-gpu={','.join(GPU_QUERY_FIELDS)} --format=csv,noheader,nounits; "
-                   f'wait; echo @@apps@@; cat "$a"; echo @@owners@@; {GPU_OWNERS_SH} "$a"; rm -f "$a"')
+                   f"nvidia-smi --query-gpu={','.join(GPU_QUERY_FIELDS)} "
+                   "--format=csv,noheader,nounits; "
+                   f'wait; echo @@apps@@; cat "$a"; echo @@owners@@; {GPU_OWNERS_SH} "$a"; rm -f '
+                   '"$a"')
         out = self.remote.run(command, timeout=60).stdout
         return _gpu_sections(out)
 
     def wait_gpus_free(self, gpus: tuple[int | str, ...], unit: str, own_pids: tuple[int, ...],
                        timeout_s: float) -> tuple[GpuHolder, ...]:
-        """Wait (before anything stops) until no process outside `unit` is on `gpus`; what is left."""
+        """Wait (before anything stops) until no process outside `unit` is on `gpus`; what is
+        left."""
         self.report("step", step="wait_gpus_free", gpus=list(gpus), seconds=timeout_s)
         deadline = time.monotonic() + timeout_s
         while True:
             info, apps = self.gpu_state()
-            strangers, _ = gpu_strangers(info, apps, gpus, unit, own_pids, own_units=(daemon_unit_name(unit),))
+            strangers, _ = gpu_strangers(
+                info, apps, gpus, unit, own_pids, own_units=(daemon_unit_name(unit),)
+            )
             if not strangers or time.monotonic() >= deadline:
                 return strangers
             self.report("waiting", what="gpus", detail="; ".join(h.describe() for h in strangers))
@@ -302,12 +325,20 @@ class HostSession:
         except CommandTimeout:
             return HostVerdict("unavailable", seconds=time.monotonic() - began,
                                reason=f"no answer within {limit_s + 30:.0f} s")
-        return parse_verdict(result.stdout, result.stderr, result.exit_code, time.monotonic() - began)
+        return parse_verdict(
+            result.stdout, result.stderr, result.exit_code, time.monotonic() - began
+        )
 
     def wait_gpus_idle(self, gpus: tuple[int | str, ...], timeout_s: float,
                        kept_pids: tuple[int, ...] = ()) -> IdleVerdict:
         # imported here: early.py's connection thread imports this module while the CLI validates
-        from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
+        from tenacity import (
+            RetryError,
+            Retrying,
+            retry_if_result,
+            stop_after_delay,
+            wait_exponential,
+        )
 
         self.report("step", step="wait_gpus_idle", gpus=list(gpus))
 
@@ -318,7 +349,8 @@ class HostSession:
                 self.report("waiting", what="gpus", detail=verdict.describe())
             return verdict
 
-        # Memory is usually released within a second of the stop: poll often at first, then back off.
+        # Memory is usually released within a second of the stop: poll often at first, then back
+        # off.
         retrying = Retrying(stop=stop_after_delay(timeout_s),
                             wait=wait_exponential(multiplier=0.1, min=0.1, max=2),
                             retry=retry_if_result(lambda v: not v.idle))
@@ -333,7 +365,9 @@ class HostSession:
         (sgdeploy.host.pagecache: only when they fit in half of the available memory)."""
         self.report("step", step="warm_page_cache", path=model_path)
         try:
-            result = self.remote.run(warm_command(model_path, WARM_TIMEOUT_S), timeout=WARM_TIMEOUT_S + 30)
+            result = self.remote.run(
+                warm_command(model_path, WARM_TIMEOUT_S), timeout=WARM_TIMEOUT_S + 30
+            )
             warmth = parse_warmth(result.stdout)
         except CommandTimeout:
             warmth = PageCacheWarmth("failed", reason=f"no answer within {WARM_TIMEOUT_S + 30} s")
@@ -342,7 +376,8 @@ class HostSession:
 
     # -- install, start, follow ----------------------------------------------------------
     def stage(self, deployment: Deployment) -> CommandResult:
-        """Write the new unit beside the live one, and the deployment's record, before anything stops.
+        """Write the new unit beside the live one, and the deployment's record, before anything
+        stops.
 
         A unit folder that is read-only or full fails here, while the old server still runs.
         """
@@ -350,7 +385,8 @@ class HostSession:
 
     def unstage(self, deployment: Deployment) -> None:
         """Take back what `stage` wrote (a plan decided again under the lock)."""
-        self.remote.run(f"rm -rf {shlex.quote(deployment.record_dir)} {shlex.quote(deployment.staged_unit_path)} "
+        self.remote.run(f"rm -rf {shlex.quote(deployment.record_dir)} "
+                        f"{shlex.quote(deployment.staged_unit_path)} "
                         f"{shlex.quote(deployment.daemon_files.staged)}")
 
     def stage_command(self, deployment: Deployment) -> str:
@@ -364,7 +400,8 @@ class HostSession:
             f"{record}/unit.service": deployment.unit_text.encode(),
             f"{record}/meta.json": (json.dumps(redact_data(meta), indent=2) + "\n").encode(),
         }
-        if deployment.daemon_text is not None:  # the weight-cache daemon's unit, beside the server's
+        # the weight-cache daemon's unit, beside the server's
+        if deployment.daemon_text is not None:
             files[deployment.daemon_files.staged] = deployment.daemon_text.encode()
             files[f"{record}/{WEIGHTS_FILE}"] = deployment.daemon_text.encode()
         self.remote.stats.uploads += len(files)
@@ -375,10 +412,11 @@ class HostSession:
         with `start=False`, leave it stopped: the GPUs are not free for it)."""
         self.report("step", step="install", path=deployment.unit_path)
         unit_q = shlex.quote(f"{deployment.unit}.service")
-        command = (f"set -e; mv -f {shlex.quote(deployment.staged_unit_path)} {shlex.quote(deployment.unit_path)}; "
-                   f"{deployment.daemon_files.install_sh()}; {deployment.daemon_files.stop_sh()}; "
-                   f"systemctl daemon-reload; systemctl reset-failed {unit_q} 2>/dev/null || true; "
-                   f"systemctl enable --quiet --no-reload {unit_q} 2>/dev/null || true; "
+        command = (f"set -e; mv -f {shlex.quote(deployment.staged_unit_path)} "
+                   f"{shlex.quote(deployment.unit_path)}; {deployment.daemon_files.install_sh()}; "
+                   f"{deployment.daemon_files.stop_sh()}; systemctl daemon-reload; systemctl "
+                   f"reset-failed {unit_q} 2>/dev/null || true; systemctl enable --quiet "
+                   f"--no-reload {unit_q} 2>/dev/null || true; "
                    + (f"systemctl start {unit_q}; " if start else "")
                    + f"echo @@invocation@@; systemctl show -p InvocationID --value {unit_q}")
         if start:
@@ -390,7 +428,8 @@ class HostSession:
         """Install the staged unit (rename, daemon-reload) while the old server still serves; then,
         in the same round trip, stop it, wait up to `window_s` on the host until the GPUs are idle
         (`gpus_idle`'s rule, decided there by `idle_check_sh`) and start the new unit. The downtime
-        is the stop, the GPUs' release and the start. GPUs still busy leave it installed, stopped."""
+        is the stop, the GPUs' release and the start. GPUs still busy leave it installed,
+        stopped."""
         self.report("step", step="install", path=deployment.unit_path)
         if stop_first:
             self.report("step", step="stop", unit=deployment.unit)
@@ -399,11 +438,14 @@ class HostSession:
         tries = max(1, int(window_s / 0.1))
         live = shlex.quote(deployment.unit_path)
         command = (
-            f'l={live}; b="$l.sgdeploy-prev"; rm -f "$b"; [ ! -e "$l" ] || cp -p "$l" "$b" || exit 1; '
-            f'mv -f {shlex.quote(deployment.staged_unit_path)} "$l" || {{ rm -f "$b"; echo {SWAP_INSTALL_FAILED}; '
+            f'l={live}; b="$l.sgdeploy-prev"; rm -f "$b"; [ ! -e "$l" ] || cp -p "$l" "$b" || exit '
+            f'1; mv -f {shlex.quote(deployment.staged_unit_path)} "$l" || {{ rm -f "$b"; echo '
+            f'{SWAP_INSTALL_FAILED}; '
             f"exit 1; }}; {deployment.daemon_files.install_sh()}; systemctl daemon-reload; "
-            f"systemctl reset-failed {unit_q} 2>/dev/null; systemctl enable --quiet --no-reload {unit_q} 2>/dev/null; "
-            # Nothing stops once sgdeploy is gone (this write fails): the unit file that was there goes back.
+            f"systemctl reset-failed {unit_q} 2>/dev/null; systemctl enable --quiet --no-reload "
+            f"{unit_q} 2>/dev/null; "
+            # Nothing stops once sgdeploy is gone (this write fails): the unit file that was there
+            # goes back.
             '[ ! -e "$b" ] || trap \'mv -f "$b" "$l"; systemctl daemon-reload; exit 1\' PIPE; '
             'echo @@installed@@ || exit 1; trap - PIPE; rm -f "$b"; '
             + (f"systemctl stop {unit_q}; " if stop_first else "")
@@ -429,7 +471,8 @@ class HostSession:
         kept = _kept_pids(head)
         verdict = gpus_idle(*_gpu_sections(state), deployment.gpus, kept_pids=kept)
         _, started, invocation = head.partition("@@invocation@@\n")
-        if started and not verdict.idle:  # the host's rule and gpus_idle disagree: never run on busy GPUs
+        # the host's rule and gpus_idle disagree: never run on busy GPUs
+        if started and not verdict.idle:
             self.remote.run(stop_sh(deployment.unit))
             started, invocation = "", ""
         return Swapped(result, True, verdict, bool(started), invocation.strip() or None, kept)
@@ -446,7 +489,9 @@ class HostSession:
     def follow(self, deployment: Deployment, invocation: str, expected: list[str] | None,
                stop: threading.Event | None = None) -> StartupResult:
         """Follow the unit's journal for this invocation (`JournalFollower.follow`)."""
-        return JournalFollower(self.remote, self.report).follow(deployment, invocation, expected, stop)
+        return JournalFollower(self.remote, self.report).follow(
+            deployment, invocation, expected, stop
+        )
 
     def health_path(self, deployment: Deployment) -> str:
         return self._health_paths.get(deployment.id, deployment.health_path)
@@ -459,8 +504,8 @@ class HostSession:
         status = self.remote.http_get(deployment.port, path).status
         if status == 404 and path == "/ready":
             self._health_paths[deployment.id] = "/health"
-            self.report("warning", text=f"GET /ready on port {deployment.port} answered 404: this SGLang build "
-                        "has no /ready endpoint; checking /health instead")
+            self.report("warning", text=f"GET /ready on port {deployment.port} answered 404: this "
+                        "SGLang build has no /ready endpoint; checking /health instead")
             status = self.remote.http_get(deployment.port, "/health").status
         return status
 
@@ -477,7 +522,8 @@ class HostSession:
             except ConnectionRefusedError as exc:
                 last = str(exc)
             time.sleep(0.5)
-        return Watched(False, f"{self.health_path(deployment)} did not return 200 within {timeout_s:.0f} s ({last})")
+        return Watched(False, f"{self.health_path(deployment)} did not return 200 within "
+                              f"{timeout_s:.0f} s ({last})")
 
     def settle(self, deployment: Deployment, seconds: float) -> Watched:
         """Watch a ready server for `seconds`: same main process, no restart, still healthy."""
@@ -492,7 +538,8 @@ class HostSession:
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
             now = self.remote.run(probe).stdout
             if now != first:
-                return Watched(False, f"the server died after becoming ready ({' '.join(now.split())})")
+                return Watched(False, "the server died after becoming ready "
+                                      f"({' '.join(now.split())})")
         try:
             status = self.get_health(deployment)
         except ConnectionRefusedError:
@@ -503,12 +550,15 @@ class HostSession:
         return Watched(True, "stable")
 
     def journal_tail(self, unit: str, lines: int = 15) -> list[str]:
-        out = self.remote.run(f"journalctl -u {shlex.quote(unit + '.service')} -o cat -n {lines} --no-pager").stdout
+        out = self.remote.run(f"journalctl -u {shlex.quote(unit + '.service')} -o cat -n {lines} "
+                              "--no-pager").stdout
         return redact(out).splitlines()
 
     def server_info(self, deployment: Deployment) -> dict[str, Any] | None:
         """SGLang's resolved arguments, less the secret ones (SGLang returns its api_key here)."""
-        headers = bearer_headers(self.remote, deployment.profile_text, deployment.unit, deployment.sglang_version)
+        headers = bearer_headers(
+            self.remote, deployment.profile_text, deployment.unit, deployment.sglang_version
+        )
         for path in ("/server_info", "/get_server_info"):
             try:
                 response = self.remote.http_get(deployment.port, path, headers=headers)
@@ -539,7 +589,9 @@ class HostSession:
             prune += f"\nrm -f {shlex.quote(deployment.staged_unit_path)}"
         result = self.remote.write_files(files, then=prune)
         if not result.ok:
-            self.report("warning", text=f"could not record {deployment.id}: {result.stderr.strip()}")
+            self.report(
+                "warning", text=f"could not record {deployment.id}: {result.stderr.strip()}"
+            )
 
     def read_record(self, state_dir: str, deployment_id: str) -> dict[str, str] | None:
         """A finished deployment's files (None if missing or damaged), read once per session: an
@@ -547,7 +599,8 @@ class HostSession:
         probe baseline), and sgdeploy never rewrites a record other than the one it is writing."""
         key = (state_dir, deployment_id)
         if key not in self._records:
-            out = self.remote.run(record_files_sh(shlex.quote(f"{state_dir}/{deployment_id}"))).stdout
+            out = self.remote.run(record_files_sh(shlex.quote(f"{state_dir}/"
+                                                              f"{deployment_id}"))).stdout
             self._records[key] = split_files(out)
         return self._records[key]
 
@@ -592,8 +645,8 @@ def healthy_now(session: HostSession, unit: str) -> str | None:
         status = session.remote.http_get(port, "/health").status
     except (ConnectionRefusedError, RemoteError):
         return None
-    return (f"{unit}.service is running (main pid {state.get('MainPID')}) and GET /health on port {port} "
-            "answers 200") if status == 200 else None
+    return (f"{unit}.service is running (main pid {state.get('MainPID')}) and GET /health on port "
+            f"{port} answers 200") if status == 200 else None
 
 
 class BackgroundCheck:
@@ -629,5 +682,11 @@ def facts_key(loaded: LoadedProfile) -> FactsKey:
 
     profile = loaded.model
     assert profile is not None
-    return FactsKey(profile.deploy.unit, profile.deploy.python, str(profile.server.get("model_path", "")),
-                    server_port(profile.server), profile.deploy.run_as, host_file_paths(loaded))
+    return FactsKey(
+        profile.deploy.unit,
+        profile.deploy.python,
+        str(profile.server.get("model_path", "")),
+        server_port(profile.server),
+        profile.deploy.run_as,
+        host_file_paths(loaded),
+    )

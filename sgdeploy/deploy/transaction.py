@@ -26,7 +26,13 @@ from sgdeploy.deploy.prestop import BeforeStop
 from sgdeploy.deploy.probe import ProbeOutcome, compare, probe_remote
 from sgdeploy.deploy.secret_args import api_key_for
 from sgdeploy.deploy.session import SWAP_WINDOW_S, HostSession, Watched, healthy_now
-from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost, RemoteError, RemoteHost
+from sgdeploy.host.remote import (
+    CommandResult,
+    ConnectError,
+    ConnectionLost,
+    RemoteError,
+    RemoteHost,
+)
 from sgdeploy.logs import LogReport, settings_changed
 from sgdeploy.logs.report import Adjustment
 from sgdeploy.profile.inventory import HostEntry
@@ -54,14 +60,19 @@ class ApplyOptions:
     probe: bool = False  # measure throughput after ready and record it
     min_ratio: float | None = None  # fail (and roll back) below this share of the last good figure
     sglang: str | None = None
-    adopt: bool = False  # stop an SGLang server on the profile's port outside its unit, then take over
+    # stop an SGLang server on the profile's port outside its unit, then take over
+    adopt: bool = False
     sglang_check: bool = True  # ask the host's own SGLang about the launch before anything stops
     sglang_check_timeout_s: float = 60.0
-    wait_for_gpus_s: float | None = None  # wait (bounded) for processes outside the unit to leave its GPUs
-    read_ahead: bool = True  # read the weights into the page cache before the stop (sgdeploy.host.pagecache)
-    # Run last before the stop (a gateway drains the server): a sentence refuses the start, nothing stopped
+    # wait (bounded) for processes outside the unit to leave its GPUs
+    wait_for_gpus_s: float | None = None
+    # read the weights into the page cache before the stop (sgdeploy.host.pagecache)
+    read_ahead: bool = True
+    # Run last before the stop (a gateway drains the server): a sentence refuses the start, nothing
+    # stopped
     before_stop: BeforeStop | None = None
-    # Run once the result is known, over the host's connection still open (a gateway puts the worker back)
+    # Run once the result is known, over the host's connection still open (a gateway puts the worker
+    # back)
     after_host: Callable[[HostSession, ApplyResult], None] | None = None
 
 
@@ -125,9 +136,11 @@ class ApplyResult:
     plan: Plan | None = None
     timings: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
-    sglang_check: CheckReport | None = None  # SGLang's own verdict on the host, its prediction and what differed
+    # SGLang's own verdict on the host, its prediction and what differed
+    sglang_check: CheckReport | None = None
     disagreements: tuple[Disagreement, ...] = ()  # host verdict vs offline rules
-    unreachable: bool = False  # could not connect: `plan` exits 2 for it, not 1 (would refuse); not in the JSON
+    # could not connect: `plan` exits 2 for it, not 1 (would refuse); not in the JSON
+    unreachable: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """The result as JSON, with every secret in it (a log line, a finding) `<redacted>`."""
@@ -177,31 +190,41 @@ class Transaction:
         began = time.monotonic()
         staged = staged or self.session.stage(deployment)  # done already when taking the lock
         if not staged.ok:
-            return StartupResult(False, reason=f"cannot write {deployment.unit_path} or the record (nothing was "
-                                 f"stopped): {staged.stderr.strip() or 'exit ' + str(staged.exit_code)}",
+            return StartupResult(False, reason=f"cannot write {deployment.unit_path} or the record "
+                                 "(nothing was stopped): "
+                                 f"{staged.stderr.strip() or 'exit ' + str(staged.exit_code)}",
                                  failure_kind="stage_failed", seconds=time.monotonic() - began)
         refused = gate() if gate is not None else None
         if refused is not None:
             refused.seconds = time.monotonic() - began
             return refused
         if takeover:
-            result, invocation, busy = self._stop_and_start_adopting(deployment, stop_first, takeover,
-                                                                     best_effort_idle)
+            result, invocation, busy = self._stop_and_start_adopting(
+                deployment, stop_first, takeover, best_effort_idle
+            )
         else:
             result, invocation, busy = self._swap(deployment, stop_first)
         if busy is not None:
             busy.seconds = time.monotonic() - began
             return busy
         if not result.ok or not invocation:
-            return StartupResult(False, reason="installing or starting the unit failed: "
-                                 + (result.stderr.strip() or f"exit {result.exit_code}"),
-                                 failure_kind="start_failed", explain=result.stderr.strip().splitlines()[-10:],
-                                 seconds=time.monotonic() - began)
+            return StartupResult(
+                False,
+                reason="installing or starting the unit failed: "
+                + (result.stderr.strip() or f"exit {result.exit_code}"),
+                failure_kind="start_failed",
+                explain=result.stderr.strip().splitlines()[-10:],
+                seconds=time.monotonic() - began,
+            )
         startup = self.session.follow(deployment, invocation, deployment.expected_phases)
         if startup.ready:
             info: list[dict[str, Any] | None] = []  # /server_info, asked beside the health check
-            asking = threading.Thread(target=self._server_info, args=(deployment, info), daemon=True,
-                                      name="sgdeploy-server-info")
+            asking = threading.Thread(
+                target=self._server_info,
+                args=(deployment, info),
+                daemon=True,
+                name="sgdeploy-server-info",
+            )
             asking.start()
             healthy, why = self.serving(deployment)
             if not healthy:
@@ -209,7 +232,9 @@ class Transaction:
                 startup.explain = self.session.journal_tail(deployment.unit)
             else:
                 asking.join()
-                startup.auto_adjusted = adjustments(startup.report, info[0] if info else None, deployment.server)
+                startup.auto_adjusted = adjustments(
+                    startup.report, info[0] if info else None, deployment.server
+                )
         startup.seconds = time.monotonic() - began
         return startup
 
@@ -222,76 +247,119 @@ class Transaction:
         with contextlib.suppress(RemoteError):  # none: the adjustments come from the log alone
             into.append(self.session.server_info(deployment))
 
-    def _swap(self, deployment: Deployment, stop_first: bool) -> tuple[CommandResult, str | None, StartupResult | None]:
+    def _swap(
+        self, deployment: Deployment, stop_first: bool
+    ) -> tuple[CommandResult, str | None, StartupResult | None]:
         """Install, stop, start in one round trip when the GPUs free at once; else wait for them."""
-        swap = self.session.swap(deployment, stop_first, min(SWAP_WINDOW_S, self.options.gpu_idle_timeout_s))
+        swap = self.session.swap(
+            deployment, stop_first, min(SWAP_WINDOW_S, self.options.gpu_idle_timeout_s)
+        )
         if not swap.installed:
-            return swap.result, None, StartupResult(
-                False, reason=f"cannot install {deployment.unit_path} (nothing was stopped): "
-                f"{swap.result.stderr.strip() or 'exit ' + str(swap.result.exit_code)}", failure_kind="stage_failed")
+            return (
+                swap.result,
+                None,
+                StartupResult(
+                    False,
+                    reason=f"cannot install {deployment.unit_path} (nothing was stopped): "
+                    f"{swap.result.stderr.strip() or 'exit ' + str(swap.result.exit_code)}",
+                    failure_kind="stage_failed",
+                ),
+            )
         if swap.started:
             return swap.result, swap.invocation, None
         left = max(self.options.gpu_idle_timeout_s - SWAP_WINDOW_S, 0.0)
-        verdict = self.session.wait_gpus_idle(deployment.gpus, left, swap.kept_pids) if left else swap.verdict
+        verdict = (
+            self.session.wait_gpus_idle(deployment.gpus, left, swap.kept_pids)
+            if left
+            else swap.verdict
+        )
         if verdict is None or not verdict.idle:
             # Started into held GPUs it would crash and restart in a loop: installed, left stopped.
             detail = (f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: "
-                      f"{verdict.describe() if verdict else 'unknown'}; {deployment.unit}.service is installed "
-                      "but left stopped")
+                      f"{verdict.describe() if verdict else 'unknown'}; {deployment.unit}.service "
+                      "is installed but left stopped")
             return swap.result, None, StartupResult(False, reason=detail, failure_kind="gpus_busy")
         result, invocation = self.session.start_installed(deployment)
         return result, invocation, None
 
-    def _stop_and_start_adopting(self, deployment: Deployment, stop_first: bool, takeover: tuple[Takeover, ...],
-                                 best_effort_idle: bool) -> tuple[CommandResult, str | None, StartupResult | None]:
-        """`--adopt`: stop the unit and the servers outside it, wait for the GPUs, install, start."""
+    def _stop_and_start_adopting(
+        self,
+        deployment: Deployment,
+        stop_first: bool,
+        takeover: tuple[Takeover, ...],
+        best_effort_idle: bool,
+    ) -> tuple[CommandResult, str | None, StartupResult | None]:
+        """`--adopt`: stop the unit and the servers outside it, wait for the GPUs, install,
+        start."""
         if stop_first:
             self.session.stop(deployment.unit)
         self.session.take_over(takeover)
         verdict = self.session.wait_gpus_idle(deployment.gpus, self.options.gpu_idle_timeout_s)
         if not verdict.idle:
-            detail = f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: {verdict.describe()}"
+            detail = (f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: "
+                      f"{verdict.describe()}")
             if best_effort_idle:
                 self.session.install_and_start(deployment, start=False)
                 detail += f"; {deployment.unit}.service is installed but left stopped"
-            return CommandResult("", 1, "", ""), None, StartupResult(False, reason=detail, failure_kind="gpus_busy")
+            return (
+                CommandResult("", 1, "", ""),
+                None,
+                StartupResult(False, reason=detail, failure_kind="gpus_busy"),
+            )
         result, invocation = self.session.install_and_start(deployment)
         return result, invocation, None
 
-    def measure(self, deployment: Deployment, startup: StartupResult, baseline: dict[str, Any] | None) -> None:
-        """Run the throughput probe on a ready server; below --min-ratio the start counts as failed."""
+    def measure(
+        self, deployment: Deployment, startup: StartupResult, baseline: dict[str, Any] | None
+    ) -> None:
+        """Run the throughput probe on a ready server; below --min-ratio the start counts as
+        failed."""
         settings = ProbeSettings.model_validate(deployment.probe_settings or {})
-        self.session.report("step", step="probe", endpoint=settings.endpoint, concurrency=settings.concurrency)
+        self.session.report(
+            "step", step="probe", endpoint=settings.endpoint, concurrency=settings.concurrency
+        )
         measured = probe_remote(self.session.remote, deployment.port, settings,
                                 api_key_for(self.session.remote, deployment))
         verdict = compare(measured, baseline, self.options.min_ratio or 0.0)
         startup.probe = ProbeOutcome(measured, verdict)
         self.session.report("probe", summary=measured.summary(), verdict=verdict.message)
         if self.options.min_ratio is not None and not verdict.ok:
-            startup.ready, startup.failure_kind, startup.reason = False, "throughput_regression", verdict.message
+            startup.ready, startup.failure_kind, startup.reason = (
+                False,
+                "throughput_regression",
+                verdict.message,
+            )
 
     def record(self, deployment: Deployment, startup: StartupResult, outcome: str,
                check: CheckReport | None = None, disagreements: Sequence[Disagreement] = (),
                unstage: bool = False) -> None:
-        """Write the outcome's record, with SGLang's own check and its disagreements when there are."""
+        """Write the outcome's record, with SGLang's own check and its disagreements when there
+        are."""
         report = startup.report
         meta = deployment_meta(
-            deployment, outcome,
+            deployment,
+            outcome,
             host=self.host,
             startup_s=round(startup.seconds, 2),
             phases=[p.as_dict() for p in report.phases] if report else [],
             phase_times=report.phase_times() if report else {},
             kv_cache_tokens=report.kv_cache_tokens if report else None,
             auto_adjusted=[a.as_dict() for a in startup.auto_adjusted],
-            failure={"kind": startup.failure_kind, "reason": startup.reason} if not startup.ready else None,
+            failure={"kind": startup.failure_kind, "reason": startup.reason}
+            if not startup.ready
+            else None,
             probe=startup.probe.as_dict() if startup.probe else None,
             **({"sglang_check": check.as_dict()} if check else {}),
             **({"disagreements": [d.as_dict() for d in disagreements]} if disagreements else {}),
         )
-        self.session.record(deployment, meta, last_good=outcome == "ready", keep=self.options.keep, unstage=unstage)
+        self.session.record(
+            deployment, meta, last_good=outcome == "ready", keep=self.options.keep, unstage=unstage
+        )
 
 
-def adjustments(report: LogReport | None, info: dict[str, Any] | None, server: dict[str, Any]) -> list[Adjustment]:
+def adjustments(
+    report: LogReport | None, info: dict[str, Any] | None, server: dict[str, Any]
+) -> list[Adjustment]:
     """What SGLang changed on its own: from the log, confirmed or completed by /server_info."""
     found = {a.field: a for a in report.auto_adjusted} if report else {}
     if info:
@@ -308,10 +376,13 @@ def result_from(startup: StartupResult, result: ApplyResult) -> ApplyResult:
     if not startup.ready:
         f = report.failure if report else None
         failure = StartFailure(
-            startup.failure_kind or (f.kind if f else "failed"), startup.reason, f.line if f else None,
+            startup.failure_kind or (f.kind if f else "failed"),
+            startup.reason,
+            f.line if f else None,
             # what the log reader weighed: how sure, and the later errors it set aside
             confidence=f.confidence if f else None,
-            consequences=tuple((n, text) for n, text in f.consequences) if f else None)
+            consequences=tuple((n, text) for n, text in f.consequences) if f else None,
+        )
     return dataclasses.replace(
         result,
         phase_times=report.phase_times() if report and startup.ready else {},
@@ -333,8 +404,13 @@ def connect(name: str, entry: HostEntry) -> RemoteHost:
 
 
 def on_host(
-    name: str, entry: HostEntry, unit: str, report: Reporter, what: str,
-    work: Callable[[HostSession], ApplyResult], after: Callable[[HostSession, ApplyResult], None] | None = None,
+    name: str,
+    entry: HostEntry,
+    unit: str,
+    report: Reporter,
+    what: str,
+    work: Callable[[HostSession], ApplyResult],
+    after: Callable[[HostSession, ApplyResult], None] | None = None,
     begun: HostSession | ConnectError | None = None,
 ) -> ApplyResult:
     """Connect (or take over `begun`, the session opened already or why none could be), run
@@ -348,7 +424,8 @@ def on_host(
     with remote:
         if remote.privileges.refusal:
             return ApplyResult(Exit.REFUSED, "refused", name, unit,
-                               f"{remote.privileges.refusal}; nothing was changed", stats=remote.stats.as_dict())
+                               f"{remote.privileges.refusal}; nothing was "
+                               "changed", stats=remote.stats.as_dict())
         session = begun or HostSession(remote, report)
         session.report = report
         try:
@@ -370,11 +447,13 @@ def confirmed(session: HostSession, result: ApplyResult) -> ApplyResult:
     try:
         healthy = healthy_now(session, result.unit)
     except RemoteError as exc:
-        return dataclasses.replace(result, message=f"{result.message} (the host could not be checked again: {exc})")
+        return dataclasses.replace(result, message=f"{result.message} (the host could not be "
+                                           f"checked again: {exc})")
     if healthy is None:
         return result
-    return dataclasses.replace(result, exit_code=Exit.ROLLED_BACK, message=f"{result.message}; checked again "
-                               f"before reporting: {healthy}, so a healthy server does run")
+    return dataclasses.replace(result, exit_code=Exit.ROLLED_BACK, message=f"{result.message}; "
+                               f"checked again before reporting: {healthy}, so a healthy server "
+                               "does run")
 
 
 def connection_lost(name: str, entry: HostEntry, unit: str, what: str, exc: ConnectionLost,
@@ -389,5 +468,6 @@ def connection_lost(name: str, entry: HostEntry, unit: str, what: str, exc: Conn
             return confirmed(HostSession(again), result)
     except RemoteError as error:
         return dataclasses.replace(
-            result, message=f"{result.message} (the host could not be reached again to check what runs: {error})")
+            result, message=f"{result.message} (the host could not be reached again to check what "
+                    f"runs: {error})")
 

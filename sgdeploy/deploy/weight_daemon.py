@@ -73,8 +73,12 @@ def template_environment(unit: str, sglang_version: str) -> tuple[tuple[str, str
 def owns_daemon(profile: Profile, sglang_version: str) -> bool:
     """Whether sgdeploy runs a daemon unit for this launch: a client of the weight cache on a
     release whose socket paths it can place (0.5.17 and 0.5.18 fix them under /tmp, per rank)."""
-    if profile.server.get("weight_cache_mode") != "client" or int(str(profile.server.get("nnodes") or 1)) > 1:
-        return False  # multi-node daemons need their own rendezvous (--dist-init-method): not rendered yet
+    if (
+        profile.server.get("weight_cache_mode") != "client"
+        or int(str(profile.server.get("nnodes") or 1)) > 1
+    ):
+        # multi-node daemons need their own rendezvous (--dist-init-method): not rendered yet
+        return False
     release = _release(sglang_version)
     return release is not None and release >= FIRST_OWNED_RELEASE
 
@@ -97,13 +101,19 @@ def ranks_on_node(profile: Profile) -> int:
 def daemon_environment(environment: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The server unit's environment as the daemon gets it: without an allocator setting that
     asks for expandable segments, which SGLang's daemon refuses (SGD542)."""
-    return [(k, v) for k, v in environment
-            if not (k in _ALLOCATOR_VARIABLES and "expandable_segments:true" in v.replace(" ", "").lower())]
+    return [
+        (k, v)
+        for k, v in environment
+        if not (
+            k in _ALLOCATOR_VARIABLES and "expandable_segments:true" in v.replace(" ", "").lower()
+        )
+    ]
 
 
 def ready_wait_command(unit: str, ranks: int, sglang_version: str) -> list[str]:
     """ExecStartPost=: wait until every daemon of the node has written its ready file (the
-    launcher does not tell systemd; TimeoutStartSec= bounds the wait, a daemon that dies fails it)."""
+    launcher does not tell systemd; TimeoutStartSec= bounds the wait, a daemon that dies fails
+    it)."""
     folder, name = runtime_folder(unit), "*.ready"
     if shares_private_tmp(sglang_version):
         folder, _, name = RANK_READY_GLOB.rpartition("/")
@@ -147,7 +157,8 @@ class DaemonFiles:
         unit_q, live = shlex.quote(f"{self.unit}.service"), shlex.quote(self.live)
         return (f'[ "$wkeep" = 1 ] || systemctl stop {unit_q} 2>/dev/null || true; '
                 f"systemctl reset-failed {unit_q} 2>/dev/null || true; "
-                f'if [ "$wdrop" = 1 ]; then systemctl disable --quiet {unit_q} 2>/dev/null; rm -f {live}; '
+                f'if [ "$wdrop" = 1 ]; then systemctl disable --quiet {unit_q} 2>/dev/null; rm -f '
+                f'{live}; '
                 "systemctl daemon-reload; fi")
 
     def kept_pids_sh(self) -> str:
@@ -155,5 +166,6 @@ class DaemonFiles:
         unit_q = shlex.quote(f"{self.unit}.service")
         # cgroup v2, or the unified and systemd trees of a hybrid (v1) layout
         return (f'if [ "$wkeep" = 1 ]; then cg=$(systemctl show -p ControlGroup --value {unit_q}); '
-                'for f in "/sys/fs/cgroup$cg" "/sys/fs/cgroup/unified$cg" "/sys/fs/cgroup/systemd$cg"; do '
-                '[ -n "$cg" ] && [ -r "$f/cgroup.procs" ] && { cat "$f/cgroup.procs"; break; }; done; fi')
+                'for f in "/sys/fs/cgroup$cg" "/sys/fs/cgroup/unified$cg" '
+                '"/sys/fs/cgroup/systemd$cg"; do [ -n "$cg" ] && [ -r "$f/cgroup.procs" ] && { cat '
+                '"$f/cgroup.procs"; break; }; done; fi')

@@ -161,14 +161,16 @@ class HostFacts:
     model_config_present: bool | None = None
     model_architectures: tuple[str, ...] = ()
     model_architecture: str | None = None
-    model_config_json: str | None = None  # the model's config.json (up to 256 KiB), for rules that read it
+    # the model's config.json (up to 256 KiB), for rules that read it
+    model_config_json: str | None = None
     model_weights_bytes: int | None = None  # the checkpoint beside it (safetensors index or files)
     # How many of the checkpoint's weight files the unit's user cannot open, and the first names
     model_unreadable_weights: tuple[int, tuple[str, ...]] = (0, ())
     port: int | None = None
     listening_ports: frozenset[int] | None = None
     port_listening: bool | None = None
-    port_holders: tuple[PortHolder, ...] = ()  # what listens on `port` (ss -p; empty: none or cannot tell)
+    # what listens on `port` (ss -p; empty: none or cannot tell)
+    port_holders: tuple[PortHolder, ...] = ()
     unit: SystemdUnitState | None = None
     deployments: tuple[str, ...] = ()
     last_good: str | None = None
@@ -311,11 +313,10 @@ def parse_compute_apps(
 # (its first column), read from /proc. A pid with no /proc entry here (another PID namespace)
 # prints empty fields. The systemd cgroup is the v2 line (`0::/...`) or v1's `name=systemd`.
 GPU_OWNERS_SH = (
-    "sgd_owners() { while IFS=, read -r sgd_p sgd_rest || [ -n \"$sgd_p\" ]; do "
-    "case $sgd_p in ''|*[!0-9]*) continue ;; esac; "
-    "sgd_u=$(stat -c %U /proc/$sgd_p 2>/dev/null) || sgd_u=; "
-    "sgd_c=$(sed -n 's/^0:://p; s/^[0-9]*:name=systemd://p' /proc/$sgd_p/cgroup 2>/dev/null | head -n 1); "
-    "printf '%s\\t%s\\t%s\\n' \"$sgd_p\" \"$sgd_u\" \"$sgd_c\"; done <\"$1\"; }; sgd_owners"
+    "sgd_owners() { while IFS=, read -r sgd_p sgd_rest || [ -n \"$sgd_p\" ]; do case $sgd_p in "
+    "''|*[!0-9]*) continue ;; esac; sgd_u=$(stat -c %U /proc/$sgd_p 2>/dev/null) || sgd_u=; "
+    "sgd_c=$(sed -n 's/^0:://p; s/^[0-9]*:name=systemd://p' /proc/$sgd_p/cgroup 2>/dev/null | head "
+    "-n 1); printf '%s\\t%s\\t%s\\n' \"$sgd_p\" \"$sgd_u\" \"$sgd_c\"; done <\"$1\"; }; sgd_owners"
 )
 
 
@@ -333,8 +334,12 @@ def parse_gpu_owners(text: str) -> dict[int, tuple[str | None, str | None]]:
 def with_owners(processes: Sequence[GpuProcess],
                 owners: Mapping[int, tuple[str | None, str | None]]) -> tuple[GpuProcess, ...]:
     """The processes with their user and cgroup filled in from `parse_gpu_owners`."""
-    return tuple(dataclasses.replace(p, user=owners[p.pid][0], cgroup=owners[p.pid][1]) if p.pid in owners else p
-                 for p in processes)
+    return tuple(
+        dataclasses.replace(p, user=owners[p.pid][0], cgroup=owners[p.pid][1])
+        if p.pid in owners
+        else p
+        for p in processes
+    )
 
 
 def owner_unit(cgroup: str | None) -> str | None:
@@ -412,7 +417,8 @@ class PortHolder:
     command: str  # its command line (/proc/PID/cmdline, NULs as spaces)
 
     def describe(self) -> str:
-        return f"pid {self.pid} ({redact(self.command) or '?'}{', user ' + self.user if self.user else ''})"
+        return (f"pid {self.pid} "
+                f"({redact(self.command) or '?'}{', user ' + self.user if self.user else ''})")
 
 
 def parse_port_holders(text: str) -> tuple[PortHolder, ...]:
@@ -700,7 +706,12 @@ def state_dir(unit: str) -> str:
 
 
 def facts_command(
-    unit: str, python: str, model_path: str, port: int, gpu_query: bool = True, user: str | None = None,
+    unit: str,
+    python: str,
+    model_path: str,
+    port: int,
+    gpu_query: bool = True,
+    user: str | None = None,
     files: Sequence[str] = (),
 ) -> str:
     """The one POSIX sh command that prints every section `parse_facts` reads.
@@ -889,8 +900,10 @@ def _facts_gpus(b: _Builder) -> None:
     apps = b.sections.get("gpu_apps")
     if apps is not None and apps.ok:
         owners = b.sections.get("gpu_owners")
-        b.values["gpu_processes"] = with_owners(parse_compute_apps(apps.stdout, APPS_QUERY_FIELDS),
-                                                parse_gpu_owners(owners.stdout) if owners and owners.ok else {})
+        b.values["gpu_processes"] = with_owners(
+            parse_compute_apps(apps.stdout, APPS_QUERY_FIELDS),
+            parse_gpu_owners(owners.stdout) if owners and owners.ok else {},
+        )
     elif apps is not None and not _not_found(apps):
         b.fail("gpu_apps", _failure(apps))
 
@@ -932,8 +945,10 @@ def _facts_model(b: _Builder) -> None:
     if kv.get("weights_bytes", "").isdigit():
         b.values["model_weights_bytes"] = int(kv["weights_bytes"])
     if kv.get("unreadable_count", "").isdigit():
-        b.values["model_unreadable_weights"] = (int(kv["unreadable_count"]),
-                                                tuple(json.loads(kv.get("unreadable_weights", "[]"))))
+        b.values["model_unreadable_weights"] = (
+            int(kv["unreadable_count"]),
+            tuple(json.loads(kv.get("unreadable_weights", "[]"))),
+        )
 
 
 def _facts_files(b: _Builder) -> None:
@@ -1053,7 +1068,8 @@ class GpuHolder:
 
     def describe(self) -> str:
         """`GPU 1: pid 480 (python3, user alice, session-3.scope) holds 5000 MiB`."""
-        owner = ", ".join(x for x in (self.process_name or "?", f"user {self.user}" if self.user else "",
+        owner = ", ".join(x for x in (self.process_name or "?", "user "
+                                                                f"{self.user}" if self.user else "",
                                       self.unit or "") if x)
         memory = "?" if self.used_memory_mib is None else self.used_memory_mib
         gpu = self.gpu_index if self.gpu_index is not None else self.gpu_uuid
@@ -1132,10 +1148,22 @@ def gpus_idle(
     chosen, unknown = _select(gpus, selected)
     by_uuid = {g.uuid: g for g in chosen}
     kept = set(kept_pids)
-    kept_mib = {uuid: sum(p.used_memory_mib or 0 for p in processes or () if p.pid in kept and p.gpu_uuid == uuid)
-                for uuid in by_uuid}
+    kept_mib = {
+        uuid: sum(
+            p.used_memory_mib or 0 for p in processes or () if p.pid in kept and p.gpu_uuid == uuid
+        )
+        for uuid in by_uuid
+    }
     holders = tuple(
-        GpuHolder(p.pid, p.process_name, p.used_memory_mib, by_uuid[p.gpu_uuid].index, p.gpu_uuid, p.user, p.unit)
+        GpuHolder(
+            p.pid,
+            p.process_name,
+            p.used_memory_mib,
+            by_uuid[p.gpu_uuid].index,
+            p.gpu_uuid,
+            p.user,
+            p.unit,
+        )
         for p in processes or ()
         if p.gpu_uuid in by_uuid and p.pid not in kept
     )
@@ -1152,8 +1180,8 @@ def gpus_idle(
 # `gpus_idle`'s verdict on the host, for a decision that cannot wait a round trip (start right
 # after the stop): exit 0 when idle. $1 is `--query-gpu=GPU_QUERY_FIELDS` output, $2
 # `--query-compute-apps=APPS_QUERY_FIELDS` output, $3 (optional) the pids kept on purpose, one a
-# line (read before $2); memory.used is the next-to-last column and gpu_uuid the last, so a GPU or process name with
-# a comma in it changes nothing. A kept process's memory is taken off its GPU's.
+# line (read before $2); memory.used is the next-to-last column and gpu_uuid the last, so a GPU or
+# process name with a comma in it changes nothing. A kept process's memory is taken off its GPU's.
 _IDLE_AWK = r"""
 function trim(s) { gsub(/^[ \t]+|[ \t\r]+$/, "", s); return s }
 BEGIN { n = split(want, w, " "); for (i = 1; i <= n; i++) need[w[i]] = 1; busy = 0 }
@@ -1178,8 +1206,11 @@ END {
 """
 
 
-def idle_check_sh(selected: Iterable[int | str] | None, baseline_mib: int = DEFAULT_IDLE_BASELINE_MIB) -> str:
-    """A shell function `sgd_idle GPUS_FILE APPS_FILE` deciding as `gpus_idle` does (exit 0: idle)."""
+def idle_check_sh(
+    selected: Iterable[int | str] | None, baseline_mib: int = DEFAULT_IDLE_BASELINE_MIB
+) -> str:
+    """A shell function `sgd_idle GPUS_FILE APPS_FILE` deciding as `gpus_idle` does (exit 0:
+    idle)."""
     want = " ".join(str(s).strip() for s in selected or ())
     if not re.fullmatch(r"[A-Za-z0-9 -]*", want):
         raise ValueError(f"not a GPU index or UUID: {want!r}")
@@ -1204,13 +1235,16 @@ def gpu_strangers(
     it may be the unit's own server seen through a container boundary.
     """
     service = _service_name(unit)
-    services = {service, *(_service_name(u) for u in own_units)}  # the deployment's other units (its daemon)
+    # the deployment's other units (its daemon)
+    services = {service, *(_service_name(u) for u in own_units)}
     own = set(own_pids)
     strangers: list[GpuHolder] = []
     undecided: list[GpuHolder] = []
     for holder in gpus_idle(gpus, processes, selected).holders:
         if holder.pid in own or holder.unit in services:
             continue
-        process = next(p for p in processes if p.pid == holder.pid and p.gpu_uuid == holder.gpu_uuid)
+        process = next(
+            p for p in processes if p.pid == holder.pid and p.gpu_uuid == holder.gpu_uuid
+        )
         (undecided if process.cgroup is None and unit_active else strangers).append(holder)
     return tuple(strangers), tuple(undecided)

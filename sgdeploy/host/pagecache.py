@@ -32,7 +32,8 @@ class PageCacheWarmth:
 
     def describe(self) -> str:
         if self.outcome == "warmed":
-            return f"read {self.bytes / 2**30:.1f} GiB of weights into the page cache in {self.seconds:.1f} s"
+            return (f"read {self.bytes / 2**30:.1f} GiB of weights into the page cache in "
+                    f"{self.seconds:.1f} s")
         return f"weights not read ahead: {self.reason or self.outcome}"
 
 
@@ -43,19 +44,18 @@ def warm_command(model_path: str, timeout_s: int = WARM_TIMEOUT_S) -> str:
     names = " -o ".join(f"-name {shlex.quote(p)}" for p in WEIGHT_PATTERNS)
     share = int(MAX_SHARE_OF_AVAILABLE * 100)
     return (
-        f"d={folder}; [ -d \"$d\" ] || {{ echo outcome=skipped; echo reason=no model folder on the host; exit 0; }}; "
-        f"size=$(find -L \"$d\" -maxdepth 1 -type f \\( {names} \\) -printf '%s\\n' | "
-        "awk '{s+=$1} END {printf \"%.0f\", s}'); "
-        "avail=$(awk '/^MemAvailable:/ {printf \"%.0f\", $2 * 1024}' /proc/meminfo); echo bytes=$size; "
-        "[ \"$size\" -gt 0 ] || { echo outcome=skipped; echo reason=no weight files beside config.json; exit 0; }; "
-        f"if [ \"$size\" -gt $((avail / 100 * {share})) ]; then echo outcome=skipped; "
-        "echo \"reason=$((size >> 30)) GiB of weights do not fit in half of the $((avail >> 30)) GiB "
-        "available\"; exit 0; fi; "
-        "t0=$(date +%s.%N); "
-        f"find -L \"$d\" -maxdepth 1 -type f \\( {names} \\) -print0 | "
-        f"timeout {int(timeout_s)} nice -n 19 ionice -c 3 xargs -0 -r cat > /dev/null 2>&1; rc=$?; "
-        "t1=$(date +%s.%N); echo seconds=$(awk -v a=$t0 -v b=$t1 'BEGIN {printf \"%.2f\", b - a}'); "
-        "if [ $rc = 0 ]; then echo outcome=warmed; else echo outcome=failed; echo reason=read ended with status $rc; fi"
+        f"d={folder}; [ -d \"$d\" ] || {{ echo outcome=skipped; echo reason=no model folder on the "
+        f"host; exit 0; }}; size=$(find -L \"$d\" -maxdepth 1 -type f \\( {names} \\) -printf "
+        "'%s\\n' | awk '{s+=$1} END {printf \"%.0f\", s}'); avail=$(awk '/^MemAvailable:/ {printf "
+        "\"%.0f\", $2 * 1024}' /proc/meminfo); echo bytes=$size; [ \"$size\" -gt 0 ] || { echo "
+        "outcome=skipped; echo reason=no weight files beside config.json; exit 0; }; if [ "
+        f"\"$size\" -gt $((avail / 100 * {share})) ]; then echo outcome=skipped; echo "
+        "\"reason=$((size >> 30)) GiB of weights do not fit in half of the $((avail >> 30)) GiB "
+        "available\"; exit 0; fi; t0=$(date +%s.%N); find -L \"$d\" -maxdepth 1 -type f \\( "
+        f"{names} \\) -print0 | timeout {int(timeout_s)} nice -n 19 ionice -c 3 xargs -0 -r cat > "
+        "/dev/null 2>&1; rc=$?; t1=$(date +%s.%N); echo seconds=$(awk -v a=$t0 -v b=$t1 'BEGIN "
+        "{printf \"%.2f\", b - a}'); if [ $rc = 0 ]; then echo outcome=warmed; else echo "
+        "outcome=failed; echo reason=read ended with status $rc; fi"
     )
 
 

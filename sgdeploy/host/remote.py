@@ -124,14 +124,18 @@ _PRIVILEGES_PROBE = (
     f"if [ -w {UNIT_DIR} ]; then echo units=writable; else echo units=readonly; fi; "
     "command -v sudo >/dev/null 2>&1 || { echo sudo=missing; exit 0; }; "
     "r=$(sudo -n -- sh -c 'echo sudo-uid=$(id -u)' 2>&1 </dev/null); "
-    'case $r in *sudo-uid=0*) echo sudo=ok ;; *) echo sudo=refused; printf "%s\\n" "$r" | head -n 3 ;; esac'
+    'case $r in *sudo-uid=0*) echo sudo=ok ;; *) echo sudo=refused; printf "%s\\n" "$r" | head -n '
+    '3 ;; esac'
 )
 
 
 def parse_privileges(output: str, user: str, host: str, become: bool | None) -> Privileges:
-    """The Privileges `_PRIVILEGES_PROBE` printed for `user` on `host`; `become` as in the inventory."""
+    """The Privileges `_PRIVILEGES_PROBE` printed for `user` on `host`; `become` as in the
+    inventory."""
     lines = output.splitlines()
-    values = dict(line.split("=", 1) for line in lines if "=" in line and line.split("=", 1)[0].isalpha())
+    values = dict(
+        line.split("=", 1) for line in lines if "=" in line and line.split("=", 1)[0].isalpha()
+    )
     if values.get("uid") == "0":
         return Privileges(user)
     sudo = values.get("sudo")
@@ -150,8 +154,8 @@ def parse_privileges(output: str, user: str, host: str, become: bool | None) -> 
     cannot = (f"cannot write {UNIT_DIR}" if values.get("units") != "writable"
               else "cannot run systemctl on system units")
     return Privileges(user, root=False, refusal=(
-        f"user {user} on {host} {cannot} and {why}; let it run commands as root through sudo without "
-        f"a password (sudoers: `{user} ALL=(root) NOPASSWD: ALL`) or connect as root"))
+        f"user {user} on {host} {cannot} and {why}; let it run commands as root through sudo "
+        f"without a password (sudoers: `{user} ALL=(root) NOPASSWD: ALL`) or connect as root"))
 
 
 @dataclass
@@ -176,7 +180,9 @@ class HttpResponse:
 class RemoteHost:
     """An SSH connection to one inventory host."""
 
-    def __init__(self, name: str, entry: HostSettings, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
+    def __init__(
+        self, name: str, entry: HostSettings, connect_timeout: float = CONNECT_TIMEOUT_S
+    ) -> None:
         self.name = name
         self.entry = entry
         self.connect_timeout = connect_timeout
@@ -191,7 +197,8 @@ class RemoteHost:
 
     # -- connection ---------------------------------------------------------------------
     def connect(self) -> RemoteHost:
-        """Connect the way `ssh` would (see sgdeploy/host/sshconfig.py), through each ProxyJump hop."""
+        """Connect the way `ssh` would (see sgdeploy/host/sshconfig.py), through each ProxyJump
+        hop."""
         try:
             chain = sshconfig.for_host(self.name, self.entry)
         except sshconfig.SshConfigError as exc:
@@ -221,7 +228,8 @@ class RemoteHost:
         if user == "root":
             return Privileges()
         try:
-            result = self._run_on_channel(_PRIVILEGES_PROBE, timeout=30)  # the shell starts as root, later
+            # the shell starts as root, later
+            result = self._run_on_channel(_PRIVILEGES_PROBE, timeout=30)
         except RemoteError as exc:
             self.close()
             raise ConnectError(f"{self.name}: connected as {user}, then: {exc}") from exc
@@ -231,15 +239,22 @@ class RemoteHost:
         """The command line to run: through `sudo -n` when the login needs it for root."""
         return f"sudo -n -- sh -c {shlex.quote(command)}" if self.privileges.sudo else command
 
-    def _socket(self, hop: SshTarget, via: SshTarget | None, through: paramiko.SSHClient | None) -> Any:
-        """How to reach `hop`: a channel through the previous hop, its ProxyCommand, or None (TCP)."""
+    def _socket(
+        self, hop: SshTarget, via: SshTarget | None, through: paramiko.SSHClient | None
+    ) -> Any:
+        """How to reach `hop`: a channel through the previous hop, its ProxyCommand, or None
+        (TCP)."""
         where = f"{hop.hostname}:{hop.port}"
         if through is not None and via is not None:
             transport = through.get_transport()
             try:
                 assert transport is not None
-                return transport.open_channel("direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0),
-                                              timeout=self._timeout(hop))
+                return transport.open_channel(
+                    "direct-tcpip",
+                    (hop.hostname, hop.port),
+                    ("127.0.0.1", 0),
+                    timeout=self._timeout(hop),
+                )
             except (paramiko.SSHException, EOFError, OSError, AssertionError) as exc:
                 raise ConnectError(f"{self.name}: the bastion {via.alias} cannot reach {where}: "
                                    f"{str(exc) or type(exc).__name__}") from exc
@@ -247,7 +262,8 @@ class RemoteHost:
             try:
                 return paramiko.ProxyCommand(hop.proxy_command)
             except (paramiko.SSHException, OSError) as exc:
-                raise ConnectError(f"{self.name}: ProxyCommand for {hop.alias} failed: {exc}") from exc
+                raise ConnectError(f"{self.name}: ProxyCommand for {hop.alias} failed: "
+                                   f"{exc}") from exc
         return None
 
     def _timeout(self, hop: SshTarget) -> float:
@@ -260,24 +276,36 @@ class RemoteHost:
         known = _load_known_hosts(client, hop)
         client.set_missing_host_key_policy(_host_key_policy(hop))
         where = (_host_port(hop) + (f" (through {via.alias})" if via else "")
-                 + (f" (ProxyJump host {hop.alias}, on the way to {bastion_of.alias})" if bastion_of else ""))
+                 + (f" (ProxyJump host {hop.alias}, on the way to "
+                    f"{bastion_of.alias})" if bastion_of else ""))
         keys = [f for f in hop.identity_files if os.path.isfile(f)]
         timeout = self._timeout(hop)
         try:
-            client.connect(hop.hostname, port=hop.port, username=hop.user, key_filename=keys or None,
-                           look_for_keys=False, allow_agent=hop.identity_agent != "none", timeout=timeout,
-                           banner_timeout=timeout, auth_timeout=timeout, sock=sock)
+            client.connect(
+                hop.hostname,
+                port=hop.port,
+                username=hop.user,
+                key_filename=keys or None,
+                look_for_keys=False,
+                allow_agent=hop.identity_agent != "none",
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                sock=sock,
+            )
         except paramiko.BadHostKeyException as exc:
-            raise ConnectError(f"{self.name}: the host key of {where} CHANGED: it differs from the one for "
-                               f"'{_key_name(hop)}' in {_files(known)}; refusing to connect") from exc
+            raise ConnectError(f"{self.name}: the host key of {where} CHANGED: it differs from the "
+                               f"one for '{_key_name(hop)}' in {_files(known)}; refusing to "
+                               "connect") from exc
         except paramiko.AuthenticationException as exc:
             raise ConnectError(self._auth_failed(hop, where, keys, exc)) from exc
         except paramiko.SSHException as exc:
             if "not found in known_hosts" in str(exc):
                 raise ConnectError(f"{self.name}: the host key of {where} is unknown: no entry for "
-                                   f"'{_key_name(hop)}' in {_files(known) or ' or '.join(hop.known_hosts)}; "
-                                   "check it and add it there (ssh-keyscan), or set "
-                                   "strict_host_key_checking = false for this host") from exc
+                                   f"'{_key_name(hop)}' in "
+                                   f"{_files(known) or ' or '.join(hop.known_hosts)}; check it and "
+                                   "add it there (ssh-keyscan), or set strict_host_key_checking = "
+                                   "false for this host") from exc
             reason = _ssh_reason(exc, hop)
             raise ConnectError(f"{self.name}: SSH to {where} failed: {reason}") from exc
         except (OSError, EOFError) as exc:
@@ -290,14 +318,18 @@ class RemoteHost:
         locked = [k for k in keys if sshconfig.encrypted_key(k)]
         agent = hop.identity_agent != "none" and bool(os.environ.get("SSH_AUTH_SOCK"))
         if locked:
-            held = "the SSH agent does not hold it" if agent else "no SSH agent is running (SSH_AUTH_SOCK)"
-            return (f"{self.name}: cannot log in to {hop.user}@{where}: the identity file {', '.join(locked)} "
-                    f"is protected by a passphrase and {held}; load it with `ssh-add {locked[0]}` "
-                    "(sgdeploy never asks for a passphrase)")
+            held = (
+                "the SSH agent does not hold it"
+                if agent
+                else "no SSH agent is running (SSH_AUTH_SOCK)"
+            )
+            return (f"{self.name}: cannot log in to {hop.user}@{where}: the identity file "
+                    f"{', '.join(locked)} is protected by a passphrase and {held}; load it with "
+                    f"`ssh-add {locked[0]}` (sgdeploy never asks for a passphrase)")
         missing = [f for f in hop.identity_files if f not in keys] if hop.identity_files_set else []
         offered = ", ".join(keys) or "none"
-        return (f"{self.name}: {hop.user}@{where} refused every key offered (identity files: {offered}"
-                f"{'; missing: ' + ', '.join(missing) if missing else ''}; SSH agent: "
+        return (f"{self.name}: {hop.user}@{where} refused every key offered (identity files: "
+                f"{offered}{'; missing: ' + ', '.join(missing) if missing else ''}; SSH agent: "
                 f"{'yes' if agent else 'no'}): {exc}")
 
     def __enter__(self) -> RemoteHost:
@@ -332,7 +364,9 @@ class RemoteHost:
             raise _dropped(self.name, exc) from exc
 
     # -- commands -------------------------------------------------------------------------
-    def run(self, command: str, timeout: float = COMMAND_TIMEOUT_S, stdin: bytes | None = None) -> CommandResult:
+    def run(
+        self, command: str, timeout: float = COMMAND_TIMEOUT_S, stdin: bytes | None = None
+    ) -> CommandResult:
         """Run one `sh` command line; never raises for a non-zero exit.
 
         Commands run one after another in one shell on the host (`_Shell`): a channel of its own
@@ -387,7 +421,8 @@ class RemoteHost:
         try:
             return shell.run(self.name, command, timeout, self._transport_alive)
         except (CommandTimeout, ConnectionLost):
-            self._shell = None  # whatever it was running may still run: the next command gets another
+            # whatever it was running may still run: the next command gets another
+            self._shell = None
             _close(shell.channel)
             raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
@@ -417,9 +452,11 @@ class RemoteHost:
                         err += channel.recv_stderr(65536)
                     break
                 elif time.monotonic() > deadline:
-                    raise CommandTimeout(f"{self.name}: command ran past {timeout:.0f} s: {command[:120]}")
+                    raise CommandTimeout(f"{self.name}: command ran past {timeout:.0f} s: "
+                                         f"{command[:120]}")
                 elif channel.closed and not self._transport_alive():
-                    raise ConnectionLost(f"{self.name}: the SSH connection dropped during: {command[:120]}")
+                    raise ConnectionLost(f"{self.name}: the SSH connection dropped during: "
+                                         f"{command[:120]}")
                 else:
                     select.select([channel], [], [], 0.05)
             code = channel.recv_exit_status()
@@ -427,7 +464,9 @@ class RemoteHost:
             raise _dropped(self.name, exc) from exc
         finally:
             _close(channel)
-        return CommandResult(command, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        return CommandResult(
+            command, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+        )
 
     def _transport_alive(self) -> bool:
         try:
@@ -435,8 +474,11 @@ class RemoteHost:
         except ConnectionLost:
             return False
 
-    def write_files(self, files: dict[str, bytes], mode: int = 0o644, then: str = "") -> CommandResult:
-        """Write files atomically (temporary file in the same folder, then rename) in one round trip.
+    def write_files(
+        self, files: dict[str, bytes], mode: int = 0o644, then: str = ""
+    ) -> CommandResult:
+        """Write files atomically (temporary file in the same folder, then rename) in one round
+        trip.
 
         `then` is a command run after every file is in place, in the same round trip. The old
         content of a path stays intact when anything fails (disk full, read-only folder).
@@ -462,7 +504,8 @@ class RemoteHost:
                     if channel.exit_status_ready() and not channel.recv_ready():
                         return
                     if not self._transport_alive():
-                        raise ConnectionLost(f"{self.name}: the SSH connection dropped while following output")
+                        raise ConnectionLost(f"{self.name}: the SSH connection dropped while "
+                                             "following output")
                     yield None
                     continue
                 chunk = channel.recv(65536)
@@ -516,13 +559,16 @@ class RemoteHost:
 
     # -- HTTP on the host -----------------------------------------------------------------
     def _tunnel(self, port: int, timeout: float) -> paramiko.Channel:
-        """A TCP connection to 127.0.0.1:<port> on the host, through the SSH transport (like ssh -L)."""
+        """A TCP connection to 127.0.0.1:<port> on the host, through the SSH transport (like ssh
+        -L)."""
         self.stats.http_requests += 1
         try:
-            return self._transport.open_channel("direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0),
-                                                timeout=timeout)
+            return self._transport.open_channel(
+                "direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0), timeout=timeout
+            )
         except paramiko.ChannelException as exc:
-            raise ConnectionRefusedError(f"{self.name}: nothing listens on 127.0.0.1:{port} ({exc})") from exc
+            raise ConnectionRefusedError(f"{self.name}: nothing listens on 127.0.0.1:{port} "
+                                         f"({exc})") from exc
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise _dropped(self.name, exc) from exc
 
@@ -533,7 +579,8 @@ class RemoteHost:
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         try:
             channel.settimeout(timeout)
-            channel.sendall(f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n{extra}Connection: close\r\n\r\n"
+            channel.sendall(f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n{extra}Connection: "
+                            "close\r\n\r\n"
                             .encode())
             raw = bytearray()
             while True:
@@ -547,8 +594,15 @@ class RemoteHost:
             _close(channel)
         return _parse_http(bytes(raw))
 
-    def http_stream(self, port: int, method: str, path: str, body: bytes = b"",
-                    headers: dict[str, str] | None = None, timeout: float = 60.0) -> Iterator[bytes]:
+    def http_stream(
+        self,
+        port: int,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> Iterator[bytes]:
         """Send one request to 127.0.0.1:<port> on the host; yield the response body as it arrives.
 
         HTTP/1.1 with `Connection: close`: a chunked body is decoded, otherwise the body runs to
@@ -566,13 +620,22 @@ class RemoteHost:
 
         try:
             channel.settimeout(timeout)
-            head = {"Host": f"127.0.0.1:{port}", "Content-Length": str(len(body)), "Connection": "close",
-                    **(headers or {})}
-            channel.sendall(f"{method} {path} HTTP/1.1\r\n".encode()
-                            + "".join(f"{k}: {v}\r\n" for k, v in head.items()).encode() + b"\r\n" + body)
+            head = {
+                "Host": f"127.0.0.1:{port}",
+                "Content-Length": str(len(body)),
+                "Connection": "close",
+                **(headers or {}),
+            }
+            channel.sendall(
+                f"{method} {path} HTTP/1.1\r\n".encode()
+                + "".join(f"{k}: {v}\r\n" for k, v in head.items()).encode()
+                + b"\r\n"
+                + body
+            )
             while b"\r\n\r\n" not in buf:
                 if not more():
-                    raise ConnectionLost(f"{self.name}: {method} {path} on port {port}: no HTTP response")
+                    raise ConnectionLost(f"{self.name}: {method} {path} on port {port}: no HTTP "
+                                         "response")
             end = buf.index(b"\r\n\r\n") + 4
             response = _parse_http(bytes(buf[:end]))
             del buf[:end]
@@ -580,7 +643,8 @@ class RemoteHost:
                 while len(buf) < 4096 and more():
                     pass
                 raise RemoteError(f"{self.name}: {method} {path} on port {port} answered HTTP "
-                                  f"{response.status}: {bytes(buf[:300]).decode('utf-8', 'replace').strip()}")
+                                  f"{response.status}: "
+                                  f"{bytes(buf[:300]).decode('utf-8', 'replace').strip()}")
             if "chunked" not in response.headers.get("transfer-encoding", "").lower():
                 left = int(response.headers.get("content-length", -1))
                 while left != 0 and (buf or more()):
@@ -609,7 +673,8 @@ class RemoteHost:
                     pass
                 del buf[:2]
         except TimeoutError as exc:
-            raise CommandTimeout(f"{self.name}: {method} {path} on port {port}: no data for {timeout:.0f} s") from exc
+            raise CommandTimeout(f"{self.name}: {method} {path} on port {port}: no data for "
+                                 f"{timeout:.0f} s") from exc
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise _dropped(self.name, exc) from exc
         finally:
@@ -653,15 +718,19 @@ class _Shell:
     def alive(self) -> bool:
         return _open_both_ways(self.channel)
 
-    def run(self, host: str, command: str, timeout: float, transport_alive: Callable[[], bool]) -> CommandResult:
+    def run(
+        self, host: str, command: str, timeout: float, transport_alive: Callable[[], bool]
+    ) -> CommandResult:
         marker = f"@@sgdeploy:done-{uuid.uuid4().hex}@@"
         channel = self.channel
-        channel.sendall(f"sh -c {shlex.quote(command)} </dev/null; sgd_rc=$?; printf '\\n%s %s\\n' {marker} "
-                        f"\"$sgd_rc\"; printf '\\n%s\\n' {marker} >&2\n".encode())
+        channel.sendall(f"sh -c {shlex.quote(command)} </dev/null; sgd_rc=$?; printf '\\n%s %s\\n' "
+                        f"{marker} \"$sgd_rc\"; printf '\\n%s\\n' {marker} >&2\n".encode())
         end_out, end_err = f"\n{marker} ".encode(), f"\n{marker}\n".encode()
         out, err = bytearray(), bytearray()
         deadline = time.monotonic() + timeout
-        while not (out.endswith(b"\n") and end_out in out[-len(end_out) - 12:] and err.endswith(end_err)):
+        while not (
+            out.endswith(b"\n") and end_out in out[-len(end_out) - 12 :] and err.endswith(end_err)
+        ):
             if channel.recv_ready():
                 out += channel.recv(65536)
             elif channel.recv_stderr_ready():
@@ -670,13 +739,19 @@ class _Shell:
                 raise CommandTimeout(f"{host}: command ran past {timeout:.0f} s: {command[:120]}")
             elif not _open_both_ways(channel):
                 if not transport_alive():
-                    raise ConnectionLost(f"{host}: the SSH connection dropped during: {command[:120]}")
-                raise ConnectionLost(f"{host}: the shell running commands ended during: {command[:120]}")
+                    raise ConnectionLost(f"{host}: the SSH connection dropped during: "
+                                         f"{command[:120]}")
+                raise ConnectionLost(f"{host}: the shell running commands ended during: "
+                                     f"{command[:120]}")
             else:
                 select.select([channel], [], [], 0.05)
         stdout, _, status = bytes(out).rpartition(end_out)
-        return CommandResult(command, int(status.strip() or b"255"), stdout.decode("utf-8", "replace"),
-                             bytes(err)[: -len(end_err)].decode("utf-8", "replace"))
+        return CommandResult(
+            command,
+            int(status.strip() or b"255"),
+            stdout.decode("utf-8", "replace"),
+            bytes(err)[: -len(end_err)].decode("utf-8", "replace"),
+        )
 
 
 class _AcceptNew(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
@@ -687,7 +762,9 @@ class _AcceptNew(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
         with open(self.path, "a", encoding="ascii") as handle:
             handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
@@ -702,14 +779,16 @@ def _host_key_policy(hop: SshTarget) -> paramiko.MissingHostKeyPolicy:
 
 
 def _load_known_hosts(client: paramiko.SSHClient, hop: SshTarget) -> list[str]:
-    """Load the hop's known_hosts files (hashed entries and `[host]:port` included); the ones read."""
+    """Load the hop's known_hosts files (hashed entries and `[host]:port` included); the ones
+    read."""
     read = []
     for path in (*hop.known_hosts, *hop.global_known_hosts):
         if os.path.isfile(path):
             try:
                 client.get_host_keys().load(path)
             except (OSError, paramiko.SSHException) as exc:
-                raise ConnectError(f"{hop.alias}: cannot read known_hosts file {path}: {exc}") from exc
+                raise ConnectError(f"{hop.alias}: cannot read known_hosts file {path}: "
+                                   f"{exc}") from exc
             read.append(path)
     return read
 
@@ -781,9 +860,9 @@ def write_files_command(files: dict[str, bytes], mode: int = 0o644, then: str = 
         tmp = posixpath.join(folder, f".{name}.sgdeploy-{uuid.uuid4().hex[:8]}")
         encoded = base64.b64encode(data).decode() or "''"
         parts.append(
-            f"mkdir -p {shlex.quote(folder)}; sgd_tmp={shlex.quote(tmp)}; trap 'rm -f \"$sgd_tmp\"' EXIT; "
-            f"printf %s {encoded} | base64 -d > \"$sgd_tmp\"; chmod {mode:o} \"$sgd_tmp\"; "
-            f"mv -f \"$sgd_tmp\" {shlex.quote(path)}; trap - EXIT"
+            f"mkdir -p {shlex.quote(folder)}; sgd_tmp={shlex.quote(tmp)}; trap 'rm -f "
+            f"\"$sgd_tmp\"' EXIT; printf %s {encoded} | base64 -d > \"$sgd_tmp\"; chmod {mode:o} "
+            f"\"$sgd_tmp\"; mv -f \"$sgd_tmp\" {shlex.quote(path)}; trap - EXIT"
         )
     if then:
         parts.append(then)

@@ -132,7 +132,8 @@ class Server:
     process: Process
     children: tuple[int, ...] = ()
     gpus: tuple[int, ...] = ()
-    wrapper: str | None = None  # the command of the parent that started it, when it is no shell or init
+    # the command of the parent that started it, when it is no shell or init
+    wrapper: str | None = None
 
 
 @dataclass
@@ -164,7 +165,8 @@ def _words(raw: bytes) -> tuple[str, ...]:
 
 
 def _unit_of(cgroup: str) -> str | None:
-    """The systemd service of a process, from /proc/PID/cgroup (v2 `0::/...` or v1 `name=systemd`)."""
+    """The systemd service of a process, from /proc/PID/cgroup (v2 `0::/...` or v1
+    `name=systemd`)."""
     for line in cgroup.splitlines():
         path = line.split(":", 2)[-1]
         for part in reversed(path.split("/")):
@@ -220,15 +222,41 @@ def _process(pid: int, values: dict[str, str], tree: dict[int, tuple[int, str]])
     configs = {}
     for line in values.get("config", "").splitlines():
         word, _, config = line.partition(":")
-        configs[_decode(word).decode("utf-8", "surrogateescape")] = _decode(config).decode("utf-8", "replace")
-    return Process(pid=pid, ppid=tree.get(pid, (None, ""))[0], argv=_words(_decode(values.get("cmdline", ""))),
-                   environ=environ, cwd=cwd, user=values.get("user") or None,
-                   unit=_owning_unit(pid, _unit_of(_decode(values.get("cgroup", "")).decode("utf-8", "replace")),
-                                     int(values["mainpid"]) if values.get("mainpid", "").isdigit() else None, tree),
-                   python=python, sglang_version=values.get("sglang") or None, model_configs=configs)
+        configs[_decode(word).decode("utf-8", "surrogateescape")] = _decode(config).decode(
+            "utf-8", "replace"
+        )
+    return Process(
+        pid=pid,
+        ppid=tree.get(pid, (None, ""))[0],
+        argv=_words(_decode(values.get("cmdline", ""))),
+        environ=environ,
+        cwd=cwd,
+        user=values.get("user") or None,
+        unit=_owning_unit(
+            pid,
+            _unit_of(_decode(values.get("cgroup", "")).decode("utf-8", "replace")),
+            int(values["mainpid"]) if values.get("mainpid", "").isdigit() else None,
+            tree,
+        ),
+        python=python,
+        sglang_version=values.get("sglang") or None,
+        model_configs=configs,
+    )
 
 
-_SHELLS = {"sh", "bash", "dash", "zsh", "fish", "tmux: server", "screen", "sshd", "systemd", "init", "nohup"}
+_SHELLS = {
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "fish",
+    "tmux: server",
+    "screen",
+    "sshd",
+    "systemd",
+    "init",
+    "nohup",
+}
 
 
 def parse_servers(output: str) -> HostServers:
@@ -264,7 +292,9 @@ def parse_servers(output: str) -> HostServers:
         found.gpu_apps = parse_compute_apps("\n".join(app_text))
     except FactParseError as exc:
         found.problems.append(f"nvidia-smi: {exc}")
-    processes = {pid: _process(pid, values, tree) for pid, values in procs.items() if values.get("cmdline")}
+    processes = {
+        pid: _process(pid, values, tree) for pid, values in procs.items() if values.get("cmdline")
+    }
     # A launch's main process runs SGLang's entry point itself; its parent does not. A shell whose
     # `-c` string mentions the launch (`ssh host 'nohup python -m sglang.launch_server ... &'`)
     # only matched the script's search: it is the parent, not the server.
@@ -295,7 +325,9 @@ def _descendants(pid: int, tree: dict[int, tuple[int, str]]) -> set[int]:
     return found
 
 
-def read_servers(remote: RemoteHost, pid: int | None = None, unit: str | None = None) -> HostServers:
+def read_servers(
+    remote: RemoteHost, pid: int | None = None, unit: str | None = None
+) -> HostServers:
     """Run the script on the host (one round trip) and parse what it printed."""
     args = f"{quote(str(pid) if pid else '')} {quote(unit or '')}"
     result = remote.run(f"sh -s -- {args}", timeout=180, stdin=script().encode())

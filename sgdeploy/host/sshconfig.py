@@ -41,12 +41,30 @@ MAX_JUMPS = 8
 DEFAULT = "default"
 
 # keywords whose every value counts, in order (all others: the first value obtained wins)
-_ACCUMULATE = frozenset({"identityfile", "certificatefile", "localforward", "remoteforward", "dynamicforward"})
+_ACCUMULATE = frozenset(
+    {"identityfile", "certificatefile", "localforward", "remoteforward", "dynamicforward"}
+)
 # keywords sgdeploy uses; the others are read (so Include and Match work) and ignored
-_USED = frozenset({"hostname", "port", "user", "identityfile", "identitiesonly", "userknownhostsfile",
-                   "globalknownhostsfile", "stricthostkeychecking", "proxyjump", "proxycommand",
-                   "connecttimeout", "serveraliveinterval", "identityagent"})
-_UNEVALUATED_MATCH = frozenset({"exec", "localnetwork", "tagged", "command", "sessiontype", "version"})
+_USED = frozenset(
+    {
+        "hostname",
+        "port",
+        "user",
+        "identityfile",
+        "identitiesonly",
+        "userknownhostsfile",
+        "globalknownhostsfile",
+        "stricthostkeychecking",
+        "proxyjump",
+        "proxycommand",
+        "connecttimeout",
+        "serveraliveinterval",
+        "identityagent",
+    }
+)
+_UNEVALUATED_MATCH = frozenset(
+    {"exec", "localnetwork", "tagged", "command", "sessiontype", "version"}
+)
 
 
 class SshConfigError(ValueError):
@@ -78,7 +96,8 @@ class Jump:
         return cls(host, user if at else None, port)
 
     def __str__(self) -> str:
-        return f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
+        return (f"{self.user + '@' if self.user else ''}{self.host}"
+                f"{':' + str(self.port) if self.port else ''}")
 
 
 @dataclass(frozen=True)
@@ -128,7 +147,9 @@ class SshTarget:
 
 
 # --------------------------------------------------------------------------- config files
-def config_files(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
+def config_files(
+    explicit: str | None = None, environ: Mapping[str, str] | None = None
+) -> list[Path]:
     """The files ssh would read: an explicit one alone (like `ssh -F`), else `SGDEPLOY_SSH_CONFIG`
     alone, else `~/.ssh/config` then `/etc/ssh/ssh_config` (those two only where they exist)."""
     env = os.environ if environ is None else environ
@@ -149,7 +170,8 @@ class _State:
     alias: str
     local_user: str
     values: dict[str, list[tuple[list[str], str]]] = field(default_factory=dict)
-    fixed: frozenset[str] = frozenset()  # set by the inventory: the configuration cannot add to them
+    # set by the inventory: the configuration cannot add to them
+    fixed: frozenset[str] = frozenset()
     notes: list[str] = field(default_factory=list)
 
     def first(self, key: str) -> tuple[list[str], str] | None:
@@ -157,7 +179,9 @@ class _State:
         return found[0] if found else None
 
     def set(self, key: str, args: list[str], source: str) -> None:
-        if key in ("proxyjump", "proxycommand") and ("proxyjump" in self.values or "proxycommand" in self.values):
+        if key in ("proxyjump", "proxycommand") and (
+            "proxyjump" in self.values or "proxycommand" in self.values
+        ):
             return  # one proxy slot: whichever of the two comes first
         if key in self.fixed:
             return
@@ -168,7 +192,11 @@ class _State:
 
     def hostname(self) -> str:
         found = self.first("hostname")
-        return _expand_tokens(found[0][0], {"h": self.alias, "%": "%"}, found[1]) if found else self.alias
+        return (
+            _expand_tokens(found[0][0], {"h": self.alias, "%": "%"}, found[1])
+            if found
+            else self.alias
+        )
 
     def remote_user(self) -> str:
         found = self.first("user")
@@ -219,7 +247,10 @@ def _split_line(raw: str, where: str) -> tuple[str | None, list[str]]:
 
 
 def _pattern_regex(pattern: str) -> re.Pattern[str]:
-    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern.lower()) + r"\Z")
+    return re.compile(
+        "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern.lower())
+        + r"\Z"
+    )
 
 
 def _pattern_list_matches(value: str, patterns: Sequence[str]) -> bool:
@@ -259,7 +290,8 @@ def _match(state: _State, args: list[str], where: str) -> bool:
             value = args[i + 1]
             i += 2
             if word in _UNEVALUATED_MATCH:
-                state.notes.append(f"{where}: Match {word} is not evaluated by sgdeploy (counted as not matching)")
+                state.notes.append(f"{where}: Match {word} is not evaluated by sgdeploy (counted "
+                                   "as not matching)")
                 holds = False
             elif word == "host":
                 holds = _pattern_list_matches(state.hostname(), value.split(","))
@@ -315,7 +347,8 @@ def _strictness(text: str, where: str) -> str:
         return "no"
     if value == "accept-new":
         return "accept-new"
-    raise SshConfigError(f"{where}: StrictHostKeyChecking '{text}' is not yes, accept-new, no or ask")
+    raise SshConfigError(f"{where}: StrictHostKeyChecking '{text}' is not yes, accept-new, no or "
+                         "ask")
 
 
 def _expand_tokens(text: str, tokens: Mapping[str, str], where: str) -> str:
@@ -331,14 +364,22 @@ def _expand_tokens(text: str, tokens: Mapping[str, str], where: str) -> str:
 
 def _expand_path(text: str, tokens: Mapping[str, str], where: str) -> str:
     expanded = _expand_tokens(text, tokens, where)
-    expanded = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: os.environ.get(m.group(1), ""), expanded)
+    expanded = re.sub(
+        r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: os.environ.get(m.group(1), ""), expanded
+    )
     return os.path.expanduser(expanded)
 
 
 # --------------------------------------------------------------------------- resolution
-def resolve(alias: str, overrides: Mapping[str, object] | None = None, *, override_source: str = "inventory",
-            files: Sequence[Path] | None = None, local_user: str | None = None,
-            openssh: bool = False) -> SshTarget:
+def resolve(
+    alias: str,
+    overrides: Mapping[str, object] | None = None,
+    *,
+    override_source: str = "inventory",
+    files: Sequence[Path] | None = None,
+    local_user: str | None = None,
+    openssh: bool = False,
+) -> SshTarget:
     """The settings ssh would use for `alias`, with `overrides` (inventory values) winning.
 
     `overrides` keys: port, user, identity_file, known_hosts, strict_host_key_checking
@@ -365,9 +406,15 @@ def resolve(alias: str, overrides: Mapping[str, object] | None = None, *, overri
 
 
 def _override_args(overrides: Mapping[str, object]) -> dict[str, list[str]]:
-    names = {"port": "port", "user": "user", "identity_file": "identityfile", "known_hosts": "userknownhostsfile",
-             "strict_host_key_checking": "stricthostkeychecking", "proxy_jump": "proxyjump",
-             "connect_timeout": "connecttimeout"}
+    names = {
+        "port": "port",
+        "user": "user",
+        "identity_file": "identityfile",
+        "known_hosts": "userknownhostsfile",
+        "strict_host_key_checking": "stricthostkeychecking",
+        "proxy_jump": "proxyjump",
+        "connect_timeout": "connecttimeout",
+    }
     args: dict[str, list[str]] = {}
     for key, value in overrides.items():
         if value is None:
@@ -402,15 +449,31 @@ def _target(state: _State, files: tuple[str, ...], override_source: str) -> SshT
     port = _port(*port_v) if port_v else 22
     user_v = get("user", "user")
     user = user_v[0] if user_v else DEFAULT_USER
-    tokens = {"h": hostname, "p": str(port), "r": user, "n": state.alias, "u": state.local_user,
-              "d": os.path.expanduser("~"), "l": socket.gethostname().split(".")[0], "L": socket.gethostname(),
-              "%": "%"}
-    identities = [(_expand_path(a, tokens, where), where) for args, where in state.values.get("identityfile", [])
-                  for a in args if a.lower() != "none"]
+    tokens = {
+        "h": hostname,
+        "p": str(port),
+        "r": user,
+        "n": state.alias,
+        "u": state.local_user,
+        "d": os.path.expanduser("~"),
+        "l": socket.gethostname().split(".")[0],
+        "L": socket.gethostname(),
+        "%": "%",
+    }
+    identities = [
+        (_expand_path(a, tokens, where), where)
+        for args, where in state.values.get("identityfile", [])
+        for a in args
+        if a.lower() != "none"
+    ]
     if identities:
         sources["identity_files"] = ", ".join(dict.fromkeys(w for _, w in identities))
     known_v = state.first("userknownhostsfile")
-    known = tuple(_expand_path(a, tokens, known_v[1]) for a in known_v[0]) if known_v else DEFAULT_KNOWN_HOSTS
+    known = (
+        tuple(_expand_path(a, tokens, known_v[1]) for a in known_v[0])
+        if known_v
+        else DEFAULT_KNOWN_HOSTS
+    )
     if known_v:
         sources["known_hosts"] = known_v[1]
     global_v = state.first("globalknownhostsfile")
@@ -427,7 +490,8 @@ def _target(state: _State, files: tuple[str, ...], override_source: str) -> SshT
         hostname=hostname,
         port=port,
         user=user,
-        identity_files=tuple(p for p, _ in identities) or tuple(os.path.expanduser(p) for p in DEFAULT_IDENTITIES),
+        identity_files=tuple(p for p, _ in identities)
+        or tuple(os.path.expanduser(p) for p in DEFAULT_IDENTITIES),
         identity_files_set=bool(identities),
         identities_only=_yes_no(*only_v, "IdentitiesOnly") if only_v else False,
         known_hosts=tuple(os.path.expanduser(p) for p in known),
@@ -444,7 +508,9 @@ def _target(state: _State, files: tuple[str, ...], override_source: str) -> SshT
     )
 
 
-def _proxy(state: _State, tokens: Mapping[str, str], sources: dict[str, str]) -> tuple[tuple[Jump, ...], str | None]:
+def _proxy(
+    state: _State, tokens: Mapping[str, str], sources: dict[str, str]
+) -> tuple[tuple[Jump, ...], str | None]:
     jump_v = state.first("proxyjump")
     if jump_v is not None:
         args, where = jump_v
@@ -473,8 +539,10 @@ def route(target: SshTarget, files: Sequence[Path] | None = None, local_user: st
     if not target.proxy_jump:
         return [target]
     if depth >= MAX_JUMPS:
-        raise SshConfigError(f"{target.alias}: ProxyJump chain longer than {MAX_JUMPS} hosts (a loop?)")
-    hops = [resolve(j.host, {"user": j.user, "port": j.port}, override_source=f"ProxyJump of {target.alias}",
+        raise SshConfigError(f"{target.alias}: ProxyJump chain longer than {MAX_JUMPS} hosts (a "
+                             "loop?)")
+    hops = [resolve(j.host, {"user": j.user, "port": j.port}, override_source="ProxyJump of "
+                                                              f"{target.alias}",
                     files=files, local_user=local_user, openssh=openssh) for j in target.proxy_jump]
     later = [_without_proxy(hop) for hop in hops[1:]]
     return [*route(hops[0], files, local_user, depth + 1, openssh), *later, target]
@@ -485,7 +553,14 @@ def _without_proxy(target: SshTarget) -> SshTarget:
 
 
 # The inventory's connection settings that win over the SSH configuration's (`ssh_overrides`)
-OVERRIDE_FIELDS = ("port", "user", "identity_file", "known_hosts", "strict_host_key_checking", "proxy_jump")
+OVERRIDE_FIELDS = (
+    "port",
+    "user",
+    "identity_file",
+    "known_hosts",
+    "strict_host_key_checking",
+    "proxy_jump",
+)
 
 
 class HostSettings(Protocol):
@@ -517,8 +592,12 @@ class SshEntry:
     def made(cls, address: str, ssh_config: str | None, become: bool | None,
              given: Mapping[str, object]) -> SshEntry:
         """The entry with the overrides `given` sets (by OVERRIDE_FIELDS' names; None: unset)."""
-        return cls(address, ssh_config, become,
-                   tuple((name, given[name]) for name in OVERRIDE_FIELDS if given.get(name) is not None))
+        return cls(
+            address,
+            ssh_config,
+            become,
+            tuple((name, given[name]) for name in OVERRIDE_FIELDS if given.get(name) is not None),
+        )
 
     @classmethod
     def of(cls, entry: HostSettings) -> SshEntry:
@@ -526,8 +605,10 @@ class SshEntry:
 
 
 def for_host(name: str, entry: HostSettings) -> list[SshTarget]:
-    """The connection route to an inventory host: its SSH configuration under the inventory's values."""
-    target = resolve(entry.address, entry.ssh_overrides(), override_source=f"inventory [hosts.{name}]",
+    """The connection route to an inventory host: its SSH configuration under the inventory's
+    values."""
+    target = resolve(entry.address, entry.ssh_overrides(), override_source="inventory "
+                                                           f"[hosts.{name}]",
                      files=config_files(entry.ssh_config), openssh=True)
     return route(target, [Path(f) for f in target.config_files], openssh=True)
 
@@ -535,10 +616,19 @@ def for_host(name: str, entry: HostSettings) -> list[SshTarget]:
 # --------------------------------------------------------------------------- OpenSSH's own reading
 OPENSSH_ENV = "SGDEPLOY_OPENSSH"  # "0": never ask `ssh -G`
 OPENSSH = "ssh -G"  # the source of a value OpenSSH read differently
-_STRICTNESS = {"yes": "yes", "true": "yes", "no": "no", "false": "no", "off": "no", "accept-new": "accept-new"}
+_STRICTNESS = {
+    "yes": "yes",
+    "true": "yes",
+    "no": "no",
+    "false": "no",
+    "off": "no",
+    "accept-new": "accept-new",
+}
 
 
-def openssh_reading(alias: str, fixed: Mapping[str, list[str]], files: Sequence[Path]) -> dict[str, list[str]] | None:
+def openssh_reading(
+    alias: str, fixed: Mapping[str, list[str]], files: Sequence[Path]
+) -> dict[str, list[str]] | None:
     """What `ssh -G` prints for `alias` with the same files and the inventory's values as `-o`:
     keyword -> its values (one per line for a repeated keyword). None where no `ssh` client is
     installed, `SGDEPLOY_OPENSSH=0`, the files are not ones one `-F` can name, or it fails.
@@ -551,7 +641,10 @@ def openssh_reading(alias: str, fixed: Mapping[str, list[str]], files: Sequence[
     argv = [ssh, "-G"]
     if len(files) == 1:
         argv += ["-F", str(files[0])]
-    elif list(files) != [Path(_account_home() or "/nonexistent", ".ssh", "config"), Path(SYSTEM_CONFIG)]:
+    elif list(files) != [
+        Path(_account_home() or "/nonexistent", ".ssh", "config"),
+        Path(SYSTEM_CONFIG),
+    ]:
         return None  # files ssh would not read by itself, and that no one -F names
     for key, values in fixed.items():
         argv += ["-o", f"{key}={' '.join(values)}"]
@@ -593,17 +686,21 @@ def with_openssh(target: SshTarget, seen: Mapping[str, list[str]], local_user: s
         found["strict_host_key_checking"] = strict
     found["identities_only"] = (one("identitiesonly") or "no").lower() == "yes"
     jump = one("proxyjump")
-    found["proxy_jump"] = tuple(Jump.parse(h, OPENSSH) for h in jump.split(",") if h) if jump else ()
+    found["proxy_jump"] = (
+        tuple(Jump.parse(h, OPENSSH) for h in jump.split(",") if h) if jump else ()
+    )
     found["proxy_command"] = one("proxycommand")
     timeout = one("connecttimeout")
     found["connect_timeout"] = float(timeout) if timeout and timeout.isdigit() else None
     alive = one("serveraliveinterval")
-    found["server_alive_interval"] = int(alive) if alive and alive.isdigit() and int(alive) > 0 else None
+    found["server_alive_interval"] = (
+        int(alive) if alive and alive.isdigit() and int(alive) > 0 else None
+    )
     changed = {name: value for name, value in found.items() if value != getattr(target, name)}
     if not changed:
         return target
-    notes = [f"{OPENSSH} reads {name} as {_shown(value)}, not {_shown(getattr(target, name))}: OpenSSH's "
-             "reading is used" for name, value in changed.items()]
+    notes = [f"{OPENSSH} reads {name} as {_shown(value)}, not {_shown(getattr(target, name))}: "
+             "OpenSSH's reading is used" for name, value in changed.items()]
     sources = target.sources | {name: OPENSSH for name in changed}
     if "identity_files" in changed:
         changed["identity_files_set"] = True
@@ -636,8 +733,18 @@ def _shown(value: object) -> str:
 
 
 def _openssh_default_identities() -> set[str]:
-    return {os.path.expanduser(f"~/.ssh/{name}") for name in
-            ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk", "id_xmss", "id_dsa")}
+    return {
+        os.path.expanduser(f"~/.ssh/{name}")
+        for name in (
+            "id_rsa",
+            "id_ecdsa",
+            "id_ecdsa_sk",
+            "id_ed25519",
+            "id_ed25519_sk",
+            "id_xmss",
+            "id_dsa",
+        )
+    }
 
 
 # --------------------------------------------------------------------------- identity files

@@ -72,7 +72,8 @@ def split_words(value: str, line: int = 0, dollars: bool = True) -> list[str]:
             if quote and ch == quote:
                 i += 1
                 if i < n and value[i] not in " \t":
-                    raise UnitFileError(f"line {line}: a quote must end its word (at column {i + 1})")
+                    raise UnitFileError(f"line {line}: a quote must end its word (at column "
+                                        f"{i + 1})")
                 break
             if not quote and ch in " \t":
                 break
@@ -137,12 +138,12 @@ def _exec_words(value: str, line: int, settings: ServiceSettings) -> list[str]:
     prefix = re.match(r"^[-@:+!]*", value)
     flags = prefix.group(0) if prefix else ""
     if "@" in flags:
-        raise UnitFileError(f"line {line}: ExecStart= with '@' sets argv[0] apart from the program; "
-                            "import the running server instead")
+        raise UnitFileError(f"line {line}: ExecStart= with '@' sets argv[0] apart from the "
+                            "program; import the running server instead")
     words = split_words(value[len(flags):], line)
     expanded = [w for w in words if _VARIABLE.search(w)]
     if expanded:
         names = sorted({m for w in expanded for m in _VARIABLE.findall(w)})
-        settings.notes.append(f"ExecStart= expands {', '.join(names)} from the environment; the profile keeps "
-                              "them as written: check them")
+        settings.notes.append(f"ExecStart= expands {', '.join(names)} from the environment; the "
+                              "profile keeps them as written: check them")
     return words

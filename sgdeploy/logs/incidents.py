@@ -98,9 +98,11 @@ FAILURE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 MODULE_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "graph_capture_failed",
-        re.compile(r"cuda_graph_runner\.py|:capture_one_batch_size|:init_cuda_graphs|graph_runner\.py:capture"),
+        re.compile(r"cuda_graph_runner\.py|:capture_one_batch_size|:init_cuda_graphs|"
+                   r"graph_runner\.py:capture"),
     ),
-    ("kv_cache_oom", re.compile(r"memory_pool(?:_host)?\.py|:init_memory_pool|:profile_max_num_token")),
+    ("kv_cache_oom", re.compile(r"memory_pool(?:_host)?\.py|:init_memory_pool|"
+                                r":profile_max_num_token")),
     ("bad_argument", re.compile(r"server_args\.py|/argparse\.py|:prepare_server_args")),
 )
 # The layer that raised, from the innermost frame only: a layer's name further out says which
@@ -181,7 +183,15 @@ _NATIVE = re.compile(
     r"^\[E\d{3,4} [\d:.]+ ProcessGroup\w*\.cpp:\d+\]"  # c10d's own error records, not its W/I ones
 )
 _NATIVE_TRIGGERS: Final = (
-    "NCCL WARN", "non-zero status", "socket", "gloo", "ibv_", "NVSHMEM", "ordinal", "Gloo", "ProcessGroup"
+    "NCCL WARN",
+    "non-zero status",
+    "socket",
+    "gloo",
+    "ibv_",
+    "NVSHMEM",
+    "ordinal",
+    "Gloo",
+    "ProcessGroup",
 )
 # Native lines that look alarming and are not: NCCL's INFO chatter, c10d's IPv6 fallback.
 _BENIGN = re.compile(
@@ -318,8 +328,15 @@ class IncidentBook:
                 self._sharpen(incident, verdict.kind)
             incident.context.append(entry)
             return incident
-        incident = Incident(exc.line, verdict.kind, with_hint(exc.text, verdict.hint),
-                            [*tb.shown_frames(), entry], tb.t, verdict.strength, pinned=verdict.pinned)
+        incident = Incident(
+            exc.line,
+            verdict.kind,
+            with_hint(exc.text, verdict.hint),
+            [*tb.shown_frames(), entry],
+            tb.t,
+            verdict.strength,
+            pinned=verdict.pinned,
+        )
         if verdict.strength == 2:
             self._adopt_native(incident)
         self._add(incident)

@@ -25,7 +25,8 @@ _JOURNAL = re.compile(
     r" [^\s\[]\S* [^\s\[\]:|]+(?:\[\d+\])?: ?"
 )
 # kubectl logs --timestamps, docker logs -t: an RFC 3339 stamp and a space.
-_STAMP = re.compile(r"^(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?P<frac>\.\d+)?(?:Z|[+-]\d\d:?\d\d)? ")
+_STAMP = re.compile(r"^(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?P<frac>\.\d+)?(?:Z|"
+                    r"[+-]\d\d:?\d\d)? ")
 # A launcher's Python logging record around SGLang's line: `2025-03-07 23:50:27,531 - x - INFO - `.
 _PYLOG = re.compile(
     r"^(?P<d>\d{4}-\d\d-\d\d)[ T](?P<tm>\d\d:\d\d:\d\d)(?:[,.]\d+)?(?:[+-]\d\d:?\d\d)?"
@@ -145,7 +146,11 @@ def _docker_json(line: str) -> tuple[str, str | None, str | None] | None:
         return None
     t = record.get("time")
     stamp = _STAMP.match(f"{t} ") if isinstance(t, str) else None
-    return text.rstrip("\r\n"), (stamp.group("iso") + (stamp.group("frac") or "")) if stamp else None, None
+    return (
+        text.rstrip("\r\n"),
+        (stamp.group("iso") + (stamp.group("frac") or "")) if stamp else None,
+        None,
+    )
 
 
 # SGLang's own lines of a server at work: batch records and uvicorn's access lines. A long log is

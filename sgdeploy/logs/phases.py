@@ -93,7 +93,8 @@ QUIET_STARTS: Final[tuple[str, ...]] = (
 )
 # The weight shards' progress bar at its end (0.5.x `Loading safetensors checkpoint shards`,
 # `Multi-thread loading shards` in later releases).
-SHARDS_DONE: Final = re.compile(r"^(?:Loading \w+ checkpoint shards|Multi-thread loading shards): +100%")
+SHARDS_DONE: Final = re.compile(r"^(?:Loading \w+ checkpoint shards|Multi-thread loading shards): "
+                                r"+100%")
 _GRAPH_BEGIN = re.compile(rf"^Capture (?P<which>(?:[a-z]+ )*){_GRAPH} begin\b")
 _GRAPH_END = re.compile(rf"^Capture (?:[a-z]+ )*{_GRAPH} end\b")
 _DIST_BEGIN = re.compile(r"^Init (?:torch distributed|parallel) begin\b")
@@ -119,7 +120,8 @@ FIGURES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 # --------------------------------------------------------------------------------------------
 # Which phases a launch must produce.
 
-_PER_PHASE_GRAPH_FLAGS_SINCE: Final = (0, 5, 14)  # --cuda-graph-backend-* exist from 0.5.14 (catalogs)
+# --cuda-graph-backend-* exist from 0.5.14 (catalogs)
+_PER_PHASE_GRAPH_FLAGS_SINCE: Final = (0, 5, 14)
 
 
 def _version(v: str | None) -> tuple[int, int, int] | None:

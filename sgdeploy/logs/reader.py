@@ -38,9 +38,11 @@ from sgdeploy.logs.settings import (
 
 # Steps a hang can stop in: (begun key, the phase that ends it, how to say it).
 _STEPS: tuple[tuple[str, str, str], ...] = (
-    ("dist_init", "dist_init", "distributed init, begun at line {line} (a peer or node that never joined?)"),
+    ("dist_init", "dist_init", "distributed init, begun at line {line} (a peer or node that never "
+                               "joined?)"),
     ("weights", "weights_loaded", "weight loading, begun at line {line}"),
-    ("shards_read", "weights_loaded", "the model's set-up after its weight shards were read (line {line})"),
+    ("shards_read", "weights_loaded", "the model's set-up after its weight shards were read (line "
+                                      "{line})"),
 )
 
 
@@ -77,7 +79,8 @@ class LogReader:
         self._dump_line: int | None = None
         self._adjust_lines: dict[str, Adjustment] = {}
         self._capturing: dict[tuple[str | None, str], int] = {}  # (stream, rank) -> capture begin
-        self._begun: dict[str, int] = {}  # first line any rank began dist init / weights / read all shards
+        # first line any rank began dist init / weights / read all shards
+        self._begun: dict[str, int] = {}
         self._segmenter = Segmenter()
         self._book = IncidentBook()
         self._book.settings = self.server
@@ -120,7 +123,8 @@ class LogReader:
         if p.t is not None:
             self._last_t = p.t
             self._stamp(p.t)
-        elif _UNIT_START.match(text):  # a window of the journal that began with the last server's lines
+        # a window of the journal that began with the last server's lines
+        elif _UNIT_START.match(text):
             self._next_start()
             self._new_start = True
         # started again by hand: a second dump once the first start got ready or failed (two servers
@@ -382,7 +386,9 @@ class LogReader:
         return any(s == stream for s, _ in self._capturing)
 
     def _signatures(self, p: ParsedLine, events: list[LogEvent]) -> None:
-        if self._book.line(self._n, p, p.t or self._last_t, self._is_capturing(p.stream, p.rank_label)):
+        if self._book.line(
+            self._n, p, p.t or self._last_t, self._is_capturing(p.stream, p.rank_label)
+        ):
             self._emit_failure(events)
 
     def _failure(self) -> Failure | None:

@@ -34,35 +34,56 @@ class Remedy:
 # library or product as a message names it, what to install, the options that select it).
 _Option = tuple[str, tuple[object, ...]]
 OPTIONAL_PACKAGES: Final[tuple[tuple[re.Pattern[str], str, tuple[_Option, ...]], ...]] = (
-    (re.compile(r"nvshmem", re.I), "NVSHMEM (DeepEP's transport)",
-     (("moe_a2a_backend", ("deepep", "deepep_v2", "pplx")),)),
-    (re.compile(r"deep_?ep", re.I), "deep_ep (DeepEP)", (("moe_a2a_backend", ("deepep", "deepep_v2")),)),
+    (
+        re.compile(r"nvshmem", re.I),
+        "NVSHMEM (DeepEP's transport)",
+        (("moe_a2a_backend", ("deepep", "deepep_v2", "pplx")),),
+    ),
+    (
+        re.compile(r"deep_?ep", re.I),
+        "deep_ep (DeepEP)",
+        (("moe_a2a_backend", ("deepep", "deepep_v2")),),
+    ),
     (re.compile(r"pplx", re.I), "pplx-kernels", (("moe_a2a_backend", ("pplx",)),)),
-    (re.compile(r"mooncake", re.I), "mooncake (mooncake-transfer-engine)", (
-        ("disaggregation_transfer_backend", ("mooncake", "mooncake_tcp")),
-        ("moe_a2a_backend", ("mooncake",)),
-        ("elastic_ep_backend", ("mooncake",)),
-        ("hicache_storage_backend", ("mooncake",)),
-        ("encoder_transfer_backend", ("mooncake",)),
-        ("remote_instance_weight_loader_backend", ("transfer_engine",)),
-    )),
-    (re.compile(r"nixl", re.I), "nixl", (
-        ("disaggregation_transfer_backend", ("nixl",)),
-        ("moe_a2a_backend", ("nixl",)),
-        ("elastic_ep_backend", ("nixl",)),
-        ("hicache_storage_backend", ("nixl",)),
-    )),
-    (re.compile(r"\bmori\b", re.I), "mori", (
-        ("disaggregation_transfer_backend", ("mori",)),
-        ("moe_a2a_backend", ("mori",)),
-        ("hicache_storage_backend", ("mori",)),
-    )),
+    (
+        re.compile(r"mooncake", re.I),
+        "mooncake (mooncake-transfer-engine)",
+        (
+            ("disaggregation_transfer_backend", ("mooncake", "mooncake_tcp")),
+            ("moe_a2a_backend", ("mooncake",)),
+            ("elastic_ep_backend", ("mooncake",)),
+            ("hicache_storage_backend", ("mooncake",)),
+            ("encoder_transfer_backend", ("mooncake",)),
+            ("remote_instance_weight_loader_backend", ("transfer_engine",)),
+        ),
+    ),
+    (
+        re.compile(r"nixl", re.I),
+        "nixl",
+        (
+            ("disaggregation_transfer_backend", ("nixl",)),
+            ("moe_a2a_backend", ("nixl",)),
+            ("elastic_ep_backend", ("nixl",)),
+            ("hicache_storage_backend", ("nixl",)),
+        ),
+    ),
+    (
+        re.compile(r"\bmori\b", re.I),
+        "mori",
+        (
+            ("disaggregation_transfer_backend", ("mori",)),
+            ("moe_a2a_backend", ("mori",)),
+            ("hicache_storage_backend", ("mori",)),
+        ),
+    ),
     (re.compile(r"lmcache", re.I), "lmcache", (("enable_lmcache", (True,)),)),
 )
 _IMPORT_TYPES: Final = frozenset({"ImportError", "ModuleNotFoundError"})
 _MODULE = re.compile(r"No module named '(?P<name>[\w.]+)'")
-_LIBRARY = re.compile(r"(?P<name>lib[\w+-]+(?:\.[\w+-]+)*?\.so[\d.]*): cannot open shared object file")
-_PRODUCT = re.compile(r"(?P<name>\w[\w -]{0,30}?) is not (?:installed|available)\b|Please install (?P<pkg>[\w-]+)")
+_LIBRARY = re.compile(r"(?P<name>lib[\w+-]+(?:\.[\w+-]+)*?\.so[\d.]*): cannot open shared object "
+                      r"file")
+_PRODUCT = re.compile(r"(?P<name>\w[\w -]{0,30}?) is not (?:installed|available)\b|Please install "
+                      r"(?P<pkg>[\w-]+)")
 
 # A value read from the environment: the innermost frame is SGLang's reader, or its source line
 # reads the environment.
@@ -91,7 +112,8 @@ _CUT_SHARD = re.compile(r"incomplete metadata|file not fully covered|header too 
                         r"invalid header|MetadataIncompleteBuffer")
 # safetensors' open of a shard: a file the process may not read is "No such file" too
 _WEIGHT_FILE = re.compile(
-    r"(?:No such file or directory|Permission denied)\b.*?(?P<path>/\S+\.(?:safetensors|bin|pt|gguf))\b")
+    r"(?:No such file or directory|Permission "
+    r"denied)\b.*?(?P<path>/\S+\.(?:safetensors|bin|pt|gguf))\b")
 
 
 def remedy(
@@ -126,7 +148,9 @@ def _missing_package(short: str, msg: str, settings: Mapping[str, Any] | None) -
                            "interpreter: install it there")
 
 
-def _optional(package: str, options: tuple[_Option, ...], settings: Mapping[str, Any] | None) -> Remedy:
+def _optional(
+    package: str, options: tuple[_Option, ...], settings: Mapping[str, Any] | None
+) -> Remedy:
     """An optional backend's package: a bad setting when an option asks for that backend (or the
     options are not known), a broken install when the server's resolved options do not."""
     if settings is None:
@@ -142,7 +166,10 @@ def _optional(package: str, options: tuple[_Option, ...], settings: Mapping[str,
 
 
 def _asks(settings: Mapping[str, Any], field: str, values: tuple[object, ...]) -> bool:
-    if field == "disaggregation_transfer_backend" and settings.get("disaggregation_mode") in (None, "null"):
+    if field == "disaggregation_transfer_backend" and settings.get("disaggregation_mode") in (
+        None,
+        "null",
+    ):
         return False  # the default transfer backend is used only by a disaggregated server
     return settings.get(field) in values
 
@@ -176,7 +203,12 @@ def _unsupported_model(short: str, msg: str, tb: Traceback | None) -> Remedy | N
                                       "an SGLang release that supports it")
     unknown = _UNKNOWN_TYPE.search(msg)
     model_type = (unknown.group("type") or unknown.group("type2")) if unknown else None
-    if unknown is None and short == "KeyError" and tb is not None and _CONFIG_MAPPING.search(tb.raiser):
+    if (
+        unknown is None
+        and short == "KeyError"
+        and tb is not None
+        and _CONFIG_MAPPING.search(tb.raiser)
+    ):
         model_type = msg.strip("'\"")  # transformers' CONFIG_MAPPING[model_type]
     elif unknown is None:
         return None
@@ -188,11 +220,16 @@ def _unsupported_model(short: str, msg: str, tb: Traceback | None) -> Remedy | N
 
 def _unopenable_weights(short: str, msg: str) -> Remedy | None:
     if short == "SafetensorError" and _CUT_SHARD.search(msg):
-        return Remedy("model_not_found", "a weight file of the checkpoint is cut short or damaged (a partial "
-                                         "download or copy): fetch it again and compare its size with the source")
-    if short not in ("FileNotFoundError", "PermissionError", "OSError") or (m := _WEIGHT_FILE.search(msg)) is None:
+        return Remedy("model_not_found", "a weight file of the checkpoint is cut short or damaged "
+                                         "(a partial download or copy): fetch it again and compare "
+                                         "its size with the source")
+    if (
+        short not in ("FileNotFoundError", "PermissionError", "OSError")
+        or (m := _WEIGHT_FILE.search(msg)) is None
+    ):
         return None
-    return Remedy("model_not_found", f"SGLang could not open {m.group('path').rsplit('/', 1)[-1]}: check that the "
-                                     "file exists and that the unit's user (deploy.user; 'sglang' in a strict unit) "
-                                     "can read it (chmod a+r, or chown); safetensors reports an unreadable "
-                                     "file as missing")
+    return Remedy("model_not_found", f"SGLang could not open {m.group('path').rsplit('/', 1)[-1]}: "
+                                     "check that the file exists and that the unit's user "
+                                     "(deploy.user; 'sglang' in a strict unit) can read it (chmod "
+                                     "a+r, or chown); safetensors reports an unreadable file as "
+                                     "missing")

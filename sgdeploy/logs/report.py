@@ -102,7 +102,9 @@ class LogReport:
     @property
     def kv_cache_below_context(self) -> bool:
         """The KV cache holds fewer tokens than one request of the context length (SGD714)."""
-        return bool(self.kv_cache_tokens and self.context_len and self.kv_cache_tokens < self.context_len)
+        return bool(
+            self.kv_cache_tokens and self.context_len and self.kv_cache_tokens < self.context_len
+        )
 
     @property
     def verdict(self) -> str:
@@ -162,7 +164,11 @@ class LogReport:
             "phases": [p.as_dict() for p in self.phases],
             "kv_cache_tokens": self.kv_cache_tokens,
             "auto_adjusted": [a.as_dict() for a in self.auto_adjusted],
-            **({"earlier_failures": [f.as_dict() for f in self.earlier_failures]} if self.earlier_failures else {}),
+            **(
+                {"earlier_failures": [f.as_dict() for f in self.earlier_failures]}
+                if self.earlier_failures
+                else {}
+            ),
         }
 
 

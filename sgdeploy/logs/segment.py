@@ -60,7 +60,8 @@ class Traceback:
     modules: list[str] = field(default_factory=list)  # "path:function" of every frame
     raiser: str = ""  # "path:function" of the innermost frame: where the exception was raised
     raiser_source: str = ""  # that frame's echoed source line
-    sources: deque[str] = field(default_factory=lambda: deque(maxlen=2 * CONTEXT_FRAMES))  # innermost last
+    # innermost last
+    sources: deque[str] = field(default_factory=lambda: deque(maxlen=2 * CONTEXT_FRAMES))
     continues: object | None = None  # set by the incident stage: the incident this chains onto
     expect_source: bool = False
     idle: int = 0
@@ -116,7 +117,8 @@ class Segmenter:
 
     def __init__(self) -> None:
         self._open: dict[str | None, Traceback] = {}
-        self._closed_at: dict[str | None, tuple[int, int]] = {}  # stream -> (last line, lines since)
+        # stream -> (last line, lines since)
+        self._closed_at: dict[str | None, tuple[int, int]] = {}
         self.cut: list[Traceback] = []  # tracebacks that ended without an exception line
 
     @property

@@ -45,7 +45,11 @@ def model_mount_path(loaded: LoadedProfile, cluster: ClusterEntry) -> str | None
     if cluster.models.mount_path:
         return cluster.models.mount_path
     model_path = loaded.model.server.get("model_path") if loaded.model else None
-    if isinstance(model_path, str) and model_path.startswith("/") and posixpath.dirname(model_path) != "/":
+    if (
+        isinstance(model_path, str)
+        and model_path.startswith("/")
+        and posixpath.dirname(model_path) != "/"
+    ):
         return posixpath.dirname(model_path.rstrip("/"))
     return HF_CACHE
 
@@ -68,43 +72,52 @@ def cluster_findings(loaded: LoadedProfile, name: str, cluster: ClusterEntry) ->
         pods = cluster.replicas * nodes
         if nodes > cluster.nodes:
             found.append(loaded.diagnostic(
-                RULE_TOO_SMALL, f"nnodes = {nodes} needs {nodes} GPU nodes at once, but cluster {name} has "
-                f"{cluster.nodes} (clusters.{name}.nodes): the group's pods would never all be scheduled",
-                dotted="server.nnodes", hint=f"lower nnodes, or raise clusters.{name}.nodes if the cluster has more"))
+                RULE_TOO_SMALL, f"nnodes = {nodes} needs {nodes} GPU nodes at once, but cluster "
+                f"{name} has {cluster.nodes} (clusters.{name}.nodes): the group's pods would never "
+                "all be scheduled",
+                dotted="server.nnodes", hint=f"lower nnodes, or raise clusters.{name}.nodes if the "
+                                        "cluster has more"))
         elif per_pod <= cluster.gpu_count and pods > fits:  # more GPUs than a node has: SGD101
             found.append(loaded.diagnostic(
-                RULE_TOO_SMALL, f"{pods} pod(s) of {per_pod} GPU(s) each ({cluster.replicas} replica(s) x {nodes} "
-                f"node(s)) but cluster {name}'s {cluster.nodes} node(s) of {cluster.gpu_count} GPUs hold {fits}: "
-                "the rest stay Pending", dotted="server", severity=Severity.WARNING,
-                hint=f"lower clusters.{name}.replicas, or raise clusters.{name}.nodes if the cluster has more"))
+                RULE_TOO_SMALL, f"{pods} pod(s) of {per_pod} GPU(s) each ({cluster.replicas} "
+                f"replica(s) x {nodes} node(s)) but cluster {name}'s {cluster.nodes} node(s) of "
+                f"{cluster.gpu_count} GPUs hold {fits}: the rest stay "
+                "Pending", dotted="server", severity=Severity.WARNING,
+                hint=f"lower clusters.{name}.replicas, or raise clusters.{name}.nodes if the "
+                "cluster has more"))
     mount = model_mount_path(loaded, cluster)
     model_path = server.get("model_path")
     if isinstance(model_path, str) and model_path.startswith("/"):
         if mount is None:
             found.append(loaded.diagnostic(
-                RULE_MODEL_STORAGE, f"server.model_path is the folder {model_path}, but cluster {name} has no "
-                "model storage: the pod would not have it", dotted="server.model_path",
-                hint=f"add [clusters.{name}.models] with pvc = \"NAME\" or host_path = \"/path\" holding the model"))
+                RULE_MODEL_STORAGE, f"server.model_path is the folder {model_path}, but cluster "
+                f"{name} has no model storage: the pod would not have "
+                "it", dotted="server.model_path",
+                hint=f"add [clusters.{name}.models] with pvc = \"NAME\" or host_path = \"/path\" "
+                "holding the model"))
         elif not _under(model_path, mount):
             found.append(loaded.diagnostic(
-                RULE_MODEL_STORAGE, f"server.model_path {model_path} is outside {mount}, where cluster {name} "
-                "mounts its model storage (clusters." + name + ".models.mount_path)", dotted="server.model_path",
-                hint="mount the storage where the model is (mount_path), or leave mount_path out: it then is "
-                "the model's folder"))
+                RULE_MODEL_STORAGE, f"server.model_path {model_path} is outside {mount}, where "
+                f"cluster {name} mounts its model storage "
+                "(clusters." + name + ".models.mount_path)", dotted="server.model_path",
+                hint="mount the storage where the model is (mount_path), or leave mount_path out: "
+                "it then is the model's folder"))
     found.extend(_files_not_in_pod(loaded, name, mount))
     host = server.get("host", SGLANG_DEFAULT_HOST)
     if isinstance(host, str) and host in LOOPBACK:
         said = (f"server.host = \"{host}\"" if "host" in server
                 else f"server.host is not set (SGLang's default is {host})")
         found.append(loaded.diagnostic(
-            RULE_LOOPBACK, f"{said}: in a pod the server would listen on the pod's loopback, which neither "
-            "the kubelet's probes nor the Service reach", dotted="server.host" if "host" in server else "server",
+            RULE_LOOPBACK, f"{said}: in a pod the server would listen on the pod's loopback, which "
+            "neither the kubelet's probes nor the Service "
+            "reach", dotted="server.host" if "host" in server else "server",
             hint="set host = \"0.0.0.0\" (the pod's network is the pod's own)"))
     return found
 
 
 def _files_not_in_pod(loaded: LoadedProfile, name: str, mount: str | None) -> list[Diagnostic]:
-    """SGD804: files the launch opens at start, outside the model storage: only the image has them."""
+    """SGD804: files the launch opens at start, outside the model storage: only the image has
+    them."""
     profile = loaded.model
     assert profile is not None
     named = [(f.key, f.path) for f in host_files(profile.server, profile.deploy.working_directory)]

@@ -113,12 +113,12 @@ DnsLabel = Annotated[str, shaped(
     DNS_LABEL, "a Kubernetes name (lower-case letters, digits and '-', starting with a letter, at "
     "most 63 characters)", "write it as kubectl shows it, e.g. default or llm-serving")]
 DnsSubdomain = Annotated[str, shaped(
-    r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", "a Kubernetes object name (lower-case letters, digits, "
-    "'-' and '.', at most 253 characters)", "write it as kubectl shows it, e.g. models")]
+    r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", "a Kubernetes object name (lower-case letters, "
+    "digits, '-' and '.', at most 253 characters)", "write it as kubectl shows it, e.g. models")]
 LabelValue = Annotated[str, shaped(
     r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", "a Kubernetes label value (letters, digits "
-    "and -_., at most 63 characters)", "write the value of the node label nvidia.com/gpu.product as "
-    "kubectl get nodes -L nvidia.com/gpu.product shows it, e.g. NVIDIA-H100-80GB-HBM3")]
+    "and -_., at most 63 characters)", "write the value of the node label nvidia.com/gpu.product "
+    "as kubectl get nodes -L nvidia.com/gpu.product shows it, e.g. NVIDIA-H100-80GB-HBM3")]
 Image = Annotated[str, shaped(
     r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$", "a container image reference "
     "(registry/name:tag, no spaces, no credentials)",
@@ -128,7 +128,8 @@ _IMAGE_RELEASE = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)(?:[-_+].*)?$")
 
 
 def image_sglang_version(image: str) -> str | None:
-    """The SGLang release an image's tag names (`lmsysorg/sglang:v0.5.11-cu129` -> 0.5.11), or None."""
+    """The SGLang release an image's tag names (`lmsysorg/sglang:v0.5.11-cu129` -> 0.5.11), or
+    None."""
     name = image.split("@", 1)[0]
     tail = name.rsplit("/", 1)[-1]
     if ":" not in tail:
@@ -152,8 +153,8 @@ class ModelStorage(BaseModel):
     def _one_source(self) -> ModelStorage:
         if (self.pvc is None) == (self.host_path is None):
             raise problem("give exactly one of pvc and host_path",
-                          "pvc = \"models\" (a PersistentVolumeClaim) or host_path = \"/data/models\" "
-                          "(a folder on every GPU node)")
+                          "pvc = \"models\" (a PersistentVolumeClaim) or host_path = "
+                          "\"/data/models\" (a folder on every GPU node)")
         return self
 
 
@@ -169,13 +170,16 @@ class ClusterEntry(BaseModel):
 
     image: Image = Field(max_length=512, examples=["lmsysorg/sglang:v0.5.11-cu129"])
     sglang_version: str | None = None  # default: the image's tag
-    python: str = Field(default="python3", min_length=1, pattern=r"^[^\s]+$")  # the image's interpreter
+    # the image's interpreter
+    python: str = Field(default="python3", min_length=1, pattern=r"^[^\s]+$")
     gpu: str = Field(min_length=1)  # as nvidia-smi names it: "NVIDIA H100 80GB HBM3"
     compute_capability: ComputeCapability | None = None
     gpu_count: int = Field(ge=1, le=1024, strict=True)  # GPUs of one node
     gpu_memory_gib: float | None = Field(default=None, gt=0, strict=True)
-    gpu_product: LabelValue | None = None  # node label nvidia.com/gpu.product; default: gpu, '-' for ' '
-    nodes: int | None = Field(default=None, ge=1, le=100000, strict=True)  # GPU nodes a launch may use
+    # node label nvidia.com/gpu.product; default: gpu, '-' for ' '
+    gpu_product: LabelValue | None = None
+    # GPU nodes a launch may use
+    nodes: int | None = Field(default=None, ge=1, le=100000, strict=True)
     replicas: int = Field(default=1, ge=1, le=1000, strict=True)  # servers (or multi-node groups)
     namespace: DnsLabel = "default"
     shm_size_gib: int = Field(default=32, ge=1, le=4096, strict=True)  # /dev/shm of a pod
@@ -188,10 +192,12 @@ class ClusterEntry(BaseModel):
         tagged = image_sglang_version(self.image)
         if self.sglang_version is None and tagged is None:
             raise problem(f"the image {self.image} names no SGLang release in its tag, and "
-                          "sglang_version is not set", "pin a release tag (lmsysorg/sglang:v0.5.11-cu129) "
-                          "or set sglang_version = \"0.5.11\": validation checks the launch against it")
+                          "sglang_version is not set", "pin a release tag "
+                          "(lmsysorg/sglang:v0.5.11-cu129) or set sglang_version = \"0.5.11\": "
+                          "validation checks the launch against it")
         if self.sglang_version is not None and tagged is not None and tagged != self.sglang_version:
-            raise problem(f"sglang_version = \"{self.sglang_version}\" but the image's tag names {tagged}",
+            raise problem(f"sglang_version = \"{self.sglang_version}\" but the image's tag names "
+                          f"{tagged}",
                           "drop sglang_version (the tag says it) or correct the image")
         if self.gateway is not None and self.gateway_image is None:
             raise problem(f"gateway = \"{self.gateway}\" without gateway_image",
@@ -208,7 +214,9 @@ class ClusterEntry(BaseModel):
     @property
     def product_label(self) -> str:
         """The value of the node label `nvidia.com/gpu.product` (GPU feature discovery's)."""
-        return self.gpu_product or re.sub(r"[^-A-Za-z0-9_.]", "-", self.gpu.strip()).strip("-_.")[:63]
+        return (
+            self.gpu_product or re.sub(r"[^-A-Za-z0-9_.]", "-", self.gpu.strip()).strip("-_.")[:63]
+        )
 
 
 class Inventory(BaseModel):
@@ -224,8 +232,13 @@ class Inventory(BaseModel):
     @classmethod
     def _no_key_inline(cls, data: object) -> object:
         gateways = data.get("gateways") if isinstance(data, dict) else None
-        inline = [(name, key) for name, table in (gateways.items() if isinstance(gateways, dict) else ())
-                  if isinstance(table, dict) for key in ("api_key", "key", "token") if key in table]
+        inline = [
+            (name, key)
+            for name, table in (gateways.items() if isinstance(gateways, dict) else ())
+            if isinstance(table, dict)
+            for key in ("api_key", "key", "token")
+            if key in table
+        ]
         if inline:
             raise ValidationError.from_exception_data("Inventory", [_located(
                 ("gateways", name, key), "(hidden)",
@@ -236,7 +249,11 @@ class Inventory(BaseModel):
 
     @model_validator(mode="after")
     def _facts_agree_with_the_gpu(self) -> Inventory:
-        errors = [error for name, entry in self.hosts.items() for error in _contradictions(("hosts", name), entry)]
+        errors = [
+            error
+            for name, entry in self.hosts.items()
+            for error in _contradictions(("hosts", name), entry)
+        ]
         errors += [error for name, entry in self.clusters.items()
                    for error in _contradictions(("clusters", name), entry)]
         if errors:
@@ -261,14 +278,30 @@ class Inventory(BaseModel):
 
     @model_validator(mode="after")
     def _gateways_known(self) -> Inventory:
-        errors = [_located(("hosts", name, "gateway"), entry.gateway, f"no gateway '{entry.gateway}' in "
-                           f"[gateways] (known: {', '.join(self.gateways) or 'none'})",
-                           f"add [gateways.{entry.gateway}] or name one of [gateways]")
-                  for name, entry in self.hosts.items() if entry.gateway and entry.gateway not in self.gateways]
-        errors += [_located(("clusters", name, "gateway"), entry.gateway, f"no gateway '{entry.gateway}' in "
-                            f"[gateways] (known: {', '.join(self.gateways) or 'none'})",
-                            f"add [gateways.{entry.gateway}] or name one of [gateways]")
-                   for name, entry in self.clusters.items() if entry.gateway and entry.gateway not in self.gateways]
+        errors = [
+            _located(
+                ("hosts", name, "gateway"),
+                entry.gateway,
+                "no gateway "
+                f"'{entry.gateway}' in [gateways] (known: "
+                f"{', '.join(self.gateways) or 'none'})",
+                f"add [gateways.{entry.gateway}] or name one of [gateways]",
+            )
+            for name, entry in self.hosts.items()
+            if entry.gateway and entry.gateway not in self.gateways
+        ]
+        errors += [
+            _located(
+                ("clusters", name, "gateway"),
+                entry.gateway,
+                "no gateway "
+                f"'{entry.gateway}' in [gateways] (known: "
+                f"{', '.join(self.gateways) or 'none'})",
+                f"add [gateways.{entry.gateway}] or name one of [gateways]",
+            )
+            for name, entry in self.clusters.items()
+            if entry.gateway and entry.gateway not in self.gateways
+        ]
         claimed: dict[str, str] = {name: e.gateway for name, e in self.hosts.items() if e.gateway}
         for gateway, gw in self.gateways.items():
             for i, member in enumerate(gw.hosts):
@@ -325,16 +358,17 @@ def _contradictions(where: Loc, entry: HostEntry | ClusterEntry) -> list[InitErr
     capability = entry.compute_capability
     if capability is not None and capability != model.compute_capability:
         found.append(_located((*where, "compute_capability"), capability,
-                              f"{entry.gpu} is compute capability {model.compute_capability}, not {capability}",
-                              f"write compute_capability = \"{model.compute_capability}\" or correct gpu "
-                              "(nvidia-smi --query-gpu=name,compute_cap --format=csv)"))
+                              f"{entry.gpu} is compute capability {model.compute_capability}, not "
+                              f"{capability}",
+                              f"write compute_capability = \"{model.compute_capability}\" or "
+                              "correct gpu (nvidia-smi --query-gpu=name,compute_cap --format=csv)"))
     memory = entry.gpu_memory_gib
     if memory is not None and memory > max(model.memory_gib) * MEMORY_SLACK:
         sizes = " or ".join(f"{size} GiB" for size in model.memory_gib)
         found.append(_located((*where, "gpu_memory_gib"), memory,
                               f"{entry.gpu} has {sizes} of memory, not {memory:g} GiB",
-                              "write the memory of one GPU in GiB (nvidia-smi --query-gpu=memory.total "
-                              "--format=csv, MiB / 1024) or correct gpu"))
+                              "write the memory of one GPU in GiB (nvidia-smi "
+                              "--query-gpu=memory.total --format=csv, MiB / 1024) or correct gpu"))
     return found
 
 
@@ -380,7 +414,8 @@ def host_target(name: str, entry: HostEntry) -> HostTarget:
 
 
 def cluster_target(name: str, entry: ClusterEntry) -> HostTarget:
-    """What validation knows of a cluster: one of its GPU nodes as a host, with the image's SGLang."""
+    """What validation knows of a cluster: one of its GPU nodes as a host, with the image's
+    SGLang."""
     return HostTarget(
         name=name,
         gpu=entry.gpu,

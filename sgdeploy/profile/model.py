@@ -68,7 +68,8 @@ DEFAULT_PROMPTS = (
 
 
 class ProbeSettings(BaseModel):
-    """A profile's `[probe]` section: the workload of the throughput probe (sgdeploy.deploy.probe)."""
+    """A profile's `[probe]` section: the workload of the throughput probe
+    (sgdeploy.deploy.probe)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -76,12 +77,14 @@ class ProbeSettings(BaseModel):
     max_tokens: int = Field(default=128, ge=2, le=8192)
     concurrency: int = Field(default=4, ge=1, le=256)
     requests: int = Field(default=4, ge=1, le=1024,
-                          description="requests per phase (the concurrent one rounds up to whole waves)")
+                          description="requests per phase (the concurrent one rounds up to whole "
+                          "waves)")
     warmup: int = Field(default=1, ge=0, le=16, description="uncounted requests before the phases")
     duration_s: float = Field(default=120.0, gt=0, description="cap on the whole probe")
     request_timeout_s: float = Field(default=60.0, gt=0, description="cap on one request")
     endpoint: Literal["generate", "openai"] = "generate"
-    model: str | None = Field(default=None, description="`model` of OpenAI requests; default 'default'")
+    model: str | None = Field(default=None, description="`model` of OpenAI requests; default "
+                                            "'default'")
 
     @model_validator(mode="after")
     def _prompts_not_blank(self) -> ProbeSettings:
@@ -96,8 +99,12 @@ class ProbeSettings(BaseModel):
     def workload(self) -> dict[str, Any]:
         """What makes two probes comparable (stored with the figures)."""
         digest = hashlib.sha256("\x00".join(self.prompts).encode()).hexdigest()[:12]
-        return {"endpoint": self.endpoint, "max_tokens": self.max_tokens, "concurrency": self.concurrency,
-                "prompts_sha256": digest}
+        return {
+            "endpoint": self.endpoint,
+            "max_tokens": self.max_tokens,
+            "concurrency": self.concurrency,
+            "prompts_sha256": digest,
+        }
 
 
 class DeploySettings(BaseModel):
@@ -121,19 +128,22 @@ class DeploySettings(BaseModel):
         default=None, min_length=1, description="GPU indices or UUIDs for CUDA_VISIBLE_DEVICES."
     )
     hardening: Literal["none", "strict"] = Field(
-        default="none", description="systemd sandbox of the unit: 'strict' runs SGLang as a service user in a "
-        "read-only file system with a closed device list (docs/hardening.md); 'none' as before.")
+        default="none", description="systemd sandbox of the unit: 'strict' runs SGLang as a "
+        "service user in a read-only file system with a closed device list (docs/hardening.md); "
+        "'none' as before.")
     writable_paths: list[AbsolutePath] = Field(
-        default_factory=list, description="Folders a 'strict' unit may write besides its cache folder and the "
-        "ones its flags and [env] name (ReadWritePaths=).")
+        default_factory=list, description="Folders a 'strict' unit may write besides its cache "
+        "folder and the ones its flags and [env] name (ReadWritePaths=).")
     model_architecture: str | None = Field(
-        default=None, description="HF architecture (config.json architectures[0]), for rules that need it."
+        default=None, description="HF architecture (config.json architectures[0]), for rules that "
+                      "need it."
     )
     # TOML key `model_config` (a name pydantic reserves for itself, hence the alias).
     model_config_file: str | None = Field(
         default=None, min_length=1, alias="model_config",
-        description="A local copy of the model's config.json (or its folder), relative to the profile, for "
-        "rules that read it offline (context length, heads, DSA, Mamba state, quantization).",
+        description="A local copy of the model's config.json (or its folder), relative to the "
+        "profile, for rules that read it offline (context length, heads, DSA, Mamba state, "
+        "quantization).",
     )
 
     @property
@@ -170,15 +180,18 @@ SecretKey = Annotated[str, shaped(
 
 
 class SecretSettings(BaseModel):
-    """`[secrets]`: SGLang arguments whose values live in a file on the host (sgdeploy.deploy.secret_args).
+    """`[secrets]`: SGLang arguments whose values live in a file on the host
+    (sgdeploy.deploy.secret_args).
 
     It says where the values are and which arguments they are; there is no place for a value.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    file: AbsolutePath = Field(description="Root-only file on the host with the values (YAML for --config).")
-    keys: list[SecretKey] = Field(min_length=1, description="ServerArgs field names the file provides.")
+    file: AbsolutePath = Field(description="Root-only file on the host with the values (YAML for "
+                               "--config).")
+    keys: list[SecretKey] = Field(min_length=1, description="ServerArgs field names the file "
+                                                "provides.")
 
     @model_validator(mode="before")
     @classmethod
@@ -216,7 +229,8 @@ class Profile(BaseModel):
         description="sglang.launch_server flags by ServerArgs field name (snake_case).",
     )
     probe: ProbeSettings | None = Field(
-        default=None, description="The throughput probe's workload (`apply --probe`, `sgdeploy probe`)."
+        default=None, description="The throughput probe's workload (`apply --probe`, `sgdeploy "
+                      "probe`)."
     )
     secrets: SecretSettings | None = Field(
         default=None, description="Secret SGLang arguments, by reference to a file on the host."

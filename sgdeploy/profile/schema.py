@@ -22,7 +22,8 @@ def flag_schema(flag: Flag) -> dict[str, Any]:
         item["enum"] = list(flag.choices)
     schema: dict[str, Any] = {"type": "array", "items": item} if flag.is_list else item
     schema["description"] = f"{flag.option}: {flag.help}".strip()
-    unevaluated = isinstance(flag.default, str) and flag.default.startswith("<")  # "<expr> ..." from the catalog
+    # "<expr> ..." from the catalog
+    unevaluated = isinstance(flag.default, str) and flag.default.startswith("<")
     if flag.default is not None and not unevaluated:
         schema["default"] = flag.default
     if flag.deprecated:
@@ -34,16 +35,21 @@ def profile_schema(sglang_version: str | None = None) -> dict[str, Any]:
     catalog = load_catalog(sglang_version or newest_version())
     # The dialect and an identity up front, so editors (taplo, Even Better TOML) take the file as
     # a schema and tell one release's apart from another's.
-    schema = {"$schema": JSON_SCHEMA_DIALECT, "$id": f"urn:sgdeploy:profile:sglang-{catalog.version}",
-              **Profile.model_json_schema()}
+    schema = {
+        "$schema": JSON_SCHEMA_DIALECT,
+        "$id": f"urn:sgdeploy:profile:sglang-{catalog.version}",
+        **Profile.model_json_schema(),
+    }
     schema["title"] = "sgdeploy launch profile"
     schema["$comment"] = f"[server] flags of SGLang {catalog.version}"
     schema["properties"]["server"] = {
         "type": "object",
         "description": "sglang.launch_server flags by ServerArgs field name.",
         "additionalProperties": False,
-        "properties": {name: flag_schema(flag)
-                       for name, flag in sorted([*catalog.flags.items(), *catalog.aliases.items()])},
+        "properties": {
+            name: flag_schema(flag)
+            for name, flag in sorted([*catalog.flags.items(), *catalog.aliases.items()])
+        },
         "required": ["model_path"],
     }
     return schema

@@ -21,7 +21,13 @@ from sgdeploy.core.tomlfile import RULE_UNREADABLE, TomlDocument, did_you_mean
 from sgdeploy.profile.cluster import cluster_findings, nnodes
 from sgdeploy.profile.inventory import Inventory, cluster_target, host_target, load_inventory
 from sgdeploy.profile.model import LoadedProfile, load_profile
-from sgdeploy.sglang.catalog import Catalog, UnknownVersionError, load_catalog, nearest_version, newest_version
+from sgdeploy.sglang.catalog import (
+    Catalog,
+    UnknownVersionError,
+    load_catalog,
+    nearest_version,
+    newest_version,
+)
 from sgdeploy.sglang.flags import valid_server_values
 from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, load_model_config
 from sgdeploy.sglang.rule import LaunchContext
@@ -47,7 +53,9 @@ class ValidationResult:
     @property
     def strict_failures(self) -> list[Diagnostic]:
         """What `validate --strict` fails on: errors, warnings, and every check that did not run."""
-        return [d for d in self.diagnostics if d.severity is not Severity.INFO or d.rule in UNCHECKED]
+        return [
+            d for d in self.diagnostics if d.severity is not Severity.INFO or d.rule in UNCHECKED
+        ]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -94,14 +102,20 @@ class InventoryContext:
 
 
 def validate_paths(
-    paths: Sequence[str], inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None,
+    paths: Sequence[str],
+    inventory: InventoryContext,
+    sglang: str | None = None,
+    model_config: str | None = None,
     cluster: str | None = None,
 ) -> list[ValidationResult]:
     return [validate_file(path, inventory, sglang, model_config, cluster) for path in paths]
 
 
 def validate_file(
-    path: str, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None,
+    path: str,
+    inventory: InventoryContext,
+    sglang: str | None = None,
+    model_config: str | None = None,
     cluster: str | None = None,
 ) -> ValidationResult:
     return validate_loaded(load_profile(path), inventory, sglang, model_config, cluster)
@@ -117,13 +131,18 @@ class TargetVerdict:
 
 
 def validate_loaded(
-    loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None,
+    loaded: LoadedProfile,
+    inventory: InventoryContext,
+    sglang: str | None = None,
+    model_config: str | None = None,
     cluster: str | None = None,
 ) -> ValidationResult:
     """Validate a profile already read, against every host of its target (or, with `cluster`, the
     inventory's `[clusters.NAME]` instead). `model_config` (a model folder or config.json, e.g.
     from --model-config) wins over the profile's deploy.model_config."""
-    result = ValidationResult(path=loaded.path, host=cluster or (loaded.model.deploy.host if loaded.model else None))
+    result = ValidationResult(
+        path=loaded.path, host=cluster or (loaded.model.deploy.host if loaded.model else None)
+    )
     found, verdicts = verdicts_by_target(loaded, inventory, sglang, model_config, cluster)
     result.diagnostics.extend(found)
     result.diagnostics.extend(_across_group(verdicts) if len(verdicts) > 1 else
@@ -158,7 +177,9 @@ def _member_label(verdict: TargetVerdict) -> str:
 _OPTION = re.compile(r"(?<![\w-])--([a-z0-9][a-z0-9-]*)")
 
 
-def _hint_for_every_member(hint: str, verdicts: list[TargetVerdict], catalogs: dict[str, Catalog]) -> str:
+def _hint_for_every_member(
+    hint: str, verdicts: list[TargetVerdict], catalogs: dict[str, Catalog]
+) -> str:
     """`hint`, saying which members' releases lack an option it suggests."""
     lacking = []
     for option in dict.fromkeys(_OPTION.findall(hint)):
@@ -170,7 +191,10 @@ def _hint_for_every_member(hint: str, verdicts: list[TargetVerdict], catalogs: d
 
 
 def verdicts_by_target(
-    loaded: LoadedProfile, inventory: InventoryContext, sglang: str | None = None, model_config: str | None = None,
+    loaded: LoadedProfile,
+    inventory: InventoryContext,
+    sglang: str | None = None,
+    model_config: str | None = None,
     cluster: str | None = None,
 ) -> tuple[list[Diagnostic], list[TargetVerdict]]:
     """The profile's own findings (shape, target), then one verdict per host of its target. A
@@ -188,7 +212,13 @@ def verdicts_by_target(
         version, about_version = _version_for(loaded, target, sglang, inventory, on_cluster)
         about_version += _missing_facts(loaded, target, on_cluster)
         # a cluster's launch group has exactly nnodes pods, each told its rank and rank 0's address
-        spans = nnodes(loaded) if on_cluster else len(targets) if inventory.inventory is not None else None
+        spans = (
+            nnodes(loaded)
+            if on_cluster
+            else len(targets)
+            if inventory.inventory is not None
+            else None
+        )
         launch = [] if version is None else check_launch(loaded, target, version, node_count=spans,
                                                          model_config=config)
         if on_cluster:
@@ -196,8 +226,10 @@ def verdicts_by_target(
             launch += cluster_findings(loaded, target.name, clusters[target.name])
         runs = target.sglang_version if target else None
         launch = checked_against(launch, sglang or runs, version)
-        if target and sglang and runs and version and runs != version:  # an upgrade check, not what it runs
-            launch = _noted(launch, f" [validated for SGLang {version} (--sglang); {target.name} runs {runs}]")
+        # an upgrade check, not what it runs
+        if target and sglang and runs and version and runs != version:
+            launch = _noted(launch, f" [validated for SGLang {version} (--sglang); {target.name} "
+                                    f"runs {runs}]")
         verdicts.append(TargetVerdict(target, version, [*about_version, *launch]))
     return [*loaded.diagnostics, *found], verdicts
 
@@ -257,25 +289,30 @@ def profile_model_config(
         return load_model_config(path), []
     except ModelConfigError as exc:
         where = "--model-config" if override else "deploy.model_config"
-        return None, [loaded.diagnostic("SGD035", f"{where}: {exc}", dotted=None if override else where,
+        return None, [loaded.diagnostic("SGD035", f"{where}: "
+                                                  f"{exc}", dotted=None if override else where,
                                         hint="point it at the model's folder or its config.json")]
 
 
-def select_hosts(target: str, inventory: InventoryContext, wanted: Sequence[str] = ()) -> list[HostTarget]:
+def select_hosts(
+    target: str, inventory: InventoryContext, wanted: Sequence[str] = ()
+) -> list[HostTarget]:
     """The hosts a command acts on: those named in `wanted` (each must belong to `target`), or
     every host of `target`. Raises LookupError with a message for the user."""
     model = inventory.inventory
     if model is None:
         raise LookupError(inventory.unusable() or f"no usable inventory at {inventory.path}")
     if target in model.clusters:
-        raise LookupError(f"deploy.host '{target}' is a Kubernetes cluster of {inventory.path}: sgdeploy reaches "
-                          "no host there; `sgdeploy export PROFILE` writes its manifests for kubectl apply")
+        raise LookupError(f"deploy.host '{target}' is a Kubernetes cluster of {inventory.path}: "
+                          "sgdeploy reaches no host there; `sgdeploy export PROFILE` writes its "
+                          "manifests for kubectl apply")
     members = model.resolve(target) or []
     for name in wanted:
         if name not in model.hosts:
             raise LookupError(f"--host {name} is not a host of {inventory.path}")
         if name not in members:
-            raise LookupError(f"--host {name} is not in the profile's target '{target}' ({', '.join(members)})")
+            raise LookupError(f"--host {name} is not in the profile's target '{target}' "
+                              f"({', '.join(members)})")
     chosen = list(dict.fromkeys(wanted)) or members
     return [host_target(name, model.hosts[name]) for name in chosen]
 
@@ -298,7 +335,8 @@ def _targets(loaded: LoadedProfile, inventory: InventoryContext, cluster: str | 
     if inventory.document is None:
         note = loaded.diagnostic("SGD034", f"{inventory.unusable()}: host facts (GPUs, SGLang "
                                  "version) were not checked", dotted="deploy.host",
-                                 hint="pass --inventory FILE or set SGDEPLOY_INVENTORY", severity=Severity.INFO)
+                                 hint="pass --inventory FILE or set "
+                                 "SGDEPLOY_INVENTORY", severity=Severity.INFO)
         return [None], [note]
     model = inventory.inventory
     if model is None:
@@ -311,10 +349,11 @@ def _targets(loaded: LoadedProfile, inventory: InventoryContext, cluster: str | 
         known = [*model.clusters] if cluster else [*model.hosts, *model.groups, *model.clusters]
         suggestion = did_you_mean(host_name, known)
         return [], [loaded.diagnostic(
-            "SGD030", f"{'--cluster' if cluster else 'deploy.host'} '{host_name}' is no {what} of {inventory.path}"
+            "SGD030", f"{'--cluster' if cluster else 'deploy.host'} '{host_name}' is no {what} of "
+                      f"{inventory.path}"
             + (f"; did you mean '{suggestion}'?" if suggestion else ""),
-            dotted="deploy.host", hint=f"add [{'clusters' if cluster else 'hosts'}.{host_name}] to the inventory "
-            "or fix the name")]
+            dotted="deploy.host", hint=f"add [{'clusters' if cluster else 'hosts'}.{host_name}] to "
+            "the inventory or fix the name")]
     return [host_target(n, model.hosts[n]) for n in names], []
 
 
@@ -345,7 +384,8 @@ def _version_for(
     if wanted is None:
         newest = newest_version()
         where = f"host {target.name} has no sglang_version" if target else "no host facts"
-        note = loaded.diagnostic("SGD031", f"{where}: validated against the newest bundled SGLang, {newest}",
+        note = loaded.diagnostic("SGD031", f"{where}: validated against the newest bundled SGLang, "
+                                           f"{newest}",
                                  dotted="deploy.host", hint="set sglang_version in the inventory",
                                  severity=Severity.INFO)
         return newest, [note]
@@ -354,7 +394,9 @@ def _version_for(
     except UnknownVersionError as exc:
         return _nearest_older(loaded, wanted, exc)
     except ValueError:
-        return None, [_not_a_version(loaded, target if not override else None, wanted, inventory, on_cluster)]
+        return None, [
+            _not_a_version(loaded, target if not override else None, wanted, inventory, on_cluster)
+        ]
 
 
 def _not_a_version(loaded: LoadedProfile, target: HostTarget | None, wanted: str,
@@ -374,7 +416,9 @@ def _not_a_version(loaded: LoadedProfile, target: HostTarget | None, wanted: str
 UNKNOWN_FLAG = "SGD010"  # sglang/rules/flags.py
 
 
-def _missing_facts(loaded: LoadedProfile, target: HostTarget | None, on_cluster: bool = False) -> list[Diagnostic]:
+def _missing_facts(
+    loaded: LoadedProfile, target: HostTarget | None, on_cluster: bool = False
+) -> list[Diagnostic]:
     """SGD036: the inventory facts a host lacks, and the checks that therefore did not run."""
     if target is None:
         return []  # no inventory at all: SGD034 says so
@@ -389,10 +433,11 @@ def _missing_facts(loaded: LoadedProfile, target: HostTarget | None, on_cluster:
     if not lacking:
         return []
     return [loaded.diagnostic(
-        "SGD036", f"{'cluster' if on_cluster else 'host'} {target.name} has no {', no '.join(lacking)} in the "
-        "inventory: not checked: "
+        "SGD036", f"{'cluster' if on_cluster else 'host'} {target.name} has no "
+        f"{', no '.join(lacking)} in the inventory: not checked: "
         f"{'; '.join(skipped)}", dotted="deploy.host", severity=Severity.INFO,
-        hint=f"add them to [clusters.{target.name}] (nvidia-smi on one of its GPU nodes says them)" if on_cluster
+        hint=f"add them to [clusters.{target.name}] (nvidia-smi on one of its GPU nodes says "
+        "them)" if on_cluster
         else f"add them to [hosts.{target.name}] (`sgdeploy plan` shows what the host reports)")]
 
 
@@ -406,22 +451,27 @@ def _nearest_older(loaded: LoadedProfile, wanted: str, missing: UnknownVersionEr
     nearest = nearest_version(wanted)
     if parse_version(nearest) > parse_version(wanted):
         return None, [loaded.diagnostic(
-            "SGD032", f"{missing}: its flags and cross-flag rules were not checked; apply and plan ask "
-            "that SGLang on the host instead", dotted="deploy.host", hint=hint, severity=Severity.WARNING)]
+            "SGD032", f"{missing}: its flags and cross-flag rules were not checked; apply and plan "
+            "ask that SGLang on the host "
+            "instead", dotted="deploy.host", hint=hint, severity=Severity.WARNING)]
     return nearest, [loaded.diagnostic(
-        "SGD032", f"{missing}: checked against the nearest older release, {nearest}; options new in "
-        f"{wanted} read as unknown, and its own checks may differ (apply and plan ask that SGLang on "
-        "the host as well)", dotted="deploy.host", hint=hint, severity=Severity.WARNING)]
+        "SGD032", f"{missing}: checked against the nearest older release, {nearest}; options new "
+        f"in {wanted} read as unknown, and its own checks may differ (apply and plan ask that "
+        "SGLang on the host as well)", dotted="deploy.host", hint=hint, severity=Severity.WARNING)]
 
 
-def checked_against(found: list[Diagnostic], wanted: str | None, version: str | None) -> list[Diagnostic]:
+def checked_against(
+    found: list[Diagnostic], wanted: str | None, version: str | None
+) -> list[Diagnostic]:
     """Each finding of a launch checked against another release's catalog, saying which."""
     if wanted is None or version is None or wanted == version:
         return found
     note = f" [checked against SGLang {version}'s catalog: none is bundled for {wanted}]"
     # an option the older catalog lacks may be new in `wanted`: said, not refused
-    return [dataclasses.replace(d, severity=Severity.WARNING if d.rule == UNKNOWN_FLAG else d.severity)
-            for d in _noted(found, note)]
+    return [
+        dataclasses.replace(d, severity=Severity.WARNING if d.rule == UNKNOWN_FLAG else d.severity)
+        for d in _noted(found, note)
+    ]
 
 
 def _noted(found: list[Diagnostic], note: str) -> list[Diagnostic]:

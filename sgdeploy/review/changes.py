@@ -16,10 +16,14 @@ from sgdeploy.profile.inventory_file import DEFAULT_INVENTORY
 
 def is_inventory(path: str, inventory: Path) -> bool:
     """The inventory in use, or any file named like the default one."""
-    return Path(path).name == DEFAULT_INVENTORY or os.path.realpath(path) == os.path.realpath(inventory)
+    return Path(path).name == DEFAULT_INVENTORY or os.path.realpath(path) == os.path.realpath(
+        inventory
+    )
 
 
-def profiles_to_check(changed: Sequence[str], inventory: Path, default_profiles: Sequence[str]) -> list[str]:
+def profiles_to_check(
+    changed: Sequence[str], inventory: Path, default_profiles: Sequence[str]
+) -> list[str]:
     """The profiles to validate for a change to `changed`, in a stable order, each once."""
     present = [path for path in changed if Path(path).is_file()]
     profiles = [path for path in present if not is_inventory(path, inventory)]

@@ -1,4 +1,5 @@
-"""What a change does to each server: two revisions of the profiles and inventory, compared per host.
+"""What a change does to each server: two revisions of the profiles and inventory, compared per
+host.
 
 For every profile that changed, or whose hosts changed in the inventory, and for every host it
 targets on either side: the effective launch before and after (flags, environment, `[deploy]`
@@ -33,7 +34,8 @@ _ORDER: dict[str, int] = {"removed": 0, "changed": 1, "added": 2}
 
 @dataclass(frozen=True)
 class Change:
-    """One setting that differs: a `[server]` flag, an `[env]` variable, a `[deploy]` key, a host fact."""
+    """One setting that differs: a `[server]` flag, an `[env]` variable, a `[deploy]` key, a host
+    fact."""
 
     kind: ChangeKind
     name: str
@@ -88,8 +90,16 @@ class TargetDiff:
 
     @property
     def changed(self) -> bool:
-        return bool(self.flags or self.environment or self.deploy or self.facts or self.new_findings
-                    or self.cleared_findings or self.unit_diff or (self.before is None) != (self.after is None))
+        return bool(
+            self.flags
+            or self.environment
+            or self.deploy
+            or self.facts
+            or self.new_findings
+            or self.cleared_findings
+            or self.unit_diff
+            or (self.before is None) != (self.after is None)
+        )
 
 
 @dataclass
@@ -131,7 +141,9 @@ def _read_side(snapshot: Snapshot) -> _Side:
     if snapshot.inventory_text is None:
         inventory = InventoryContext(snapshot.inventory_path, None)
     else:
-        document: TomlDocument[Inventory] = TomlDocument(path=snapshot.inventory_path, text=snapshot.inventory_text)
+        document: TomlDocument[Inventory] = TomlDocument(
+            path=snapshot.inventory_path, text=snapshot.inventory_text
+        )
         inventory = InventoryContext(snapshot.inventory_path, parse_toml_text(document, Inventory))
     profiles = {}
     for path, text in snapshot.profiles.items():
@@ -173,7 +185,9 @@ def _launch(loaded: LoadedProfile, verdict: TargetVerdict, host_name: str) -> La
     )
 
 
-def _by_host(loaded: LoadedProfile | None, inventory: InventoryContext) -> tuple[list[Diagnostic], dict[str, Launch]]:
+def _by_host(
+    loaded: LoadedProfile | None, inventory: InventoryContext
+) -> tuple[list[Diagnostic], dict[str, Launch]]:
     if loaded is None:
         return [], {}
     own, verdicts = verdicts_by_target(loaded, inventory)
@@ -198,16 +212,28 @@ def _mapping_changes(before: dict[str, Any], after: dict[str, Any]) -> list[Chan
 
 def _flag_changes(before: Launch | None, after: Launch | None) -> list[Change]:
     # a launch's version is always one with a bundled catalog (validation chose it)
-    catalogs: list[Catalog] = [load_catalog(launch.facts["sglang_version"]) for launch in (after, before)
-                               if launch is not None and launch.facts.get("sglang_version")]
+    catalogs: list[Catalog] = [
+        load_catalog(launch.facts["sglang_version"])
+        for launch in (after, before)
+        if launch is not None and launch.facts.get("sglang_version")
+    ]
 
     def described(change: Change) -> Change:
         flag = next((f for c in catalogs if (f := c.lookup(change.name)) is not None), None)
         if flag is None:
-            return Change(change.kind, change.name, change.before, change.after, option=f"--{change.name}")
+            return Change(
+                change.kind, change.name, change.before, change.after, option=f"--{change.name}"
+            )
         # the default SGLang falls back to is the one of the version that runs after the change
         default = catalogs[0].default(change.name) if change.kind == "removed" else None
-        return Change(change.kind, change.name, change.before, change.after, option=flag.option, default=default)
+        return Change(
+            change.kind,
+            change.name,
+            change.before,
+            change.after,
+            option=flag.option,
+            default=default,
+        )
 
     changes = _mapping_changes(before.server if before else {}, after.server if after else {})
     return sorted((described(c) for c in changes), key=lambda c: _ORDER[c.kind])
@@ -221,7 +247,9 @@ def _shown_finding(d: Diagnostic) -> Diagnostic:
     return dataclasses.replace(d, message=redact(d.message), hint=redact(d.hint))
 
 
-def _finding_changes(before: list[Diagnostic], after: list[Diagnostic]) -> tuple[list[Diagnostic], list[Diagnostic]]:
+def _finding_changes(
+    before: list[Diagnostic], after: list[Diagnostic]
+) -> tuple[list[Diagnostic], list[Diagnostic]]:
     old = {_finding_key(d) for d in before}
     new = {_finding_key(d) for d in after}
     appeared = [_shown_finding(d) for d in after if _finding_key(d) not in old]
@@ -234,7 +262,8 @@ def _finding_changes(before: list[Diagnostic], after: list[Diagnostic]) -> tuple
 def _unit_note(before: Launch | None, after: Launch | None, labels: tuple[str, str]) -> str:
     unrendered = [label for launch, label in zip((before, after), labels, strict=True)
                   if launch is not None and launch.unit_text is None]
-    return f"no unit for {' and '.join(unrendered)}: the profile has errors there" if unrendered else ""
+    return (f"no unit for {' and '.join(unrendered)}: the profile has errors "
+            "there") if unrendered else ""
 
 
 def _unit_diff(before: Launch | None, after: Launch | None, labels: tuple[str, str]) -> str:
@@ -249,10 +278,14 @@ def _unit_diff(before: Launch | None, after: Launch | None, labels: tuple[str, s
     return "".join(redact(line if line.endswith("\n") else line + "\n") for line in lines)
 
 
-def _target_diff(host: str, before: Launch | None, after: Launch | None, labels: tuple[str, str]) -> TargetDiff:
+def _target_diff(
+    host: str, before: Launch | None, after: Launch | None, labels: tuple[str, str]
+) -> TargetDiff:
     diff = TargetDiff(host, before, after)
     diff.flags = _flag_changes(before, after)
-    diff.environment = _mapping_changes(before.environment if before else {}, after.environment if after else {})
+    diff.environment = _mapping_changes(
+        before.environment if before else {}, after.environment if after else {}
+    )
     diff.deploy = _mapping_changes(before.deploy if before else {}, after.deploy if after else {})
     if before and after:
         diff.facts = _mapping_changes(before.facts, after.facts)
@@ -274,7 +307,14 @@ def _profile_diff(path: str, old: _Side, new: _Side, labels: tuple[str, str]) ->
                for host in dict.fromkeys([*new_launches, *old_launches])]
     new_findings, cleared = _finding_changes(old_own, new_own)
     status: Literal["added", "removed", "changed", "hosts changed"] = (
-        "added" if before is None else "removed" if after is None else "hosts changed" if same_text else "changed")
+        "added"
+        if before is None
+        else "removed"
+        if after is None
+        else "hosts changed"
+        if same_text
+        else "changed"
+    )
     diff = ProfileDiff(path, status, [t for t in targets if t.changed], new_findings, cleared)
     if not diff.targets and not new_findings and not cleared and status != "changed":
         return None

@@ -46,8 +46,8 @@ def _host_line(launch: Launch | None) -> str:
 
 
 def summary_counts(result: DiffResult) -> str:
-    return (f"{len(result.profiles)} profile(s) affected: {len(result.removals())} flag(s) removed, "
-            f"{len(result.new_errors())} new error(s)")
+    return (f"{len(result.profiles)} profile(s) affected: {len(result.removals())} flag(s) "
+            f"removed, {len(result.new_errors())} new error(s)")
 
 
 # --------------------------------------------------------------------------- text
@@ -106,13 +106,18 @@ def _target_json(t: TargetDiff) -> dict[str, Any]:
     return {
         "host": t.host,
         "deployed": {"before": t.before is not None, "after": t.after is not None},
-        "facts": {"before": t.before.facts if t.before else None, "after": t.after.facts if t.after else None},
+        "facts": {
+            "before": t.before.facts if t.before else None,
+            "after": t.after.facts if t.after else None,
+        },
         "flags": [c.as_dict() for c in t.flags],
         "environment": [c.as_dict() for c in t.environment],
         "deploy": [c.as_dict() for c in t.deploy],
         "facts_changed": [c.as_dict() for c in t.facts],
-        "findings": {"new": [_finding(d) for d in t.new_findings],
-                     "cleared": [_finding(d) for d in t.cleared_findings]},
+        "findings": {
+            "new": [_finding(d) for d in t.new_findings],
+            "cleared": [_finding(d) for d in t.cleared_findings],
+        },
         "unit_diff": t.unit_diff,
         "unit_note": t.unit_note,
     }
@@ -122,16 +127,32 @@ def diff_json(result: DiffResult) -> str:
     document = {
         "before": result.before,
         "after": result.after,
-        "removed_flags": [{"profile": p.path, "host": t.host, "flag": c.name, "option": c.option,
-                           "before": c.before, "default": c.default} for p, t, c in result.removals()],
-        "new_errors": [{"profile": p.path, "host": host} | _finding(d) for p, host, d in result.new_errors()],
-        "profiles": [{
-            "path": p.path,
-            "status": p.status,
-            "findings": {"new": [_finding(d) for d in p.new_findings],
-                         "cleared": [_finding(d) for d in p.cleared_findings]},
-            "targets": [_target_json(t) for t in p.targets],
-        } for p in result.profiles],
+        "removed_flags": [
+            {
+                "profile": p.path,
+                "host": t.host,
+                "flag": c.name,
+                "option": c.option,
+                "before": c.before,
+                "default": c.default,
+            }
+            for p, t, c in result.removals()
+        ],
+        "new_errors": [
+            {"profile": p.path, "host": host} | _finding(d) for p, host, d in result.new_errors()
+        ],
+        "profiles": [
+            {
+                "path": p.path,
+                "status": p.status,
+                "findings": {
+                    "new": [_finding(d) for d in p.new_findings],
+                    "cleared": [_finding(d) for d in p.cleared_findings],
+                },
+                "targets": [_target_json(t) for t in p.targets],
+            }
+            for p in result.profiles
+        ],
     }
     return json.dumps(redact_data(document), indent=2, default=str) + "\n"
 
@@ -150,16 +171,24 @@ def _md_finding(d: Diagnostic) -> str:
 
 def _md_row(label: str, c: Change, flag: bool) -> str:
     name = _code(c.option if flag else c.name)
-    after = _code(c.after) if c.kind != "removed" else (f"*SGLang default:* {_code(c.default)}" if flag else "")
+    after = _code(c.after) if c.kind != "removed" else ("*SGLang default:* "
+                                                        f"{_code(c.default)}" if flag else "")
     kind = f"**{c.kind.upper()}**" if c.kind == "removed" else c.kind
     return f"| {kind} {label} | {name} | {_code(c.before) if c.kind != 'added' else ''} | {after} |"
 
 
 def _target_md(t: TargetDiff) -> list[str]:
     before, after = _host_line(t.before), _host_line(t.after)
-    lines = ["", f"#### {t.host}: {after}" if before == after else f"#### {t.host}: {before} → {after}"]
-    rows = [_md_row("flag", c, True) for c in t.flags] + [_md_row("env", c, False) for c in t.environment]
-    rows += [_md_row("deploy", c, False) for c in t.deploy] + [_md_row("host", c, False) for c in t.facts]
+    lines = [
+        "",
+        f"#### {t.host}: {after}" if before == after else f"#### {t.host}: {before} → {after}",
+    ]
+    rows = [_md_row("flag", c, True) for c in t.flags] + [
+        _md_row("env", c, False) for c in t.environment
+    ]
+    rows += [_md_row("deploy", c, False) for c in t.deploy] + [
+        _md_row("host", c, False) for c in t.facts
+    ]
     if rows:
         lines += ["", "| change | setting | before | after |", "| --- | --- | --- | --- |", *rows]
     if t.new_findings:
@@ -169,8 +198,16 @@ def _target_md(t: TargetDiff) -> list[str]:
     if t.unit_note:
         lines += ["", f"Unit: {t.unit_note}."]
     if t.unit_diff:
-        lines += ["", "<details><summary>unit diff</summary>", "", "```diff", t.unit_diff.rstrip("\n"), "```", "",
-                  "</details>"]
+        lines += [
+            "",
+            "<details><summary>unit diff</summary>",
+            "",
+            "```diff",
+            t.unit_diff.rstrip("\n"),
+            "```",
+            "",
+            "</details>",
+        ]
     return lines
 
 
@@ -179,14 +216,22 @@ def diff_markdown(result: DiffResult) -> str:
     removals, errors = result.removals(), result.new_errors()
     if removals:
         lines += ["> [!CAUTION]", "> **Flags removed** (the server will run without them):"]
-        lines += [f"> - `{p.path}` on **{t.host}**: {_code(_flag_words(c, c.before))}" +
-                  (f" (SGLang default: {_code(c.default)})" if t.after else " (no longer deployed there)")
-                  for p, t, c in removals]
+        lines += [
+            f"> - `{p.path}` on **{t.host}**: {_code(_flag_words(c, c.before))}"
+            + (
+                f" (SGLang default: {_code(c.default)})"
+                if t.after
+                else " (no longer deployed there)"
+            )
+            for p, t, c in removals
+        ]
         lines.append("")
     if errors:
         lines += ["> [!WARNING]", "> **New errors:**"]
-        lines += [f"> - `{p.path}`" + (f" on **{host}**" if host else "") + f": `{d.rule}` {d.message}"
-                  for p, host, d in errors]
+        lines += [
+            f"> - `{p.path}`" + (f" on **{host}**" if host else "") + f": `{d.rule}` {d.message}"
+            for p, host, d in errors
+        ]
         lines.append("")
     lines.append(summary_counts(result) + "." if result.profiles else "No profile or host changed.")
     for p in result.profiles:

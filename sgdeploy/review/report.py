@@ -32,8 +32,8 @@ def validation_text(results: Sequence[ValidationResult]) -> str:
     failed = [r for r in results if not r.ok]
     warnings = sum(1 for r in results for d in r.diagnostics if d.severity.value == "warning")
     lines.append(
-        f"{len(results)} profile(s) checked: {len(results) - len(failed)} valid, {len(failed)} with errors, "
-        f"{warnings} warning(s)"
+        f"{len(results)} profile(s) checked: {len(results) - len(failed)} valid, {len(failed)} "
+        f"with errors, {warnings} warning(s)"
     )
     return redact("\n".join(lines) + "\n")
 
@@ -77,7 +77,10 @@ def apply_text(result: ApplyResult) -> str:
         lines.append("  " + finding_line(d))
     if result.phase_times:
         times = result.phase_times
-        lines.append("startup phases: " + ", ".join(f"{name} {_seconds(value)}" for name, value in times.items()))
+        lines.append(
+            "startup phases: "
+            + ", ".join(f"{name} {_seconds(value)}" for name, value in times.items())
+        )
     if result.kv_cache_tokens:
         lines.append(f"KV cache: {result.kv_cache_tokens} tokens")
     if result.timings:
@@ -86,21 +89,24 @@ def apply_text(result: ApplyResult) -> str:
         lines.append(f"throughput: {result.probe.text}")
     if result.auto_adjusted:
         lines.append("settings SGLang changed on its own:")
-        lines.extend(f"  {a.field} = {json.dumps(a.value, default=str)}  ({a.reason})" for a in result.auto_adjusted)
+        lines.extend(f"  {a.field} = {json.dumps(a.value, default=str)}  "
+                     f"({a.reason})" for a in result.auto_adjusted)
     check = result.sglang_check
     if check and not check.verdict.refused:
         lines.append(f"SGLang's own check: {check.summary}")
         lines.extend(f"  not foreseen: {text}" for text in check.differences or ())
     for disagreement in result.disagreements:
         offline = disagreement.offline
-        lines.append(f"recorded in {result.deployment_id} as a disagreement: SGLang says {disagreement.host}, the "
-                     f"offline rules said {offline if isinstance(offline, str) else ', '.join(offline)}")
+        lines.append(f"recorded in {result.deployment_id} as a disagreement: SGLang says "
+                     f"{disagreement.host}, the offline rules said "
+                     f"{offline if isinstance(offline, str) else ', '.join(offline)}")
     if result.explain:
         lines.append("the log lines that explain it:")
         lines.extend(f"  | {text}" for text in result.explain)
     if result.rollback:
         rb = result.rollback
-        lines.append(f"rollback to {rb.restored}: {'ready' if rb.ready else 'FAILED: ' + str(rb.reason)}")
+        lines.append(f"rollback to {rb.restored}: "
+                     f"{'ready' if rb.ready else 'FAILED: ' + str(rb.reason)}")
     return redact("\n".join(lines) + "\n")
 
 
@@ -112,7 +118,8 @@ def plan_text(plan: Plan) -> str:
     check = plan.sglang_check
     if plan.refused:
         if check is not None and check.refused:
-            lines.append(f"REFUSED by SGLang {check.sglang_version or ''} on {plan.host} itself; nothing would change")
+            lines.append(f"REFUSED by SGLang {check.sglang_version or ''} on {plan.host} itself; "
+                         "nothing would change")
         else:
             lines.append("REFUSED: the profile cannot run on this host; nothing would change")
         return redact("\n".join(lines) + "\n")
@@ -130,7 +137,7 @@ def plan_text(plan: Plan) -> str:
     return redact("\n".join(lines) + "\n")
 
 
-# --------------------------------------------------------------------------- logcheck / history / status
+# ---------------------------------------------------------------------- logcheck / history / status
 def _since(start: str | None, t: str | None) -> str:
 
     if not start or not t:
@@ -142,9 +149,11 @@ def _since(start: str | None, t: str | None) -> str:
 
 
 def logcheck_text(report: LogReport, source: str) -> str:
-    """`sgdeploy logcheck`: verdict, phases with times, KV cache, the failure and its lines, changes."""
+    """`sgdeploy logcheck`: verdict, phases with times, KV cache, the failure and its lines,
+    changes."""
     lines = [f"{source}: {report.verdict}"]
-    lines.extend(f"an earlier start in this log failed: {f.headline}" for f in report.earlier_failures)
+    lines.extend("an earlier start in this log failed: "
+                 f"{f.headline}" for f in report.earlier_failures)
     if report.earlier_failures:
         lines.append("what follows is the last start:")
     if report.phases:
@@ -155,7 +164,8 @@ def logcheck_text(report: LogReport, source: str) -> str:
             lines.append(f"  {p.name:<25} line {p.line:<6} {p.t or '-'}{offset}{rank}")
         times = {k: v for k, v in report.phase_times().items() if v is not None}
         if times:
-            lines.append("startup times: " + ", ".join(f"{k} {_seconds(v)}" for k, v in times.items()))
+            lines.append("startup times: " + ", ".join(f"{k} "
+                                                       f"{_seconds(v)}" for k, v in times.items()))
     else:
         lines.append("phases: none recognised")
     if report.kv_cache_tokens is not None:
@@ -186,16 +196,31 @@ def history_text(history: History) -> str:
         return f"{head}: no deployments recorded\n"
     lines = [f"{head}: {len(history.records)} deployment(s), newest first; * = last good "
              f"({history.last_good or 'none'})"]
-    rows = [("", "ID", "TIME", "PROFILE", "SGLANG", "OUTCOME", "STARTUP", "TOK/S", "BY", "ROLLBACK OF")]
+    rows = [
+        ("", "ID", "TIME", "PROFILE", "SGLANG", "OUTCOME", "STARTUP", "TOK/S", "BY", "ROLLBACK OF")
+    ]
     for r in history.records:
         d = r.as_dict()
-        profile = f"{d['profile']} {r.short_hash}" if d["profile"] and r.short_hash else d["profile"]
+        profile = (
+            f"{d['profile']} {r.short_hash}" if d["profile"] and r.short_hash else d["profile"]
+        )
         outcome = r.outcome + (f" ({r.failure_kind})" if r.failure_kind else "")
         startup = f"{d['startup_s']:.1f} s" if isinstance(d["startup_s"], int | float) else None
         tps = f"{r.tokens_per_s:.1f}" if r.tokens_per_s is not None else None
-        rows.append(("*" if r.last_good else "", r.id, _cell(d["time"]), _cell(profile),
-                     _cell(d["sglang_version"]), outcome, _cell(startup), _cell(tps), _cell(d["deployed_by"]),
-                     _cell(d["rollback_of"])))
+        rows.append(
+            (
+                "*" if r.last_good else "",
+                r.id,
+                _cell(d["time"]),
+                _cell(profile),
+                _cell(d["sglang_version"]),
+                outcome,
+                _cell(startup),
+                _cell(tps),
+                _cell(d["deployed_by"]),
+                _cell(d["rollback_of"]),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
@@ -266,8 +291,8 @@ def rollout_text(fleet: FleetResult) -> str:
     lines = [f"{'host':<{width}}  {'outcome':<13} {'startup':>8}  {'sglang':<8} deployment"]
     for r in rows:
         startup = "-" if r["startup_s"] is None else f"{r['startup_s']:.1f} s"
-        lines.append(f"{r['host']:<{width}}  {r['status']:<13} {startup:>8}  {r['sglang_version'] or '-':<8} "
-                     f"{r['deployment_id'] or '-'}")
+        lines.append(f"{r['host']:<{width}}  {r['status']:<13} {startup:>8}  "
+                     f"{r['sglang_version'] or '-':<8} {r['deployment_id'] or '-'}")
     if fleet.stopped_at:
         failed = fleet.results[fleet.stopped_at]
         lines.append(f"rollout stopped at {fleet.stopped_at}: {failed.message}")
@@ -289,7 +314,9 @@ def rotation_lines(gateway: dict[str, RotationResult]) -> list[str]:
         moved = f" (moved from {r.removed_url})" if r.removed_url and state == "ready" else ""
         lines.append(f"  {host}: {r.worker_url} at '{r.gateway}': {where}{drained}{moved}")
         if r.restored:
-            kept = ", ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in r.restored.items())
+            kept = ", ".join(
+                f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in r.restored.items()
+            )
             lines.append(f"    registered again with {kept}"
                          + (" and its server's API key" if r.worker_api_key else ""))
         if r.problem:
@@ -303,14 +330,17 @@ def _step_lines(steps: Sequence[Step]) -> list[str]:
 
 
 def drained_plan_text(plan: RolloutPlan, results: Sequence[ApplyResult]) -> str:
-    """`sgdeploy plan` of a rollout behind a gateway: the order, each host's gateway steps, its plan."""
-    lines = [f"rollout behind a gateway, at most {plan.max_unavailable} worker(s) out of rotation at once: "
+    """`sgdeploy plan` of a rollout behind a gateway: the order, each host's gateway steps, its
+    plan."""
+    lines = [f"rollout behind a gateway, at most {plan.max_unavailable} worker(s) out of rotation "
+             "at once: "
              + " -> ".join("+".join(batch) for batch in plan.batches)]
     by_host = {r.host: r for r in results}
     for host in plan.order:
         rotation = plan.rotations.get(host)
-        lines.append(f"{host}: no gateway" if rotation is None else f"{host}: {rotation.before.url} at gateway "
-                     f"'{rotation.gateway}' is {rotation.before.describe()}")
+        lines.append(f"{host}: no gateway" if rotation is None else f"{host}: "
+                     f"{rotation.before.url} at gateway '{rotation.gateway}' is "
+                     f"{rotation.before.describe()}")
         lines.extend(_step_lines(plan.steps_of(host)))
         result = by_host.get(host)
         if result is not None and result.plan is not None:
@@ -321,7 +351,8 @@ def drained_plan_text(plan: RolloutPlan, results: Sequence[ApplyResult]) -> str:
 
 
 def connection_text(name: str, chain: Sequence[SshTarget]) -> str:
-    """`--verbose`: how a host is reached, each setting with where it came from (sshconfig.SshTarget)."""
+    """`--verbose`: how a host is reached, each setting with where it came from
+    (sshconfig.SshTarget)."""
     final = chain[-1]
     files = ", ".join(final.config_files) or "none"
     lines = [f"{name}: connection (SSH configuration read: {files})"]
@@ -332,6 +363,8 @@ def connection_text(name: str, chain: Sequence[SshTarget]) -> str:
             if value in (None, [], ""):
                 continue
             shown = ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
-            lines.append(f"    {setting + ':':<26} {shown}  ({hop.sources.get(setting, 'default')})")
-    lines += [f"  note: {note}" for note in dict.fromkeys(note for hop in chain for note in hop.notes)]
+            lines.append(f"    {setting + ':':<26} {shown}  "
+                         f"({hop.sources.get(setting, 'default')})")
+    lines += ["  note: "
+              f"{note}" for note in dict.fromkeys(note for hop in chain for note in hop.notes)]
     return "\n".join(lines) + "\n"

@@ -54,7 +54,9 @@ def one_file(path: str, inventory_path: str, key: str | None = None) -> Snapshot
 
 def _git(*args: str) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=60, check=False)
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=60, check=False
+        )
     except FileNotFoundError:
         raise RevisionError("git is not installed: compare two files instead") from None
 
@@ -70,7 +72,9 @@ def at_ref(ref: str, inventory_path: str) -> Snapshot:
         raise RevisionError(f"'{ref}' is no commit of this repository" if inside else
                             f"'{ref}' is no file, and this folder is not in a git repository")
     listed = _git("ls-tree", "--name-only", ref, "--", f"{PROFILE_DIR}/")
-    paths = sorted(p for p in listed.stdout.splitlines() if p.endswith(".toml") and p.count("/") == 1)
+    paths = sorted(
+        p for p in listed.stdout.splitlines() if p.endswith(".toml") and p.count("/") == 1
+    )
     texts = {path: text for path in paths if (text := _show(ref, path)) is not None}
     return Snapshot(ref, inventory_path, _inventory_at(ref, inventory_path), texts)
 

@@ -43,7 +43,10 @@ def launch_entry(argv: Sequence[str]) -> LaunchEntry | None:
             return LaunchEntry(i, i + 2, "launch_server")
         if word == f"-m{LAUNCH_MODULE}":
             return LaunchEntry(i, i + 1, "launch_server")
-        if posixpath.basename(word) == "launch_server.py" and posixpath.basename(posixpath.dirname(word)) == "sglang":
+        if (
+            posixpath.basename(word) == "launch_server.py"
+            and posixpath.basename(posixpath.dirname(word)) == "sglang"
+        ):
             return LaunchEntry(i, i + 1, "launch_server")
         if posixpath.basename(word) == "sglang" and i + 1 < len(words) and words[i + 1] == "serve":
             return LaunchEntry(i, i + 2, "serve")
@@ -96,7 +99,11 @@ class ParsedArgv:
 
     @property
     def unknown(self) -> list[str]:
-        return [f.message.split("'")[1] for f in self.findings if f.message.startswith("unrecognized argument '")]
+        return [
+            f.message.split("'")[1]
+            for f in self.findings
+            if f.message.startswith("unrecognized argument '")
+        ]
 
 
 class _Parser:
@@ -130,7 +137,11 @@ class _Parser:
         if not word.startswith("--"):
             return []
         prefix = word.split("=", 1)[0]
-        return [o for o in (*self.options, *_HELP_OPTIONS) if o.startswith("--") and o.startswith(prefix)]
+        return [
+            o
+            for o in (*self.options, *_HELP_OPTIONS)
+            if o.startswith("--") and o.startswith(prefix)
+        ]
 
     def resolve(self, word: str) -> tuple[str, str | None] | None:
         """(full option, explicit `=value`) for an option word; a finding and None otherwise."""
@@ -146,15 +157,17 @@ class _Parser:
         if len(actions) == 1:
             flag = self.options.get(found[0])
             if len(found) > 1 and flag is not None:
-                self.find(self.i, "warning", f"'{word.split('=', 1)[0]}' abbreviates {', '.join(sorted(found))}, "
-                          f"all {flag.option}; the argparse of Python 3.11 and older calls that ambiguous",
+                self.find(self.i, "warning", f"'{word.split('=', 1)[0]}' abbreviates "
+                          f"{', '.join(sorted(found))}, all {flag.option}; the argparse of Python "
+                          "3.11 and older calls that ambiguous",
                           f"write {flag.option} in full")
             return (flag.option if flag else found[0]), explicit
         if found:
             self.find(self.i, "error", f"ambiguous option '{word.split('=', 1)[0]}' could match "
                       + ", ".join(sorted(found)), "write the flag in full")
             return None
-        self.find(self.i, "error", f"unrecognized argument '{word}' for SGLang {self.catalog.version}",
+        self.find(self.i, "error", f"unrecognized argument '{word}' for SGLang "
+                                   f"{self.catalog.version}",
                   _unknown_hint(head, self.catalog))
         return None
 
@@ -163,7 +176,11 @@ class _Parser:
         """The value words after the option, as argparse counts them for the flag's nargs."""
         start = self.i + 1
         end = start
-        while end < len(self.words) and self.words[end] != "--" and not self.is_option(self.words[end]):
+        while (
+            end < len(self.words)
+            and self.words[end] != "--"
+            and not self.is_option(self.words[end])
+        ):
             end += 1
         available = self.words[start:end]
         nargs = flag.nargs
@@ -216,15 +233,19 @@ class _Parser:
                 self.find(start, "error", f"{option}: ignored explicit argument '{explicit}'",
                           f"write {option} alone")
                 return None
-            if flag.boolean_optional and option.startswith("--no-") and "--" + option[5:] in flag.options:
+            if (
+                flag.boolean_optional
+                and option.startswith("--no-")
+                and "--" + option[5:] in flag.options
+            ):
                 return False
             return flag.const if flag.const is not None else not flag.store_false
         words = [explicit] if explicit is not None else self.take_values(flag)
         if words is None:
             return None
         if not words and flag.nargs == "?":
-            self.find(start, "warning", f"{option} is given without a value: SGLang uses its constant, which "
-                      "a profile cannot write", f"give {option} a value")
+            self.find(start, "warning", f"{option} is given without a value: SGLang uses its "
+                      "constant, which a profile cannot write", f"give {option} a value")
             return None
         try:
             values = [self.convert(flag, w) for w in words]
@@ -233,29 +254,39 @@ class _Parser:
             return None
         for value in values:
             if flag.choices and str(value) not in {str(c) for c in flag.choices}:
-                self.find(start, "error", f"argument {option}: invalid choice {value!r} for SGLang "
-                          f"{self.catalog.version}", "choose from " + ", ".join(map(str, flag.choices)))
+                self.find(
+                    start,
+                    "error",
+                    f"argument {option}: invalid choice {value!r} for SGLang "
+                    f"{self.catalog.version}",
+                    "choose from " + ", ".join(map(str, flag.choices)),
+                )
         if flag.const is not None:
-            return flag.const  # a deprecated option that stores one fixed value whatever it is given
+            # a deprecated option that stores one fixed value whatever it is given
+            return flag.const
         return values if flag.is_list or flag.nargs == "*" else (values[0] if values else None)
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> ParsedArgv:
-        refused_option = ""  # the last option SGLang would refuse: the words after it are its values
+        # the last option SGLang would refuse: the words after it are its values
+        refused_option = ""
         while self.i < len(self.words):
             word = self.words[self.i]
             start = self.i
             if word == "--":
-                self.find(start, "error", "unrecognized argument '--' (SGLang takes no positional arguments)")
+                self.find(start, "error", "unrecognized argument '--' (SGLang takes no positional "
+                                          "arguments)")
                 for rest in range(self.i + 1, len(self.words)):
-                    self.find(rest, "error", f"unrecognized argument '{self.words[rest]}' (after '--')")
+                    self.find(rest, "error", f"unrecognized argument '{self.words[rest]}' (after "
+                                             "'--')")
                 break
             if not self.is_option(word):
                 if refused_option:
-                    self.find(start, "error", f"unrecognized argument '{word}' (a value of the refused "
-                              f"'{refused_option}' before it)")
+                    self.find(start, "error", f"unrecognized argument '{word}' (a value of the "
+                              f"refused '{refused_option}' before it)")
                 else:
-                    self.find(start, "error", f"unrecognized argument '{word}' (a value with no flag before it)",
+                    self.find(start, "error", f"unrecognized argument '{word}' (a value with no "
+                                              "flag before it)",
                               "an empty or stray word in the command line; SGLang would refuse it")
                 self.i += 1
                 continue
@@ -267,7 +298,8 @@ class _Parser:
                 continue
             option, explicit = resolved
             if option in _HELP_OPTIONS:
-                self.find(start, "error", f"'{word}' asks SGLang for its help text; it starts no server")
+                self.find(start, "error", f"'{word}' asks SGLang for its help text; it starts no "
+                                          "server")
                 self.i += 1
                 continue
             flag = self.options[option]
@@ -287,22 +319,25 @@ class _Parser:
     def deprecated_action(self, flag: Flag, option: str, start: int) -> None:
         """A bare DeprecatedAction: SGLang stops with its message, or warns and stores nothing."""
         if flag.refusal is not None:
-            self.find(start, "error", f"{option}: SGLang {self.catalog.version} stops with '{flag.refusal}'",
+            self.find(start, "error", f"{option}: SGLang {self.catalog.version} stops with "
+                                      f"'{flag.refusal}'",
                       "remove it and use what the message names")
         else:
-            self.find(start, "warning", f"{option} is deprecated in SGLang {self.catalog.version} and has no "
-                      "effect: not imported")
+            self.find(start, "warning", f"{option} is deprecated in SGLang {self.catalog.version} "
+                      "and has no effect: not imported")
 
     def record(self, use: FlagUse, flag: Flag) -> None:
         earlier = self.result.server.get(use.field, _MISSING)
         if earlier is not _MISSING:
-            self.find(use.index, "warning", f"{flag.option} is given more than once; SGLang keeps the last "
-                      f"({_shown(earlier)} -> {_shown(use.value)})", "write it once")
+            self.find(use.index, "warning", f"{flag.option} is given more than once; SGLang keeps "
+                      f"the last ({_shown(earlier)} -> {_shown(use.value)})", "write it once")
         if flag.is_alias:
-            self.find(use.index, "warning", f"{use.option} is deprecated in SGLang {self.catalog.version}: it sets "
-                      f"{use.field}, imported as {use.field} = {_shown(use.value)}")
+            self.find(use.index, "warning", f"{use.option} is deprecated in SGLang "
+                      f"{self.catalog.version}: it sets {use.field}, imported as {use.field} = "
+                      f"{_shown(use.value)}")
         elif flag.deprecated:
-            self.find(use.index, "warning", f"{use.option} is deprecated in SGLang {self.catalog.version}")
+            self.find(use.index, "warning", f"{use.option} is deprecated in SGLang "
+                                            f"{self.catalog.version}")
         self.result.server[use.field] = use.value
         self.result.uses.append(use)
 
@@ -318,8 +353,11 @@ def _unknown_hint(option: str, catalog: Catalog) -> str:
         return "SGLang would stop with 'unrecognized arguments'; check the spelling and the version"
     replacement = replacement_for(field_name, catalog)
     if catalog.parsed_version > parse_version(last):
-        return f"SGLang had it up to {last}" + (f"; use {replacement.text}" if replacement else "; remove it")
-    return f"SGLang has it from {first} on: the server runs a newer SGLang than assumed (check --sglang)"
+        return f"SGLang had it up to {last}" + (
+            f"; use {replacement.text}" if replacement else "; remove it"
+        )
+    return (f"SGLang has it from {first} on: the server runs a newer SGLang than assumed (check "
+            "--sglang)")
 
 
 def _shown(value: Any) -> str:

@@ -48,7 +48,8 @@ class Flag:
     deprecated: bool
     help: str
     const: Any = None  # what a Deprecated*Action switch stores into its dest when given
-    replaced_by: str | None = None  # SGLang's `new_flag`, e.g. "--cuda-graph-backend-prefill=breakable"
+    # SGLang's `new_flag`, e.g. "--cuda-graph-backend-prefill=breakable"
+    replaced_by: str | None = None
     refusal: str | None = None  # the parser error SGLang stops with when the option is given
     ignored: bool = False  # accepted with a warning and stored nowhere (a bare DeprecatedAction)
     # a field of earlier releases that this one takes as an option of `field`
@@ -61,7 +62,8 @@ class Flag:
 
     @property
     def is_alias(self) -> bool:
-        """A deprecated option that feeds another field (`--stream-output` -> incremental_streaming_output)."""
+        """A deprecated option that feeds another field (`--stream-output` ->
+        incremental_streaming_output)."""
         return self.key != self.field
 
     def stored(self, value: Any) -> Any:
@@ -224,7 +226,12 @@ def _catalog_dirs() -> list[Path]:
 @cache
 def available_versions() -> list[str]:
     """Bundled catalog versions, oldest first."""
-    names = {p.name.split(".json")[0] for d in _catalog_dirs() for p in d.glob("*.json*") if p.name != "index.json"}
+    names = {
+        p.name.split(".json")[0]
+        for d in _catalog_dirs()
+        for p in d.glob("*.json*")
+        if p.name != "index.json"
+    }
     versions = []
     for name in names:
         try:
@@ -313,7 +320,8 @@ def _flag_index() -> dict[str, FlagHistory]:
     index: dict[str, FlagHistory] = {}
     for version in available_versions():
         path = _catalog_path(version)
-        rows = _read_catalog(path)["flags"] if path else []  # raw rows: no Flag objects on this path
+        # raw rows: no Flag objects on this path
+        rows = _read_catalog(path)["flags"] if path else []
         accepted = {_row_key(r["field"], r.get("flags") or (), bool(r.get("deprecated")))
                     for r in rows if not r.get("error_message")}
         for name in accepted:

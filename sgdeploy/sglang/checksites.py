@@ -123,5 +123,7 @@ def coverage_table() -> str:
     lines = [header, "| --- |" + " ---: |" * len(TABLE_COLUMNS)]
     for version in inventoried_versions():
         counts = coverage(version)
-        lines.append(f"| {version} | " + " | ".join(str(counts[c]) for c, _ in TABLE_COLUMNS) + " |")
+        lines.append(
+            f"| {version} | " + " | ".join(str(counts[c]) for c, _ in TABLE_COLUMNS) + " |"
+        )
     return "\n".join(lines) + "\n"

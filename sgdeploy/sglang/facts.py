@@ -20,8 +20,17 @@ FACTS_PATH = CATALOG_DIR / "facts.json"
 @cache
 def _table() -> dict[str, list[tuple[Version, Version | None, Any]]]:
     raw = json.loads(FACTS_PATH.read_text(encoding="utf-8"))["facts"]
-    return {name: [(parse_version(s["since"]), parse_version(s["until"]) if s["until"] else None, s["value"])
-                   for s in spans] for name, spans in raw.items()}
+    return {
+        name: [
+            (
+                parse_version(s["since"]),
+                parse_version(s["until"]) if s["until"] else None,
+                s["value"],
+            )
+            for s in spans
+        ]
+        for name, spans in raw.items()
+    }
 
 
 def fact(name: str, version: Version) -> Any:

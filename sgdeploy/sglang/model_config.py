@@ -21,14 +21,37 @@ _TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config", "thinker_co
 CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
                        "max_position_embeddings")
 # What marks Mamba / linear-attention layers in a config, beyond the architecture's name.
-_HYBRID_LAYER_TYPES = {"mamba", "mamba2", "linear_attention", "linear", "ssm", "gated_deltanet", "gdn"}
-_HYBRID_KEYS = ("mamba_d_state", "mamba_num_heads", "ssm_state_size", "mamba_expand", "linear_num_value_heads",
-                "linear_num_key_heads", "hybrid_override_pattern", "linear_conv_kernel_dim", "state_size")
+_HYBRID_LAYER_TYPES = {
+    "mamba",
+    "mamba2",
+    "linear_attention",
+    "linear",
+    "ssm",
+    "gated_deltanet",
+    "gdn",
+}
+_HYBRID_KEYS = (
+    "mamba_d_state",
+    "mamba_num_heads",
+    "ssm_state_size",
+    "mamba_expand",
+    "linear_num_value_heads",
+    "linear_num_key_heads",
+    "hybrid_override_pattern",
+    "linear_conv_kernel_dim",
+    "state_size",
+)
 # Architectures SGLang treats as DeepSeek sparse attention when the config has index_topk.
-DSA_ARCHITECTURES = frozenset({
-    "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN", "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM",
-})
+DSA_ARCHITECTURES = frozenset(
+    {
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "DeepseekV3ForCausalLMNextN",
+        "MistralLarge3ForCausalLM",
+        "PixtralForConditionalGeneration",
+        "GlmMoeDsaForCausalLM",
+    }
+)
 MAX_BYTES = 4 * 1024 * 1024
 
 
@@ -80,7 +103,9 @@ class ModelConfig:
 
     def count(self, key: str) -> int | None:
         value = self.value(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        return (
+            value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        )
 
     @property
     def attention_heads(self) -> int | None:
@@ -102,10 +127,13 @@ class ModelConfig:
 
     @property
     def has_hybrid_layers(self) -> bool:
-        """The config declares Mamba / linear-attention layers (whatever the architecture is named)."""
+        """The config declares Mamba / linear-attention layers (whatever the architecture is
+        named)."""
         for key in ("layer_types", "layers_block_type"):
             kinds = self.value(key)
-            if isinstance(kinds, list) and any(str(k).lower() in _HYBRID_LAYER_TYPES for k in kinds):
+            if isinstance(kinds, list) and any(
+                str(k).lower() in _HYBRID_LAYER_TYPES for k in kinds
+            ):
                 return True
         return any(self.value(key) is not None for key in _HYBRID_KEYS)
 
@@ -148,9 +176,11 @@ def load_model_config(path: str | Path) -> ModelConfig:
         with file.open("rb") as fh:
             data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
-        raise ModelConfigError(f"{file}: cannot read the model config ({exc.strerror or exc})") from None
+        raise ModelConfigError(f"{file}: cannot read the model config "
+                               f"({exc.strerror or exc})") from None
     if len(data) > MAX_BYTES:
-        raise ModelConfigError(f"{file}: larger than {MAX_BYTES // (1024 * 1024)} MiB; not a config.json")
+        raise ModelConfigError(f"{file}: larger than {MAX_BYTES // (1024 * 1024)} MiB; not a "
+                               "config.json")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -40,11 +40,15 @@ class LaunchContext:
     gpus: tuple[int | str, ...] | None = None
     raw_server: Mapping[str, Any] = field(default_factory=dict)
     node_count: int | None = None  # hosts in the profile's target (a multi-node launch spans them)
-    model_config: ModelConfig | None = None  # the model's config.json, when known (host, file or profile)
-    secret_file: str | None = None  # [secrets] file on the host (no value: sgdeploy.deploy.secret_args)
+    # the model's config.json, when known (host, file or profile)
+    model_config: ModelConfig | None = None
+    # [secrets] file on the host (no value: sgdeploy.deploy.secret_args)
+    secret_file: str | None = None
     secret_keys: tuple[str, ...] = ()  # [secrets] keys: ServerArgs fields the file provides
-    working_directory: str | None = None  # the unit's WorkingDirectory= (deploy.working_directory); None: "/"
-    hardening: str = "none"  # deploy.hardening: "strict" sandboxes the unit (sgdeploy.sglang.sandbox)
+    # the unit's WorkingDirectory= (deploy.working_directory); None: "/"
+    working_directory: str | None = None
+    # deploy.hardening: "strict" sandboxes the unit (sgdeploy.sglang.sandbox)
+    hardening: str = "none"
     service_user: str | None = None  # the unit's User= (deploy.run_as); None: root
     python: str | None = None  # deploy.python
     env_file: str | None = None  # deploy.env_file

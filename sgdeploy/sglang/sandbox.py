@@ -30,10 +30,23 @@ DEFAULT_SERVICE_USER = "sglang"
 
 # Environment variables whose value is a folder the server (or a library it loads) writes to.
 CACHE_ENV = (
-    "HOME", "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE",
-    "TRITON_CACHE_DIR", "TRITON_HOME", "TORCHINDUCTOR_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
-    "DG_JIT_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH", "TMPDIR",
-    "SGLANG_TORCH_PROFILER_DIR", "OUTLINES_CACHE_DIR", "VLLM_CACHE_ROOT",
+    "HOME",
+    "XDG_CACHE_HOME",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "TRANSFORMERS_CACHE",
+    "TRITON_CACHE_DIR",
+    "TRITON_HOME",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TORCH_EXTENSIONS_DIR",
+    "DG_JIT_CACHE_DIR",
+    "FLASHINFER_WORKSPACE_BASE",
+    "CUDA_CACHE_PATH",
+    "TMPDIR",
+    "SGLANG_TORCH_PROFILER_DIR",
+    "OUTLINES_CACHE_DIR",
+    "VLLM_CACHE_ROOT",
 )
 # [server] options whose value is a folder or file SGLang writes (besides the `*_dir` and
 # `*_folder` options, which all are).
@@ -65,7 +78,11 @@ def cache_directory(unit: str) -> str:
 def cache_environment(unit: str) -> list[tuple[str, str]]:
     """The environment that sends every library's cache into the unit's cache folder."""
     base = cache_directory(unit)
-    return [("HOME", base), ("XDG_CACHE_HOME", base), ("TORCHINDUCTOR_CACHE_DIR", f"{base}/torchinductor")]
+    return [
+        ("HOME", base),
+        ("XDG_CACHE_HOME", base),
+        ("TORCHINDUCTOR_CACHE_DIR", f"{base}/torchinductor"),
+    ]
 
 
 @dataclass(frozen=True)

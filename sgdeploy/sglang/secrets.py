@@ -263,8 +263,14 @@ def secret_values(settings: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The values of the secret-named settings (a server_args dump, a profile's [server]): once
     known, a value is taken out wherever it appears, whatever its shape (`sk-...` of any length
     in an error message)."""
-    found = {value for key, value in (settings or {}).items()
-             if isinstance(value, str) and len(value) >= 4 and is_secret_name(key) and not _placeholder(value)}
+    found = {
+        value
+        for key, value in (settings or {}).items()
+        if isinstance(value, str)
+        and len(value) >= 4
+        and is_secret_name(key)
+        and not _placeholder(value)
+    }
     return tuple(sorted(found, key=len, reverse=True))
 
 

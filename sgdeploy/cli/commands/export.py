@@ -19,29 +19,34 @@ if TYPE_CHECKING:
 
 def register(sub: Subparsers) -> None:
     export = add_command(sub, "export", "write a profile's manifests for a Kubernetes cluster",
-                         "Write the Kubernetes manifests of a profile for a cluster of the inventory "
-                         "([clusters.NAME]): a Deployment, or a LeaderWorkerSet when nnodes > 1, and a "
-                         "Service (and the gateway's Deployment), for kubectl apply -f. Every validate "
-                         "rule runs against the cluster's GPUs and image first.",
-                         {0: "the manifests written", 1: "the profile fails validation for the cluster, or "
-                          "a manifest would hold a secret (its findings on stderr)", 2: "usage or unreadable input"})
+                         "Write the Kubernetes manifests of a profile for a cluster of the "
+                         "inventory ([clusters.NAME]): a Deployment, or a LeaderWorkerSet when "
+                         "nnodes > 1, and a Service (and the gateway's Deployment), for kubectl "
+                         "apply -f. Every validate rule runs against the cluster's GPUs and image "
+                         "first.",
+                         {0: "the manifests written", 1: "the profile fails validation for the "
+                          "cluster, or a manifest would hold a secret (its findings on "
+                          "stderr)", 2: "usage or unreadable input"})
     export.add_argument("profile", metavar="PROFILE", help="the profile")
     export.add_argument("--to", choices=["kubernetes"], default="kubernetes",
                         help="what to write (kubernetes, the only target so far)")
     export.add_argument("--cluster", metavar="NAME",
-                        help="the cluster of the inventory (default: deploy.host, when it names one)")
+                        help="the cluster of the inventory (default: deploy.host, when it names "
+                        "one)")
     export.add_argument("--gateway", metavar="NAME",
-                        help="also write this [gateways.NAME] as a Deployment that finds the servers by label "
-                        "(default: the cluster's gateway, if it names one)")
+                        help="also write this [gateways.NAME] as a Deployment that finds the "
+                        "servers by label (default: the cluster's gateway, if it names one)")
     export.add_argument("--name", metavar="NAME",
                         help="the name of the objects (default: deploy.unit)")
     export.add_argument("-o", "--output", metavar="DIR",
-                        help="write one file per object into DIR (default: one YAML stream on stdout)")
+                        help="write one file per object into DIR (default: one YAML stream on "
+                        "stdout)")
     export.add_argument("--model-config", metavar="DIR",
-                        help="the model's folder (or config.json) for the checks that read it; wins over "
-                        "deploy.model_config")
+                        help="the model's folder (or config.json) for the checks that read it; "
+                        "wins over deploy.model_config")
     export.add_argument("--inventory", metavar="FILE", help=INVENTORY_HELP)
-    add_json_argument(export, "a v1 List of the objects as JSON on stdout (kubectl apply -f takes it)")
+    add_json_argument(export, "a v1 List of the objects as JSON on stdout (kubectl apply -f takes "
+                              "it)")
     export.set_defaults(func=run)
 
 
@@ -66,8 +71,10 @@ def run(args: argparse.Namespace) -> int:
     model = inventory.inventory
     if loaded.model is None or model is None:
         if inventory.document is None:
-            raise UsageError(f"{inventory.unusable()}; an inventory with [clusters.NAME] is needed to export")
-        result = validate_loaded(loaded, inventory, None, args.model_config)  # its findings, located
+            raise UsageError(f"{inventory.unusable()}; an inventory with [clusters.NAME] is needed "
+                             "to export")
+        # its findings, located
+        result = validate_loaded(loaded, inventory, None, args.model_config)
         sys.stderr.write(report.validation_text([result]))
         unreadable = any(d.rule == RULE_UNREADABLE for d in result.diagnostics)
         return EXIT_USAGE if unreadable else EXIT_FAILED
@@ -77,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_name(name)
     except ValueError as exc:
-        raise UsageError(f"{exc}{'' if args.name else ' (the unit name)'}: give --name NAME") from None
+        raise UsageError(f"{exc}{'' if args.name else ' (the unit name)'}: give --name "
+                         "NAME") from None
     gateway = _gateway(args.gateway or entry.gateway, model, cluster, inventory.path)
     result = validate_loaded(loaded, inventory, None, args.model_config, cluster=cluster)
     if not result.ok:
@@ -112,10 +120,12 @@ def _cluster(wanted: str | None, loaded: LoadedProfile, model: Inventory, path: 
 
     assert loaded.model is not None
     known = ", ".join(model.clusters) or "none"
-    name = wanted or (loaded.model.deploy.host if loaded.model.deploy.host in model.clusters else None)
+    name = wanted or (
+        loaded.model.deploy.host if loaded.model.deploy.host in model.clusters else None
+    )
     if name is None:
-        raise UsageError(f"deploy.host '{loaded.model.deploy.host}' is no cluster of {path}: name one with "
-                         f"--cluster NAME (clusters: {known})")
+        raise UsageError(f"deploy.host '{loaded.model.deploy.host}' is no cluster of {path}: name "
+                         f"one with --cluster NAME (clusters: {known})")
     if name not in model.clusters:
         near = did_you_mean(name, list(model.clusters))
         raise UsageError(f"--cluster {name} is no cluster of {path}"
@@ -134,6 +144,6 @@ def _gateway(wanted: str | None, model: Inventory, cluster: str, path: str) -> G
         raise UsageError(f"--gateway {wanted} is no gateway of {path} (gateways: {known})")
     image = model.clusters[cluster].gateway_image
     if image is None:
-        raise UsageError(f"cluster {cluster} has no gateway_image: set it in [clusters.{cluster}] to an image "
-                         "that runs SGLang's gateway (smg)")
+        raise UsageError(f"cluster {cluster} has no gateway_image: set it in [clusters.{cluster}] "
+                         "to an image that runs SGLang's gateway (smg)")
     return Gateway(wanted, model.gateways[wanted], image)

@@ -43,9 +43,16 @@ def run(args: argparse.Namespace) -> int:
     # what the log itself says is a secret (the dump's api_key, ...) leaves no output, in any shape
     known = secret_values({**(log.server_args or {}), **(server or {})})
     if args.json:
-        out(redact_known(json.dumps(redact_data(log.as_json()), indent=2, default=str), known) + "\n")
+        out(
+            redact_known(json.dumps(redact_data(log.as_json()), indent=2, default=str), known)
+            + "\n"
+        )
     else:
-        out(redact_known(report.logcheck_text(log, "<stdin>" if args.logfile == "-" else args.logfile), known))
+        out(
+            redact_known(
+                report.logcheck_text(log, "<stdin>" if args.logfile == "-" else args.logfile), known
+            )
+        )
     return EXIT_OK if log.ready else EXIT_FAILED
 
 

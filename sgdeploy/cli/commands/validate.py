@@ -39,8 +39,9 @@ def register(sub: Subparsers) -> None:
     validate.add_argument("--sglang", metavar="VERSION",
                           help="validate against this SGLang version")
     validate.add_argument("--cluster", metavar="NAME",
-                          help="validate against this Kubernetes cluster of the inventory ([clusters.NAME]: "
-                          "its GPUs and its image's SGLang) instead of deploy.host, as export does")
+                          help="validate against this Kubernetes cluster of the inventory "
+                          "([clusters.NAME]: its GPUs and its image's SGLang) instead of "
+                          "deploy.host, as export does")
     validate.add_argument("--model-config", metavar="DIR",
                           help="the model's folder (or config.json) for the checks that read it; "
                           "wins over deploy.model_config")
@@ -97,7 +98,8 @@ def _check_cluster(name: str, inventory: InventoryContext) -> None:
     if name not in model.clusters:
         near = did_you_mean(name, list(model.clusters))
         raise UsageError(f"--cluster {name} is no cluster of {inventory.path}" + (
-            f"; did you mean '{near}'?" if near else f" (clusters: {', '.join(model.clusters) or 'none'})"))
+            f"; did you mean '{near}'?" if near else " (clusters: "
+                                                     f"{', '.join(model.clusters) or 'none'})"))
 
 
 def _profiles(args: argparse.Namespace, inventory: Path) -> list[str]:

@@ -51,7 +51,8 @@ class _Lines(logging.Handler):
 
 
 def _listen(lines: _Lines) -> None:
-    """Route SGLang's log records to `lines` only (its basicConfig(force=True) replaces handlers)."""
+    """Route SGLang's log records to `lines` only (its basicConfig(force=True) replaces
+    handlers)."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         if handler is not lines:
@@ -179,14 +180,21 @@ def run(argv: list[str]) -> dict[str, Any]:
         out.update(accepted=True, stage="done")
     except SystemExit as exc:
         said = [ln for ln in argparse_text.getvalue().splitlines() if ln.strip()]
-        out.update(accepted=False, stage="parse" if "raw" not in seen else "resolve",
-                   error_type="ArgumentError" if "raw" not in seen else "SystemExit",
-                   error=said[-1] if said else f"exit {exc.code}")
+        out.update(
+            accepted=False,
+            stage="parse" if "raw" not in seen else "resolve",
+            error_type="ArgumentError" if "raw" not in seen else "SystemExit",
+            error=said[-1] if said else f"exit {exc.code}",
+        )
     except BaseException as exc:
         if stage == "parse" and "raw" in seen:
             stage = "resolve"  # <= 0.5.19: __post_init__ runs inside prepare_server_args
-        out.update(accepted=False, stage=stage, error_type=type(exc).__name__, error=str(exc) or repr(exc))
-    out["changed"] = _changes(server_args if server_args is not None else seen.get("obj"), seen.get("raw"))
+        out.update(
+            accepted=False, stage=stage, error_type=type(exc).__name__, error=str(exc) or repr(exc)
+        )
+    out["changed"] = _changes(
+        server_args if server_args is not None else seen.get("obj"), seen.get("raw")
+    )
     out["warnings"] = lines.lines
     out["timings"]["total_s"] = round(time.monotonic() - started, 3)
     return out
@@ -197,7 +205,9 @@ def _changes(server_args: Any, raw: dict[str, Any] | None) -> dict[str, list[Any
     if server_args is None:
         return {}
     recorded = getattr(server_args, "_raw_input", None)  # 0.5.20+: the record keeps the raw input
-    before = {k: jsonable(v) for k, v in recorded.items()} if isinstance(recorded, dict) else (raw or {})
+    before = (
+        {k: jsonable(v) for k, v in recorded.items()} if isinstance(recorded, dict) else (raw or {})
+    )
     try:
         # the host's own SGLang, imported when the check runs there
         from sglang.srt.arg_groups.overrides import resolution_result
@@ -206,7 +216,11 @@ def _changes(server_args: Any, raw: dict[str, Any] | None) -> dict[str, list[Any
     changed = {}
     for name, asked in before.items():
         try:
-            value = resolution_result(server_args, name) if resolution_result else getattr(server_args, name)
+            value = (
+                resolution_result(server_args, name)
+                if resolution_result
+                else getattr(server_args, name)
+            )
         except Exception:
             continue
         resolved = jsonable(value)

@@ -33,9 +33,19 @@ DEFAULT_LIMIT_S = 60
 # The hub libraries must not download anything while the old server serves.
 OFFLINE_ENV = (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"))
 # Defaults SGLang picks by itself that change how a server performs; shown in plan.
-NOTABLE_DEFAULTS = ("attention_backend", "chunked_prefill_size", "mem_fraction_static", "cuda_graph_max_bs",
-                    "max_running_requests", "speculative_num_steps", "speculative_eagle_topk",
-                    "speculative_num_draft_tokens", "context_length", "page_size", "sampling_backend")
+NOTABLE_DEFAULTS = (
+    "attention_backend",
+    "chunked_prefill_size",
+    "mem_fraction_static",
+    "cuda_graph_max_bs",
+    "max_running_requests",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "context_length",
+    "page_size",
+    "sampling_backend",
+)
 ACCEPTED, REFUSED, UNAVAILABLE = "accepted", "refused", "unavailable"
 SOURCE = "SGLang's check on the host"
 
@@ -62,7 +72,8 @@ class HostVerdict:
     stage: str | None = None
     error_type: str | None = None
     error: str | None = None
-    changed: dict[str, list[Any]] = field(default_factory=dict)  # field -> [argparse value, resolved]
+    # field -> [argparse value, resolved]
+    changed: dict[str, list[Any]] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
@@ -78,14 +89,19 @@ class HostVerdict:
     @property
     def message(self) -> str:
         """SGLang's own words for a refusal: `ValueError: ...` (or the argparse error)."""
-        return f"{self.error_type}: {self.error}" if self.error_type and self.error else (self.error or "")
+        return (f"{self.error_type}: "
+                f"{self.error}") if self.error_type and self.error else (self.error or "")
 
     def resolved(self) -> dict[str, Any]:
         return {name: values[1] for name, values in self.changed.items() if len(values) == 2}
 
     def defaults(self) -> dict[str, Any]:
         """Notable settings the profile left open and SGLang chose (None -> value)."""
-        return {n: v[1] for n, v in self.changed.items() if n in NOTABLE_DEFAULTS and len(v) == 2 and v[0] is None}
+        return {
+            n: v[1]
+            for n, v in self.changed.items()
+            if n in NOTABLE_DEFAULTS and len(v) == 2 and v[0] is None
+        }
 
     def as_dict(self) -> dict[str, Any]:
         return {"status": self.status, "sglang_version": self.sglang_version, "stage": self.stage,
@@ -122,7 +138,8 @@ def check_command(request: CheckRequest, limit_s: float = DEFAULT_LIMIT_S) -> st
     props += [f"Environment={_c_quoted(pair)}" for pair in request.environment]
     if request.env_file:
         props.append(f"EnvironmentFile={request.env_file}")
-    props += [f"Environment={_c_quoted(pair)}" for pair in OFFLINE_ENV]  # last: the unit cannot undo them
+    # last: the unit cannot undo them
+    props += [f"Environment={_c_quoted(pair)}" for pair in OFFLINE_ENV]
     payload = base64.b64encode(json.dumps({"argv": list(request.argv)}).encode()).decode()
     words = ["systemd-run", "--pipe", "--wait", "--collect", "--service-type=exec",
              *(f"--property={p}" for p in props), "--", request.python, "-", payload]
@@ -137,7 +154,9 @@ def program_bytes() -> bytes:
 def parse_verdict(stdout: str, stderr: str, exit_code: int, seconds: float = 0.0) -> HostVerdict:
     """The check's output -> its verdict. Anything but a parse, resolve or check refusal from
     SGLang itself (no SGLang, an import error, a timeout, no systemd-run) is `unavailable`."""
-    answer = next((line[len(MARKER):] for line in stdout.splitlines() if line.startswith(MARKER)), None)
+    answer = next(
+        (line[len(MARKER) :] for line in stdout.splitlines() if line.startswith(MARKER)), None
+    )
     data: dict[str, Any] | None = None
     if answer is not None:
         try:
@@ -150,22 +169,37 @@ def parse_verdict(stdout: str, stderr: str, exit_code: int, seconds: float = 0.0
                            timed_out="result: timeout" in stderr)
     accepted = data.get("accepted")
     common: dict[str, Any] = {
-        "sglang_version": _text(data.get("sglang_version")), "stage": _text(data.get("stage")),
-        "error_type": _text(data.get("error_type")), "error": _text(data.get("error")),
+        "sglang_version": _text(data.get("sglang_version")),
+        "stage": _text(data.get("stage")),
+        "error_type": _text(data.get("error_type")),
+        "error": _text(data.get("error")),
         "changed": {str(k): v for k, v in data.get("changed", {}).items() if isinstance(v, list)}
-        if isinstance(data.get("changed"), dict) else {},
+        if isinstance(data.get("changed"), dict)
+        else {},
         "warnings": tuple(str(w) for w in data.get("warnings", []) if isinstance(w, str))
-        if isinstance(data.get("warnings"), list) else (),
-        "timings": {str(k): float(v) for k, v in data.get("timings", {}).items() if isinstance(v, int | float)}
-        if isinstance(data.get("timings"), dict) else {},
+        if isinstance(data.get("warnings"), list)
+        else (),
+        "timings": {
+            str(k): float(v)
+            for k, v in data.get("timings", {}).items()
+            if isinstance(v, int | float)
+        }
+        if isinstance(data.get("timings"), dict)
+        else {},
         "seconds": seconds,
-        "gpu_memory_mib": data.get("gpu_memory_mib") if isinstance(data.get("gpu_memory_mib"), int) else None,
+        "gpu_memory_mib": data.get("gpu_memory_mib")
+        if isinstance(data.get("gpu_memory_mib"), int)
+        else None,
     }
     if accepted is True:
         return HostVerdict(ACCEPTED, **common)
     if accepted is False:
         return HostVerdict(REFUSED, **common)
-    what = f"{common['error_type']}: {common['error']}" if common["error_type"] else (common["error"] or "no answer")
+    what = (
+        f"{common['error_type']}: {common['error']}"
+        if common["error_type"]
+        else (common["error"] or "no answer")
+    )
     return HostVerdict(UNAVAILABLE, reason=f"SGLang cannot be imported there ({what})", **common)
 
 
@@ -179,14 +213,25 @@ def _why_no_answer(stderr: str, exit_code: int) -> str:
         return "it did not answer within its time limit and was killed"
     if exit_code == 127 and any("systemd-run" in line for line in lines):
         return "systemd-run is not available on the host"
-    tail = [line for line in lines if not line.startswith(("Running as unit", "Finished with result",
-                                                           "Main processes terminated", "Service runtime"))]
+    tail = [
+        line
+        for line in lines
+        if not line.startswith(
+            (
+                "Running as unit",
+                "Finished with result",
+                "Main processes terminated",
+                "Service runtime",
+            )
+        )
+    ]
     return f"exit {exit_code}" + (f": {tail[-1][:300]}" if tail else "")
 
 
 # --------------------------------------------------------------------------- what it means
 def predicted(verdict: HostVerdict, server: dict[str, Any]) -> list[Adjustment]:
-    """What SGLang will change on its own, as `apply` reports it after a start (field, value, reason)."""
+    """What SGLang will change on its own, as `apply` reports it after a start (field, value,
+    reason)."""
     return settings_changed(server, verdict.resolved(), SOURCE)
 
 
@@ -199,7 +244,9 @@ def summary(verdict: HostVerdict, host: str, server: dict[str, Any]) -> str:
         return f"{version} refuses the launch at {verdict.stage}: {verdict.message}"
     parts = []
     for name, values in verdict.changed.items():
-        if name in server or (name in _behaviour_fields() and len(values) == 2 and values[0] is not None):
+        if name in server or (
+            name in _behaviour_fields() and len(values) == 2 and values[0] is not None
+        ):
             parts.append(f"`{name}` {_word(values[0])} -> {_word(values[1])}")
     chosen = [f"{n} {_word(v)}" for n, v in verdict.defaults().items() if n not in server]
     text = f"{version} accepts the launch"
@@ -237,7 +284,8 @@ def differences(expected: Sequence[Adjustment], seen: Sequence[Adjustment]) -> l
         if name not in got:
             out.append(f"predicted {name} = {_word(value)}, not seen after the start")
         elif _norm(got[name]) != _norm(value):
-            out.append(f"predicted {name} = {_word(value)}, the server runs with {_word(got[name])}")
+            out.append(f"predicted {name} = {_word(value)}, the server runs with "
+                       f"{_word(got[name])}")
     out += [f"{name} = {_word(value)} after the start was not predicted"
             for name, value in got.items() if name not in want]
     return out
@@ -266,7 +314,11 @@ class CheckReport:
         """The verdict with its summary and prediction; with `seen` (what a start showed), the
         differences between the two."""
         expected = tuple(predicted(verdict, server)) if verdict.status == ACCEPTED else ()
-        compared = tuple(differences(expected, seen)) if seen is not None and verdict.status == ACCEPTED else None
+        compared = (
+            tuple(differences(expected, seen))
+            if seen is not None and verdict.status == ACCEPTED
+            else None
+        )
         return cls(verdict, summary(verdict, host, server), expected, compared)
 
 
@@ -288,7 +340,10 @@ class Disagreement:
         doc = {"kind": self.kind, "host": self.host, "stage": self.stage, "offline": offline,
                "site": self.site, "rules": list(self.rules), "category": self.category}
         if self.kind == "host_accepted":  # its records have always listed the stage after the rules
-            doc = {key: doc[key] for key in ("kind", "host", "offline", "site", "rules", "stage", "category")}
+            doc = {
+                key: doc[key]
+                for key in ("kind", "host", "offline", "site", "rules", "stage", "category")
+            }
         return doc
 
 
@@ -301,12 +356,17 @@ def disagreements(verdict: HostVerdict, offline_errors: list[str], offline_check
     """
     if verdict.refused and not offline_errors:
         return [Disagreement("host_refused", verdict.message,
-                             "accepted" if offline_checked else "not checked (no catalog for this version)",
+                             "accepted" if offline_checked else "not checked (no catalog for this "
+                                                                "version)",
                              stage=verdict.stage, site=covering.key if covering else None,
                              rules=covering.rules if covering else (),
                              category=covering.category if covering else None)]
     if verdict.status == ACCEPTED and offline_errors:
-        return [Disagreement("host_accepted", "accepted", tuple(offline_errors), rules=tuple(offline_errors))]
+        return [
+            Disagreement(
+                "host_accepted", "accepted", tuple(offline_errors), rules=tuple(offline_errors)
+            )
+        ]
     return []
 
 
@@ -337,16 +397,20 @@ def site_for(version: str, message: str) -> CoveringSite | None:
             decision = checksites.decide(site["key"])
             if decision is None:
                 return CoveringSite(site["key"], "unmapped")
-            return CoveringSite(site["key"], decision.category, tuple(decision.rules), decision.reason)
+            return CoveringSite(
+                site["key"], decision.category, tuple(decision.rules), decision.reason
+            )
     return None
 
 
 def covering_text(covering: CoveringSite | None) -> str:
     """What the offline rules say about a refusal SGLang made, for the refusal message."""
     if covering is None:
-        return "no offline rule covers this refusal (it is not one of the check sites sgdeploy inventories)"
+        return ("no offline rule covers this refusal (it is not one of the check sites sgdeploy "
+                "inventories)")
     if covering.rules:
-        return f"offline rule {', '.join(covering.rules)} should have caught it (check site {covering.key})"
+        return (f"offline rule {', '.join(covering.rules)} should have caught it (check site "
+                f"{covering.key})")
     if covering.category == "host":
         return f"no offline rule can decide it: {covering.reason}"
     return f"no offline rule decides it yet (check site {covering.key}: {covering.category})"

@@ -10,7 +10,8 @@ A rule for a new SGLang check goes into the module of its topic:
 - `disaggregation`: encoder and PD disaggregation (SGD3xx)
 - `hardware`: GPU generation gates (SGD4xx)
 - `memory`: memory fraction, KV and radix cache, Mamba state (SGD5xx)
-- `kv_cache`: KV sharding, the unified pool, page-major layout, HiSparse, Mamba state (SGD551-SGD557)
+- `kv_cache`: KV sharding, the unified pool, page-major layout, HiSparse, Mamba state
+(SGD551-SGD557)
 - `lora`: LoRA adapters, with speculative decoding and the LoRA MoE runners (SGD52x)
 - `serving`: ports, names, scheduling, API surface (SGD5xx)
 - `cuda_graphs`: CUDA graphs and what SGLang turns off by itself (SGD6xx)

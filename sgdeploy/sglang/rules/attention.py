@@ -42,29 +42,51 @@ HYBRID_SM100_BRANCH = VersionRange(since="0.5.9")
 QWEN3_VL_HOPPER_DECODE = VersionRange(since="0.5.20")
 DETERMINISTIC_BEFORE_DEFAULT = VersionRange(since="0.5.15")
 TRTLLM_MHA_DEFAULT = VersionRange(since="0.5.7")
-FA3_ARCHITECTURE_LIST = VersionRange(since="0.5.4.post1", until="0.5.8")  # is_fa3_default_architecture
+# is_fa3_default_architecture
+FA3_ARCHITECTURE_LIST = VersionRange(since="0.5.4.post1", until="0.5.8")
 ATTENTION_SINKS_TRITON = VersionRange(since="0.5.11")
 ASYMMETRIC_KV_FA4 = VersionRange(since="0.5.17")
 DFLASH_TOPK_ONE = VersionRange(since="0.5.23")
 
 # Architectures with no attention branch of their own in any release: the default applies as is.
-PLAIN_ARCHITECTURES = frozenset({
-    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM",
-    "Qwen3MoeForCausalLM", "Qwen2_5_VLForConditionalGeneration",
-})
+PLAIN_ARCHITECTURES = frozenset(
+    {
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen2MoeForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "Qwen2_5_VLForConditionalGeneration",
+    }
+)
 QWEN3_VL = frozenset({"Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"})
 HYBRID_SM100 = frozenset({"Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration",
                           "Qwen3_5MoeForConditionalGeneration"})
 DEEPSEEK_V3 = "DeepseekV3ForCausalLM"
 MODELLED_ARCHITECTURES = PLAIN_ARCHITECTURES | QWEN3_VL | HYBRID_SM100 | {DEEPSEEK_V3}
-# is_fa3_default_architecture, 0.5.4.post1-0.5.7 (0.5.6.post2 added Qwen2 back and the Qwen3-VL models).
-_FA3_ARCHS_0_5_4 = frozenset({
-    "Llama4ForConditionalGeneration", "LlamaForCausalLM", "Olmo2ForCausalLM", "Gemma2ForCausalLM",
-    "Gemma3ForConditionalGeneration", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Glm4MoeForCausalLM",
-    "Glm4vMoeForConditionalGeneration", "Step3VLForConditionalGeneration",
-})
-_FA3_ARCHS_0_5_6_POST2 = _FA3_ARCHS_0_5_4 | {"Qwen2ForCausalLM", "Qwen3VLForConditionalGeneration",
-                                             "Qwen3VLMoeForConditionalGeneration", "Glm4vForConditionalGeneration"}
+# is_fa3_default_architecture, 0.5.4.post1-0.5.7 (0.5.6.post2 added Qwen2 back and the Qwen3-VL
+# models).
+_FA3_ARCHS_0_5_4 = frozenset(
+    {
+        "Llama4ForConditionalGeneration",
+        "LlamaForCausalLM",
+        "Olmo2ForCausalLM",
+        "Gemma2ForCausalLM",
+        "Gemma3ForConditionalGeneration",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "Glm4MoeForCausalLM",
+        "Glm4vMoeForConditionalGeneration",
+        "Step3VLForConditionalGeneration",
+    }
+)
+_FA3_ARCHS_0_5_6_POST2 = _FA3_ARCHS_0_5_4 | {
+    "Qwen2ForCausalLM",
+    "Qwen3VLForConditionalGeneration",
+    "Qwen3VLMoeForConditionalGeneration",
+    "Glm4vForConditionalGeneration",
+}
 _MLA_PREFIXES = ("Deepseek", "KimiK", "MistralLarge3")
 _FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
 
@@ -78,8 +100,10 @@ class Backends:
     decode: str | None
     exact: bool  # every step followed; else the values are sgdeploy's best reading
     why: str = ""  # what could not be followed, for a warning
-    branch: str | None = None  # attention_backend after the model's own branch (step 2), before steps 3-4
-    before_default: str | None = None  # attention_backend after step 3, before the default of step 4
+    # attention_backend after the model's own branch (step 2), before steps 3-4
+    branch: str | None = None
+    # attention_backend after step 3, before the default of step 4
+    before_default: str | None = None
 
     @property
     def pair(self) -> tuple[str | None, str | None]:
@@ -167,12 +191,18 @@ def _default(ctx: LaunchContext, mla: bool, major: int) -> str:
 
 def _hybrid_sm100(ctx: LaunchContext, mla: bool) -> str:
     """The Qwen3-Next/3.5 branch: trtllm_mha only where the page size may exceed 1."""
-    page_one = (ctx.get("mamba_scheduler_strategy", ctx.get("mamba_radix_cache_strategy")) not in
-                ("extra_buffer", "extra_buffer_lazy") and not ctx.on("disable_radix_cache") and algorithm(ctx) is None)
+    page_one = (
+        ctx.get("mamba_scheduler_strategy", ctx.get("mamba_radix_cache_strategy"))
+        not in ("extra_buffer", "extra_buffer_lazy")
+        and not ctx.on("disable_radix_cache")
+        and algorithm(ctx) is None
+    )
     return "trtllm_mha" if _default(ctx, mla, 10) == "trtllm_mha" and not page_one else "triton"
 
 
-def _model_branch(ctx: LaunchContext, given: dict[str, str | None], major: int | None) -> dict[str, str]:
+def _model_branch(
+    ctx: LaunchContext, given: dict[str, str | None], major: int | None
+) -> dict[str, str]:
     """What the model's own branch sets (step 2)."""
     arch = architecture(ctx)
     nothing = not any(given.values())
@@ -183,8 +213,15 @@ def _model_branch(ctx: LaunchContext, given: dict[str, str | None], major: int |
             and ctx.version in HYBRID_SM100_BRANCH:
         return {"attention_backend": _hybrid_sm100(ctx, bool(uses_mla(ctx)))}
     memory = ctx.host.gpu_memory_gib if ctx.host else None
-    if arch in QWEN3_VL and major == 9 and ctx.version in QWEN3_VL_HOPPER_DECODE and memory and memory >= 60 \
-            and given["attention_backend"] is None and given["decode_attention_backend"] is None:
+    if (
+        arch in QWEN3_VL
+        and major == 9
+        and ctx.version in QWEN3_VL_HOPPER_DECODE
+        and memory
+        and memory >= 60
+        and given["attention_backend"] is None
+        and given["decode_attention_backend"] is None
+    ):
         return {"decode_attention_backend": "flashinfer"}
     return {}
 
@@ -199,7 +236,8 @@ def _unknown(ctx: LaunchContext, major: int | None, mla: bool | None) -> str:
         # No model named: the default alone decides, where MHA and MLA models get the same one.
         if _default(ctx, True, major) == _default(ctx, False, major):
             return ""
-        return "the model's attention type is not known (no config.json or deploy.model_architecture)"
+        return ("the model's attention type is not known (no config.json or "
+                "deploy.model_architecture)")
     if arch not in MODELLED_ARCHITECTURES:
         return f"{arch or 'the architecture'} has a branch of its own that sgdeploy does not follow"
     if ctx.model_config is not None and ctx.model_config.value("index_topk") is not None:
@@ -212,15 +250,19 @@ def resolve(ctx: LaunchContext) -> Backends:
     given = {name: _given(ctx, name) for name in _FIELDS}
     major, mla = _major(ctx), uses_mla(ctx)
     # A backend the profile gives for both phases leaves nothing to SGLang's pick.
-    whole = given["attention_backend"] is not None or None not in (given["prefill_attention_backend"],
-                                                                   given["decode_attention_backend"])
+    whole = given["attention_backend"] is not None or None not in (
+        given["prefill_attention_backend"],
+        given["decode_attention_backend"],
+    )
     why = "" if whole else _unknown(ctx, major, mla)
     values = {**given, **_model_branch(ctx, given, major)}
     branch = values["attention_backend"]
     if ctx.on("enable_deterministic_inference") and ctx.version in DETERMINISTIC_BEFORE_DEFAULT \
             and values["attention_backend"] is None and major is not None:
         deepseek = architecture(ctx) in (fact("deterministic_deepseek_archs", ctx.version) or ())
-        values["attention_backend"] = ("triton" if deepseek else "flashinfer") if major in (10, 12) else "fa3"
+        values["attention_backend"] = (
+            ("triton" if deepseek else "flashinfer") if major in (10, 12) else "fa3"
+        )
     before_default = values["attention_backend"]
     if ctx.version in RESOLVED_IN_SERVER_ARGS:
         prefill, decode = values["prefill_attention_backend"], values["decode_attention_backend"]
@@ -229,5 +271,12 @@ def resolve(ctx: LaunchContext) -> Backends:
         if values["attention_backend"] is None and major is not None:
             values["attention_backend"] = _default(ctx, bool(mla), major)
     base = values["attention_backend"]
-    return Backends(base, values["prefill_attention_backend"] or base, values["decode_attention_backend"] or base,
-                    exact=not why, why=why, branch=branch, before_default=before_default)
+    return Backends(
+        base,
+        values["prefill_attention_backend"] or base,
+        values["decode_attention_backend"] or base,
+        exact=not why,
+        why=why,
+        branch=branch,
+        before_default=before_default,
+    )

@@ -10,7 +10,8 @@ from sgdeploy.sglang.versions import VersionRange
 # and introduced per-phase graph backends; V1X/V2X are the two sides of that line.
 V1X = VersionRange(until="0.5.14")
 V2X = VersionRange(since="0.5.14")
-PIECEWISE_DEFAULT_ON = VersionRange(since="0.5.10", until="0.5.14")  # --enforce-piecewise-cuda-graph era
+# --enforce-piecewise-cuda-graph era
+PIECEWISE_DEFAULT_ON = VersionRange(since="0.5.10", until="0.5.14")
 LANGUAGE_ONLY_REFUSED = VersionRange(until="0.5.13")  # 'requires at least one encoder urls'
 TBO_NEEDS_A2A = VersionRange(since="0.5.7", until="0.5.15")  # "moe_a2a_backend cannot be 'none'"
 TBO_UNCHECKED = VersionRange(until="0.5.7")  # two-batch overlap has no layout check yet
@@ -26,7 +27,16 @@ MIXED_CHUNK_BY_ALGORITHM = VersionRange(since="0.5.19")
 # 0.5.21 lets PP run with speculative decoding on PD prefill nodes; before, PP refuses any.
 PP_SPEC_ON_PREFILL = VersionRange(since="0.5.21")
 
-SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+SPECULATIVE_ALGORITHMS = (
+    "EAGLE",
+    "EAGLE3",
+    "NEXTN",
+    "STANDALONE",
+    "NGRAM",
+    "DFLASH",
+    "DSPARK",
+    "UNO",
+)
 EAGLE_FAMILY = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"}
 # Flags whose values a rule of their own checks (SGD014 leaves them alone).
 DEDICATED_VALUE_RULES = {"speculative_algorithm"}
@@ -44,12 +54,17 @@ def algorithm(ctx: LaunchContext) -> str | None:
 
 
 def attention_dp(ctx: LaunchContext) -> bool:
-    """DP attention is on: 0.5.2x's attn_dp_size, or the deprecated enable_dp_attention + dp_size."""
-    return ctx.int("attn_dp_size", 1) > 1 or (ctx.on("enable_dp_attention") and ctx.int("dp_size", 1) > 1)
+    """DP attention is on: 0.5.2x's attn_dp_size, or the deprecated enable_dp_attention +
+    dp_size."""
+    return ctx.int("attn_dp_size", 1) > 1 or (
+        ctx.on("enable_dp_attention") and ctx.int("dp_size", 1) > 1
+    )
 
 
 def radix_cache_off(ctx: LaunchContext) -> bool:
     """The radix cache is off after resolution: disabled, or on a PD decode server that does not
     enable its decode radix cache (SGLang turns it off there by itself)."""
-    return ctx.on("disable_radix_cache") or (ctx.get("disaggregation_mode") == "decode"
-                                             and not ctx.on("disaggregation_decode_enable_radix_cache"))
+    return ctx.on("disable_radix_cache") or (
+        ctx.get("disaggregation_mode") == "decode"
+        and not ctx.on("disaggregation_decode_enable_radix_cache")
+    )

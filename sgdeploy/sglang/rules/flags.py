@@ -1,4 +1,5 @@
-"""SGD01x: [server] keys against the target version's flag catalog (unknown, removed, too new, types, choices)."""
+"""SGD01x: [server] keys against the target version's flag catalog (unknown, removed, too new,
+types, choices)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from sgdeploy.sglang.rules.registry import ERROR, WARNING, rule
 from sgdeploy.sglang.versions import VersionRange, parse_version
 
 
-@rule("SGD010", "unknown-flag", ERROR, "A [server] key that is no flag of any bundled SGLang release.",
+@rule("SGD010", "unknown-flag", ERROR, "A [server] key that is no flag of any bundled SGLang "
+                                       "release.",
       "use the ServerArgs field name (snake_case) of an existing flag")
 def unknown_flag(ctx: LaunchContext) -> Iterator[Finding]:
     for key in ctx.raw_server:
@@ -29,8 +31,10 @@ def unknown_flag(ctx: LaunchContext) -> Iterator[Finding]:
             continue
         field_name = option_to_field(ctx.catalog, key)
         if field_name:
-            yield Finding(server_field(key), f"'{key}' is not a field name; SGLang's field is '{field_name}'",
-                          f"write '{field_name} = ...' (profiles use full field names, not CLI spellings)")
+            yield Finding(server_field(key), f"'{key}' is not a field name; SGLang's field is "
+                                             f"'{field_name}'",
+                          f"write '{field_name} = ...' (profiles use full field names, not CLI "
+                          "spellings)")
             continue
         suggestion = _suggest(key, ctx.catalog.version)
         yield Finding(server_field(key), f"'{key}' is not a flag of SGLang {ctx.catalog.version}"
@@ -52,8 +56,11 @@ def removed_flag(ctx: LaunchContext) -> Iterator[Finding]:
         flag = ctx.catalog.lookup(key)
         if flag is not None and flag.refusal is not None and value:
             replacement = replacement_for(key, ctx.catalog)
-            yield Finding(server_field(key), f"SGLang {ctx.catalog.version} refuses {flag.option} "
-                          f"('{flag.refusal}')", f"use {replacement.text}" if replacement else f"remove '{key}'")
+            yield Finding(
+                server_field(key),
+                f"SGLang {ctx.catalog.version} refuses {flag.option} ('{flag.refusal}')",
+                f"use {replacement.text}" if replacement else f"remove '{key}'",
+            )
         if flag is not None:
             continue
         last_seen, _ = flag_history(key)
@@ -79,8 +86,8 @@ def flag_too_new(ctx: LaunchContext) -> Iterator[Finding]:
         if first_seen and parse_version(first_seen) > ctx.version and (
             last_seen is None or parse_version(last_seen) >= ctx.version
         ):
-            yield Finding(server_field(key), f"'{key}' first appears in SGLang {first_seen}; SGLang "
-                          f"{ctx.catalog.version} refuses it")
+            yield Finding(server_field(key), f"'{key}' first appears in SGLang {first_seen}; "
+                          f"SGLang {ctx.catalog.version} refuses it")
 
 
 @rule("SGD013", "invalid-flag-value", ERROR, "A value of the wrong type for its flag.",
@@ -101,7 +108,9 @@ def invalid_choice(ctx: LaunchContext) -> Iterator[Finding]:
         if not flag or key in DEDICATED_VALUE_RULES or value_problem(flag, value):
             continue
         # An alias renders as its field's option, so the value it stores must suit that field.
-        problem = choice_problem(flag, value) or (stored_problem(ctx.catalog, flag, value) if flag.is_alias else None)
+        problem = choice_problem(flag, value) or (
+            stored_problem(ctx.catalog, flag, value) if flag.is_alias else None
+        )
         if problem:
             yield Finding(server_field(key), problem)
 
@@ -127,27 +136,36 @@ def deprecated_flag(ctx: LaunchContext) -> Iterator[Finding]:
         flag = ctx.catalog.lookup(key)
         if flag is not None and flag.renamed_from and not value_problem(flag, value):
             yield _renamed(ctx, flag)
-        if not flag or not flag.deprecated or flag.refusal is not None or value_problem(flag, value):
+        if (
+            not flag
+            or not flag.deprecated
+            or flag.refusal is not None
+            or value_problem(flag, value)
+        ):
             continue
         replacement = replacement_for(key, ctx.catalog)
         fix = f"use {replacement.text}" if replacement else None
         version = ctx.catalog.version
         if flag.ignored and ctx.version in DEPRECATED_ACTION_RAISES:
-            yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang {version}, which stops with "
-                          f"its help text when it is given ('{flag.help}'); the unit leaves it out", f"remove '{key}'")
+            yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang {version}, "
+                          f"which stops with its help text when it is given ('{flag.help}'); the "
+                          "unit leaves it out", f"remove '{key}'")
         elif flag.ignored:
-            yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang {version} and has no effect "
-                          "(SGLang warns and stores nothing); the unit leaves it out", f"remove '{key}'")
+            yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang {version} and "
+                          "has no effect (SGLang warns and stores nothing); the unit leaves it "
+                          "out", f"remove '{key}'")
         elif flag.stored(value) is NOT_GIVEN:
-            yield Finding(server_field(key), f"{key} = false renders to nothing: SGLang {version} never sees "
-                          f"the deprecated {flag.option}", f"remove '{key}'")
+            yield Finding(server_field(key), f"{key} = false renders to nothing: SGLang {version} "
+                          f"never sees the deprecated {flag.option}", f"remove '{key}'")
         elif flag.is_alias:
-            yield Finding(server_field(key), f"{flag.option} is a deprecated alias in SGLang {version}: it sets "
-                          f"{flag.field}, and the unit passes {ctx.catalog.flags[flag.field].option} instead",
+            yield Finding(server_field(key), f"{flag.option} is a deprecated alias in SGLang "
+                          f"{version}: it sets {flag.field}, and the unit passes "
+                          f"{ctx.catalog.flags[flag.field].option} instead",
                           fix)
         else:
             said = f" (SGLang says: {flag.replaced_by})" if flag.replaced_by else ""
-            yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang {version}{said}", fix)
+            yield Finding(server_field(key), f"{flag.option} is deprecated in SGLang "
+                                             f"{version}{said}", fix)
 
 
 @rule("SGD017", "removed-switch-off", WARNING,
@@ -159,20 +177,23 @@ def removed_switch_set_false(ctx: LaunchContext) -> Iterator[Finding]:
         if last is None:
             continue
         flag = ctx.catalog.lookup(key)
-        why = (f"SGLang {ctx.catalog.version} refuses {flag.option} when it is given" if flag is not None
+        why = (f"SGLang {ctx.catalog.version} refuses {flag.option} when it is "
+               "given" if flag is not None
                else f"--{key.replace('_', '-')} was removed after SGLang {last}")
-        yield Finding(server_field(key), f"{key} = false renders to nothing, so SGLang never sees it ({why}); "
-                      "the key does nothing", f"delete '{key}'")
+        yield Finding(server_field(key), f"{key} = false renders to nothing, so SGLang never sees "
+                      f"it ({why}); the key does nothing", f"delete '{key}'")
 
 
 @rule("SGD016", "model-path-required", ERROR, "No model_path: SGLang refuses to start without one.",
       "add model_path = \"/path/to/model\" to [server]")
 def model_path_required(ctx: LaunchContext) -> Iterator[Finding]:
     if "model_path" not in ctx.raw_server:
-        yield Finding("server", "[server] has no model_path ('the following arguments are required: --model-path')")
+        yield Finding("server", "[server] has no model_path ('the following arguments are "
+                                "required: --model-path')")
     elif isinstance(path := ctx.raw_server["model_path"], str) and not path.strip():
-        yield Finding(server_field("model_path"), "model_path is empty: argparse takes it, and the server fails "
-                      "loading a model from ''", "set model_path to the model's folder or its hub id")
+        yield Finding(server_field("model_path"), "model_path is empty: argparse takes it, and the "
+                      "server fails loading a model from "
+                      "''", "set model_path to the model's folder or its hub id")
 
 
 # The kernel refuses one argument or environment string longer than MAX_ARG_STRLEN (32 pages:
@@ -192,12 +213,13 @@ def value_too_long(ctx: LaunchContext) -> Iterator[Finding]:
             total += size + len(key) + 4
             if size > MAX_ARG_BYTES:
                 yield Finding(server_field(key), f"'{key}' is {size:,} bytes: Linux passes at most "
-                              f"{MAX_ARG_BYTES:,} bytes as one argument, so the server could never be started")
+                              f"{MAX_ARG_BYTES:,} bytes as one argument, so the server could never "
+                              "be started")
     for key, value in ctx.env.items():
         size = len(f"{key}={value}".encode("utf-8", "surrogatepass"))
         if size > MAX_ARG_BYTES:
-            yield Finding(f"env.{key}", f"{key} is {size:,} bytes: Linux passes at most {MAX_ARG_BYTES:,} "
-                          "bytes as one environment string")
+            yield Finding(f"env.{key}", f"{key} is {size:,} bytes: Linux passes at most "
+                          f"{MAX_ARG_BYTES:,} bytes as one environment string")
     if total > MAX_UNIT_LINE_BYTES:
-        yield Finding("server", f"the launch is about {total:,} bytes: systemd refuses a unit-file line over "
-                      f"{MAX_UNIT_LINE_BYTES:,} bytes, so the unit would not load")
+        yield Finding("server", f"the launch is about {total:,} bytes: systemd refuses a unit-file "
+                      f"line over {MAX_UNIT_LINE_BYTES:,} bytes, so the unit would not load")

@@ -29,9 +29,14 @@ DSA_KV_CHECK = VersionRange(since="0.5.8")
 # --quantization values SGLang keeps against a checkpoint's different quant_method
 # (ModelConfig._verify_quantization's compatible_quantization_methods).
 _COMPATIBLE_QUANTIZATION = {
-    "modelopt_fp8": {"modelopt"}, "modelopt_fp4": {"modelopt", "fp8"}, "modelopt_mixed": {"modelopt"},
-    "nvfp4_online": {"fp8", "modelopt_fp8"}, "minimax_m3_nvfp4": {"mxfp8"}, "petit_nvfp4": {"modelopt"},
-    "w8a8_int8": {"compressed-tensors", "compressed_tensors"}, "w8a8_fp8": {"compressed-tensors", "compressed_tensors"},
+    "modelopt_fp8": {"modelopt"},
+    "modelopt_fp4": {"modelopt", "fp8"},
+    "modelopt_mixed": {"modelopt"},
+    "nvfp4_online": {"fp8", "modelopt_fp8"},
+    "minimax_m3_nvfp4": {"mxfp8"},
+    "petit_nvfp4": {"modelopt"},
+    "w8a8_int8": {"compressed-tensors", "compressed_tensors"},
+    "w8a8_fp8": {"compressed-tensors", "compressed_tensors"},
     "auto-round-int8": {"compressed-tensors", "compressed_tensors"},
 }
 
@@ -82,25 +87,28 @@ def config_checks_skipped(ctx: LaunchContext) -> Iterator[Finding]:
     if ctx.model_config is None:
         skipped = [*_skipped(ctx), *(["the checkpoint's size against GPU memory"] if sized else [])]
         if skipped:
-            yield Finding("server", "the model's config.json is not known here: not checked: " + "; ".join(skipped))
+            yield Finding("server", "the model's config.json is not known here: not "
+                                    "checked: " + "; ".join(skipped))
     elif sized and ctx.model_config.weights_bytes is None:
-        yield Finding("server", f"no safetensors index or files beside {ctx.model_config.source}: not checked: "
-                      "the checkpoint's size against GPU memory")
+        yield Finding("server", f"no safetensors index or files beside {ctx.model_config.source}: "
+                      "not checked: the checkpoint's size against GPU memory")
 
 
 @rule("SGD581", "context-length-exceeds-model", ERROR,
-      "context_length is larger than the context length SGLang derives from the model's config.json.",
-      "lower context_length to the model's maximum, or set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in [env] "
-      "if the model really supports it")
+      "context_length is larger than the context length SGLang derives from the model's "
+      "config.json.",
+      "lower context_length to the model's maximum, or set "
+      "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in [env] if the model really supports it")
 def context_length_exceeds(ctx: LaunchContext) -> Iterator[Finding]:
     config, wanted = ctx.model_config, ctx.get("context_length")
     if config is None or not isinstance(wanted, int) or isinstance(wanted, bool):
         return
     derived = config.context_length()
     if wanted > derived and not ctx.env_true("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"):
-        yield Finding("server.context_length", f"User-specified context_length ({wanted}) is greater than the derived "
-                      f"context_length ({derived}) of {config.source} (max_position_embeddings and rope scaling); "
-                      "SGLang refuses it (all releases)")
+        yield Finding("server.context_length", f"User-specified context_length ({wanted}) is "
+                      f"greater than the derived context_length ({derived}) of {config.source} "
+                      "(max_position_embeddings and rope scaling); SGLang refuses it (all "
+                      "releases)")
 
 
 def _attention_tp(ctx: LaunchContext) -> int:
@@ -114,23 +122,27 @@ def _heads_problem(config: ModelConfig, tp: int) -> str | None:
     if heads is None or tp <= 1:
         return None
     if heads % tp:
-        return f"num_attention_heads ({heads}) is not divisible by the attention tensor-parallel size ({tp})"
+        return (f"num_attention_heads ({heads}) is not divisible by the attention tensor-parallel "
+                f"size ({tp})")
     if kv is not None and kv < heads and (tp % kv if kv < tp else kv % tp):
-        return (f"num_key_value_heads ({kv}) and the attention tensor-parallel size ({tp}) do not divide each other "
-                "(KV heads are split when there are at least tp of them, replicated otherwise)")
+        return (f"num_key_value_heads ({kv}) and the attention tensor-parallel size ({tp}) do not "
+                "divide each other (KV heads are split when there are at least tp of them, "
+                "replicated otherwise)")
     return None
 
 
 @rule("SGD582", "heads-not-divisible-by-tp", ERROR,
-      "The model's attention (and KV) heads must split evenly over the attention tensor-parallel ranks.",
-      "choose a tp_size that divides num_attention_heads (and divides or is divided by num_key_value_heads)")
+      "The model's attention (and KV) heads must split evenly over the attention tensor-parallel "
+      "ranks.",
+      "choose a tp_size that divides num_attention_heads (and divides or is divided by "
+      "num_key_value_heads)")
 def heads_not_divisible(ctx: LaunchContext) -> Iterator[Finding]:
     if ctx.model_config is None:
         return
     problem = _heads_problem(ctx.model_config, _attention_tp(ctx))
     if problem:
-        yield Finding("server.tp_size", f"{problem} in {ctx.model_config.source}; the server fails when it builds "
-                      "the attention layers (all releases)")
+        yield Finding("server.tp_size", f"{problem} in {ctx.model_config.source}; the server fails "
+                      "when it builds the attention layers (all releases)")
 
 
 @rule("SGD583", "dsa-kv-cache-dtype", ERROR,
@@ -138,9 +150,15 @@ def heads_not_divisible(ctx: LaunchContext) -> Iterator[Finding]:
       "set kv_cache_dtype = \"fp8_e4m3\" or \"bfloat16\", or leave it \"auto\"", DSA_KV_CHECK)
 def dsa_kv_cache_dtype(ctx: LaunchContext) -> Iterator[Finding]:
     config, dtype = ctx.model_config, ctx.get("kv_cache_dtype")
-    if config is not None and config.is_dsa and isinstance(dtype, str) and dtype not in _DSA_KV_DTYPES:
-        yield Finding("server.kv_cache_dtype", f"{config.architecture} with index_topk is a DSA model: 'DeepSeek DSA "
-                      f"only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype' (got {dtype}; SGLang 0.5.8 and later)")
+    if (
+        config is not None
+        and config.is_dsa
+        and isinstance(dtype, str)
+        and dtype not in _DSA_KV_DTYPES
+    ):
+        yield Finding("server.kv_cache_dtype", f"{config.architecture} with index_topk is a DSA "
+                      "model: 'DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 "
+                      f"kv_cache_dtype' (got {dtype}; SGLang 0.5.8 and later)")
 
 
 def _declared(ctx: LaunchContext) -> str | None:
@@ -173,7 +191,8 @@ def _mamba_state(ctx: LaunchContext) -> bool | None:
 
 @rule("SGD584", "mamba-strategy-without-mamba-state", ERROR,
       "An extra_buffer Mamba radix-cache strategy on a model without Mamba state is refused.",
-      "remove mamba_radix_cache_strategy (auto is right for models without Mamba layers)", MAMBA_STATE_CHECK)
+      "remove mamba_radix_cache_strategy (auto is right for models without Mamba "
+      "layers)", MAMBA_STATE_CHECK)
 def mamba_strategy_without_state(ctx: LaunchContext) -> Iterator[Finding]:
     strategy = _strategy(ctx)
     if strategy not in _EXTRA_BUFFER or radix_cache_off(ctx) or _mamba_state(ctx) is not False:
@@ -216,32 +235,35 @@ def _quantization_mismatch(ctx: LaunchContext) -> tuple[str, str] | None:
 
 
 def _mismatch_words(given: str, declared: str) -> str:
-    return (f"'Quantization method specified in the model config ({declared}) does not match the quantization method "
-            f"specified in the `quantization` argument ({given}).'")
+    return (f"'Quantization method specified in the model config ({declared}) does not match the "
+            f"quantization method specified in the `quantization` argument ({given}).'")
 
 
 @rule("SGD585", "quantization-differs-from-checkpoint", ERROR,
-      "quantization names another method than the checkpoint's quantization_config declares, and no checkpoint "
-      "detection of SGLang can reconcile them.",
+      "quantization names another method than the checkpoint's quantization_config declares, and "
+      "no checkpoint detection of SGLang can reconcile them.",
       "remove quantization (SGLang reads the checkpoint's method) or use one compatible with it")
 def quantization_differs(ctx: LaunchContext) -> Iterator[Finding]:
     mismatch = _quantization_mismatch(ctx)
     if mismatch and not _override_possible(*mismatch, ctx.model_config):
-        yield Finding("server.quantization", f"the checkpoint declares quant_method '{mismatch[1]}' "
-                      f"({ctx.model_config.source if ctx.model_config else 'config.json'}); SGLang refuses: "
-                      f"{_mismatch_words(*mismatch)} (all releases)")
+        yield Finding("server.quantization", "the checkpoint declares quant_method "
+                      f"'{mismatch[1]}' "
+                      f"({ctx.model_config.source if ctx.model_config else 'config.json'}); SGLang "
+                      f"refuses: {_mismatch_words(*mismatch)} (all releases)")
 
 
 @rule("SGD586", "quantization-may-differ-from-checkpoint", WARNING,
-      "quantization names another method than the checkpoint's, where a checkpoint detection of SGLang may "
-      "replace it first (Marlin conversions, ModelOpt, moe_wna16, humming, online requantization).",
-      "remove quantization and let SGLang read the checkpoint's method, or check that the detection applies")
+      "quantization names another method than the checkpoint's, where a checkpoint detection of "
+      "SGLang may replace it first (Marlin conversions, ModelOpt, moe_wna16, humming, online "
+      "requantization).",
+      "remove quantization and let SGLang read the checkpoint's method, or check that the "
+      "detection applies")
 def quantization_may_differ(ctx: LaunchContext) -> Iterator[Finding]:
     mismatch = _quantization_mismatch(ctx)
     if mismatch and _override_possible(*mismatch, ctx.model_config):
-        yield Finding("server.quantization", f"the checkpoint declares quant_method '{mismatch[1]}'; unless "
-                      f"SGLang's detection for '{mismatch[0]}' takes this checkpoint it raises "
-                      f"{_mismatch_words(*mismatch)}")
+        yield Finding("server.quantization", "the checkpoint declares quant_method "
+                      f"'{mismatch[1]}'; unless SGLang's detection for '{mismatch[0]}' takes this "
+                      f"checkpoint it raises {_mismatch_words(*mismatch)}")
 
 
 # ModelConfig._verify_quantization: the method must be a key of QUANTIZATION_METHODS, a registry
@@ -278,18 +300,34 @@ def quantization_method_unknown(ctx: LaunchContext) -> Iterator[Finding]:
                   "(its registry on CUDA; the --quantization choices list more)")
 
 
-# --------------------------------------------------------------------------- sparse-attention models
+# -------------------------------------------------------------------------- sparse-attention models
 # is_deepseek_dsa's architectures (with index_topk), in every release up to 0.5.23; is_deepseek_v4
 # (0.5.12 and later) and is_minimax_sparse (0.5.21 and later) need no index_topk.
-_DSA_ARCHITECTURES = frozenset({
-    "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN", "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM", "GlmMoeDsaForCausalLMNextN",
-    "Glm5NextForConditionalGenerationNextN", "Glm5NextForConditionalGeneration", "LongcatFlashForCausalLM",
-    "LongcatFlashForCausalLMNextN", "Dots3NoteForCausalLM", "Dots3NoteForCausalLMNextN", "HYV4ForCausalLM",
-    "HYV4ForCausalLMNextN",
-})
-_DEEPSEEK_V4 = frozenset({"DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"})
-_MINIMAX_SPARSE = frozenset({"MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"})
+_DSA_ARCHITECTURES = frozenset(
+    {
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "DeepseekV3ForCausalLMNextN",
+        "MistralLarge3ForCausalLM",
+        "PixtralForConditionalGeneration",
+        "GlmMoeDsaForCausalLM",
+        "GlmMoeDsaForCausalLMNextN",
+        "Glm5NextForConditionalGenerationNextN",
+        "Glm5NextForConditionalGeneration",
+        "LongcatFlashForCausalLM",
+        "LongcatFlashForCausalLMNextN",
+        "Dots3NoteForCausalLM",
+        "Dots3NoteForCausalLMNextN",
+        "HYV4ForCausalLM",
+        "HYV4ForCausalLMNextN",
+    }
+)
+_DEEPSEEK_V4 = frozenset(
+    {"DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"}
+)
+_MINIMAX_SPARSE = frozenset(
+    {"MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"}
+)
 _HISPARSE_MODEL_CHECK = VersionRange(since="0.5.10")
 
 
@@ -320,21 +358,31 @@ def _hisparse(condition: Callable[[LaunchContext], bool]) -> Callable[[LaunchCon
     return lambda ctx: ctx.on("enable_hisparse") and condition(ctx)
 
 
-# _dsa_split_backend_resolution (0.5.22+): the DeepSeek-family DSA models it fills the DSA backends for.
+# _dsa_split_backend_resolution (0.5.22+): the DeepSeek-family DSA models it fills the DSA backends
+# for.
 _DSA_TILELANG = VersionRange(since="0.5.22")
-_DEEPSEEK_FAMILY = frozenset({
-    "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK25ForConditionalGeneration", "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM", "Glm5NextForConditionalGeneration",
-})
+_DEEPSEEK_FAMILY = frozenset(
+    {
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "KimiK25ForConditionalGeneration",
+        "MistralLarge3ForCausalLM",
+        "PixtralForConditionalGeneration",
+        "GlmMoeDsaForCausalLM",
+        "Glm5NextForConditionalGeneration",
+    }
+)
 
 
 def _dsa_backends(ctx: LaunchContext) -> tuple[object, object]:
-    """The DSA prefill/decode backends: given, else the fill for an fp8 KV cache (never tilelang)."""
+    """The DSA prefill/decode backends: given, else the fill for an fp8 KV cache (never
+    tilelang)."""
     return ctx.get("dsa_prefill_backend") or "default", ctx.get("dsa_decode_backend") or "default"
 
 
 def _tilelang_fp8(condition: Callable[[LaunchContext], bool]) -> Callable[[LaunchContext], bool]:
-    """A DeepSeek-family DSA model (config.json) with an fp8_e4m3 KV cache and a tilelang DSA backend, on CUDA."""
+    """A DeepSeek-family DSA model (config.json) with an fp8_e4m3 KV cache and a tilelang DSA
+    backend, on CUDA."""
     def check(ctx: LaunchContext) -> bool:
         config = ctx.model_config
         return (config is not None and config.architecture in _DEEPSEEK_FAMILY and _dsa(config)
@@ -344,47 +392,88 @@ def _tilelang_fp8(condition: Callable[[LaunchContext], bool]) -> Callable[[Launc
 
 
 SPARSE_ATTENTION_MODELS = (
-    Refusal("check_server_args: --enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models "
-            "now(e.g., DeepSeek V3.2, GLM-5).", "enable_hisparse", _hisparse(_not_sparse()),
-            "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models now(e.g., DeepSeek V3.2, "
-            "GLM-5).", VersionRange(since="0.5.10", until="0.5.12")),
-    Refusal("validate_hisparse: --enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models "
-            "(e.g., DeepSeek V3.2, GLM-5) and DeepSeek V4 now.", "enable_hisparse",
-            _hisparse(_not_sparse(_DEEPSEEK_V4)),
-            "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models (e.g., DeepSeek V3.2, "
-            "GLM-5) and DeepSeek V4 now.", VersionRange(since="0.5.12", until="0.5.21")),
-    Refusal("validate_hisparse: --enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models "
-            "(e.g., DeepSeek V3.2, GLM-5), DeepSeek V4, and MiniMax M3 now.", "enable_hisparse",
-            _hisparse(_not_sparse(_DEEPSEEK_V4, _MINIMAX_SPARSE)),
-            "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models (e.g., DeepSeek V3.2, "
-            "GLM-5), DeepSeek V4, and MiniMax M3 now.", VersionRange(since="0.5.21")),
-    Refusal("handle_model_specific_adjustments: --enable-dsa-cache-layer-split is only supported for DSA (DeepSeek "
-            "Sparse Attention) models.", "enable_dsa_cache_layer_split",
-            lambda ctx: ctx.on("enable_dsa_cache_layer_split") and _not_sparse()(ctx),
-            "--enable-dsa-cache-layer-split is only supported for DSA (DeepSeek Sparse Attention) models.",
-            VersionRange(since="0.5.16")),
-    Refusal("check_dsa_backend_constraints: CUDA TileLang FP8 KV requires both DSA backends to be tilelang; raw and "
-            "scaled FP8 KV layouts cannot be mixed.", "dsa_decode_backend",
-            _tilelang_fp8(lambda ctx: _dsa_backends(ctx) != ("tilelang", "tilelang")),
-            "CUDA TileLang FP8 KV requires both DSA backends to be tilelang; raw and scaled FP8 KV layouts cannot be "
-            "mixed.", _DSA_TILELANG),
-    Refusal("check_dsa_backend_constraints: CUDA TileLang FP8 KV does not support --dcp-size > 1.", "dcp_size",
-            _tilelang_fp8(lambda ctx: _dsa_backends(ctx) == ("tilelang", "tilelang") and ctx.int("dcp_size", 1) > 1),
-            "CUDA TileLang FP8 KV does not support --dcp-size > 1.", _DSA_TILELANG),
-    Refusal("dsa_split_backend_resolution: CUDA TileLang FP8 KV does not support HiSparse.", "enable_hisparse",
-            _hisparse(_tilelang_fp8(lambda ctx: True)), "CUDA TileLang FP8 KV does not support HiSparse.",
-            _DSA_TILELANG),
+    Refusal(
+        "check_server_args: --enable-hisparse is only supported for DSA (DeepSeek Sparse "
+        "Attention) models now(e.g., DeepSeek V3.2, "
+        "GLM-5).",
+        "enable_hisparse",
+        _hisparse(_not_sparse()),
+        "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models "
+        "now(e.g., DeepSeek V3.2, GLM-5).",
+        VersionRange(since="0.5.10", until="0.5.12"),
+    ),
+    Refusal(
+        "validate_hisparse: --enable-hisparse is only supported for DSA (DeepSeek Sparse "
+        "Attention) models (e.g., DeepSeek V3.2, GLM-5) and DeepSeek V4 "
+        "now.",
+        "enable_hisparse",
+        _hisparse(_not_sparse(_DEEPSEEK_V4)),
+        "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models (e.g., "
+        "DeepSeek V3.2, GLM-5) and DeepSeek V4 "
+        "now.",
+        VersionRange(since="0.5.12", until="0.5.21"),
+    ),
+    Refusal(
+        "validate_hisparse: --enable-hisparse is only supported for DSA (DeepSeek Sparse "
+        "Attention) models (e.g., DeepSeek V3.2, GLM-5), DeepSeek V4, and MiniMax M3 "
+        "now.",
+        "enable_hisparse",
+        _hisparse(_not_sparse(_DEEPSEEK_V4, _MINIMAX_SPARSE)),
+        "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models (e.g., "
+        "DeepSeek V3.2, GLM-5), DeepSeek V4, and MiniMax M3 "
+        "now.",
+        VersionRange(since="0.5.21"),
+    ),
+    Refusal(
+        "handle_model_specific_adjustments: --enable-dsa-cache-layer-split is only supported "
+        "for DSA (DeepSeek Sparse Attention) models.",
+        "enable_dsa_cache_layer_split",
+        lambda ctx: ctx.on("enable_dsa_cache_layer_split") and _not_sparse()(ctx),
+        "--enable-dsa-cache-layer-split is only supported for DSA (DeepSeek Sparse Attention) "
+        "models.",
+        VersionRange(since="0.5.16"),
+    ),
+    Refusal(
+        "check_dsa_backend_constraints: CUDA TileLang FP8 KV requires both DSA backends to be "
+        "tilelang; raw and scaled FP8 KV layouts cannot be mixed.",
+        "dsa_decode_backend",
+        _tilelang_fp8(lambda ctx: _dsa_backends(ctx) != ("tilelang", "tilelang")),
+        "CUDA TileLang FP8 KV requires both DSA backends to be tilelang; raw and scaled FP8 KV "
+        "layouts cannot be mixed.",
+        _DSA_TILELANG,
+    ),
+    Refusal(
+        "check_dsa_backend_constraints: CUDA TileLang FP8 KV does not support --dcp-size > 1.",
+        "dcp_size",
+        _tilelang_fp8(
+            lambda ctx: (
+                _dsa_backends(ctx) == ("tilelang", "tilelang") and ctx.int("dcp_size", 1) > 1
+            )
+        ),
+        "CUDA TileLang FP8 KV does not support --dcp-size > 1.",
+        _DSA_TILELANG,
+    ),
+    Refusal(
+        "dsa_split_backend_resolution: CUDA TileLang FP8 KV does not support HiSparse.",
+        "enable_hisparse",
+        _hisparse(_tilelang_fp8(lambda ctx: True)),
+        "CUDA TileLang FP8 KV does not support HiSparse.",
+        _DSA_TILELANG,
+    ),
 )
 
-refusal_rule("SGD587", "sparse-attention-model-options", "HiSparse and the DSA cache layer split need a "
-             "sparse-attention model (DSA with index_topk, DeepSeek V4, MiniMax M3 sparse): read from config.json.",
+refusal_rule("SGD587", "sparse-attention-model-options", "HiSparse and the DSA cache layer split "
+             "need a sparse-attention model (DSA with index_topk, DeepSeek V4, MiniMax M3 sparse): "
+             "read from config.json.",
              "remove the option, or serve a model it supports", SPARSE_ATTENTION_MODELS)
 
 
-# --------------------------------------------------------------------------- what ModelConfig itself refuses
+# ------------------------------------------------------------------ what ModelConfig itself refuses
 @rule("SGD588", "model-override-args-not-json", ERROR,
-      "json_model_override_args must be a JSON object: SGLang decodes it when it builds the model config.",
-      "write json_model_override_args as a JSON object, e.g. '{\"max_position_embeddings\": 65536}'")
+      "json_model_override_args must be a JSON object: SGLang decodes it when it builds the model "
+      "config.",
+      "write json_model_override_args as a JSON object, e.g. '{\"max_position_embeddings\": "
+      "65536}'")
 def model_override_args_json(ctx: LaunchContext) -> Iterator[Finding]:
     value = ctx.server.get("json_model_override_args")
     if not isinstance(value, str):
@@ -392,8 +481,9 @@ def model_override_args_json(ctx: LaunchContext) -> Iterator[Finding]:
     try:
         json.loads(value)
     except ValueError as exc:
-        yield Finding("server.json_model_override_args", f"json_model_override_args is not JSON ({exc}); SGLang's "
-                      "json.loads raises when it builds the model config (all releases)")
+        yield Finding("server.json_model_override_args", "json_model_override_args is not JSON "
+                      f"({exc}); SGLang's json.loads raises when it builds the model config (all "
+                      "releases)")
 
 
 # DllmConfig.from_server_args: the diffusion LLMs SGLang knows, per release.
@@ -418,24 +508,32 @@ def diffusion_llm_architecture(ctx: LaunchContext) -> Iterator[Finding]:
     arch = ctx.model_config.architecture if ctx.model_config else ctx.architecture
     known = next(names for versions, names in _DLLM_ARCHITECTURES if ctx.version in versions)
     if arch and arch not in known:
-        yield Finding("server.dllm_algorithm", f"SGLang raises 'Unknown diffusion LLM: {arch}' (it knows "
-                      f"{', '.join(known)}; SGLang 0.5.10 and later)")
+        yield Finding("server.dllm_algorithm", f"SGLang raises 'Unknown diffusion LLM: {arch}' (it "
+                      f"knows {', '.join(known)}; SGLang 0.5.10 and later)")
 
 
-# ModelConfig._validate_quantize_and_serve_config: the feature is switched off in every release that has it.
+# ModelConfig._validate_quantize_and_serve_config: the feature is switched off in every release that
+# has it.
 @rule("SGD590", "quantize-and-serve-disabled", ERROR,
       "quantize_and_serve is refused by every SGLang release that has it.",
-      "remove quantize_and_serve: quantize and export the model first, then serve the exported model",
+      "remove quantize_and_serve: quantize and export the model first, then serve the exported "
+      "model",
       VersionRange(since="0.5.4"))
 def quantize_and_serve(ctx: LaunchContext) -> Iterator[Finding]:
     if not ctx.on("quantize_and_serve"):
         return
-    if str(ctx.get("quantization") or "").lower() in ("modelopt", "modelopt_fp8", "modelopt_fp4", "modelopt_mixed",
-                                                        "nvfp4_online"):
-        words = ("quantize_and_serve functionality is currently disabled due to compatibility issues. Please use the "
-                 "separate quantize-then-deploy workflow instead.")
+    if str(ctx.get("quantization") or "").lower() in (
+        "modelopt",
+        "modelopt_fp8",
+        "modelopt_fp4",
+        "modelopt_mixed",
+        "nvfp4_online",
+    ):
+        words = ("quantize_and_serve functionality is currently disabled due to compatibility "
+                 "issues. Please use the separate quantize-then-deploy workflow instead.")
     else:
-        words = "quantize_and_serve requires ModelOpt quantization (set with --quantization {modelopt, ...})"
+        words = ("quantize_and_serve requires ModelOpt quantization (set with --quantization "
+                 "{modelopt, ...})")
     yield Finding("server.quantize_and_serve", f"SGLang 0.5.4 and later refuses: '{words}'")
 
 
@@ -443,11 +541,23 @@ def quantize_and_serve(ctx: LaunchContext) -> Iterator[Finding]:
 # ServerArgs.LANGUAGE_MODEL_ONLY_ARCHITECTURES per release, read from the wheels.
 _LANGUAGE_MODEL_ONLY = (
     (VersionRange(since="0.5.18", until="0.5.20"), ("MuseGlimmerForConditionalGeneration",)),
-    (VersionRange(since="0.5.20", until="0.5.22"), ("Cosmos3EdgeForConditionalGeneration",
-                                                    "Cosmos3ForConditionalGeneration",
-                                                    "MuseGlimmerForConditionalGeneration")),
-    (VersionRange(since="0.5.22"), ("Cosmos3EdgeForConditionalGeneration", "Cosmos3ForConditionalGeneration",
-                                    "DeepseekV4ForCausalLM", "MuseGlimmerForConditionalGeneration")),
+    (
+        VersionRange(since="0.5.20", until="0.5.22"),
+        (
+            "Cosmos3EdgeForConditionalGeneration",
+            "Cosmos3ForConditionalGeneration",
+            "MuseGlimmerForConditionalGeneration",
+        ),
+    ),
+    (
+        VersionRange(since="0.5.22"),
+        (
+            "Cosmos3EdgeForConditionalGeneration",
+            "Cosmos3ForConditionalGeneration",
+            "DeepseekV4ForCausalLM",
+            "MuseGlimmerForConditionalGeneration",
+        ),
+    ),
 )
 _LANGUAGE_MODEL_ONLY_CHECK = VersionRange(since="0.5.18")
 _WITHOUT_LANGUAGE_MODEL_ONLY = ("encoder_only", "language_only", "enable_prefix_mm_cache",
@@ -479,31 +589,56 @@ def _lmo(condition: Callable[[LaunchContext], bool]) -> Callable[[LaunchContext]
 
 
 LANGUAGE_MODEL_ONLY = (
-    Refusal("handle_language_model_only: --language-model-only cannot be combined with {}",
-            lambda ctx: _lmo_combined(ctx) or "language_model_only", _lmo(lambda ctx: _lmo_combined(ctx) is not None),
-            lambda ctx: "--language-model-only cannot be combined with "
-            f"--{str(_lmo_combined(ctx)).replace('_', '-')}", _LANGUAGE_MODEL_ONLY_CHECK),
-    Refusal("handle_language_model_only: --language-model-only is incompatible with --disaggregation-mode "
-            "prefill/decode", "disaggregation_mode",
-            _lmo(lambda ctx: ctx.get("disaggregation_mode", "null") not in (None, "null")
-                 and _v41(ctx) is False),
-            "--language-model-only is incompatible with --disaggregation-mode prefill/decode",
-            _LANGUAGE_MODEL_ONLY_CHECK),
-    Refusal("handle_language_model_only: --language-model-only does not support {}. Supported: {}.",
-            "language_model_only", _lmo(_lmo_unsupported),
-            lambda ctx: f"--language-model-only does not support {_architectures(ctx)}. Supported: "
-            f"{list(_lmo_supported(ctx))}.", _LANGUAGE_MODEL_ONLY_CHECK),
+    Refusal(
+        "handle_language_model_only: --language-model-only cannot be combined with {}",
+        lambda ctx: _lmo_combined(ctx) or "language_model_only",
+        _lmo(lambda ctx: _lmo_combined(ctx) is not None),
+        lambda ctx: (
+            "--language-model-only cannot be combined with "
+            f"--{str(_lmo_combined(ctx)).replace('_', '-')}"
+        ),
+        _LANGUAGE_MODEL_ONLY_CHECK,
+    ),
+    Refusal(
+        "handle_language_model_only: --language-model-only is incompatible with "
+        "--disaggregation-mode prefill/decode",
+        "disaggregation_mode",
+        _lmo(
+            lambda ctx: (
+                ctx.get("disaggregation_mode", "null") not in (None, "null") and _v41(ctx) is False
+            )
+        ),
+        "--language-model-only is incompatible with --disaggregation-mode prefill/decode",
+        _LANGUAGE_MODEL_ONLY_CHECK,
+    ),
+    Refusal(
+        "handle_language_model_only: --language-model-only does not support {}. Supported: {}.",
+        "language_model_only",
+        _lmo(_lmo_unsupported),
+        lambda ctx: (
+            f"--language-model-only does not support {_architectures(ctx)}. Supported: "
+            f"{list(_lmo_supported(ctx))}."
+        ),
+        _LANGUAGE_MODEL_ONLY_CHECK,
+    ),
 )
 
-refusal_rule("SGD591", "language-model-only", "language_model_only serves the language model of the few "
-             "architectures SGLang lists for it, without the encoder and multimodal options.",
-             "remove language_model_only, or the option it cannot be combined with", LANGUAGE_MODEL_ONLY)
+refusal_rule("SGD591", "language-model-only", "language_model_only serves the language model of "
+             "the few architectures SGLang lists for it, without the encoder and multimodal "
+             "options.",
+             "remove language_model_only, or the option it cannot be combined "
+             "with", LANGUAGE_MODEL_ONLY)
 
 
-# --------------------------------------------------------------------------- options of one model family
+# ---------------------------------------------------------------------- options of one model family
 # CP_DECODE_ATTN_TP_SUPPORTED_ARCHS (layers/cp/cp_decode_attn_tp.py), the same in 0.5.20-0.5.23.
-_CP_DECODE_ATTN_TP_ARCHS = ("DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark",
-                            "GlmMoeDsaForCausalLM", "GlmMoeDsaForCausalLMNextN")
+_CP_DECODE_ATTN_TP_ARCHS = (
+    "DeepseekV4ForCausalLM",
+    "DeepseekV4ForCausalLMNextN",
+    "DeepseekV4ForCausalLMDSpark",
+    "GlmMoeDsaForCausalLM",
+    "GlmMoeDsaForCausalLMNextN",
+)
 _ENCODER_REPLAY = "--enable-encoder-swa-bounded-replay requires DeepSeek-V4.1"
 
 
@@ -533,22 +668,43 @@ def _architecture_not_in(names: Names) -> Callable[[LaunchContext], bool]:
 
 
 MODEL_FAMILY_OPTIONS: tuple[Refusal, ...] = (
-    Refusal("handle_model_specific_adjustments: --enable-cp-decode-attn-tp is only supported for models whose "
-            "attention linears are replicated across CP ranks (attn_tp_size=1). Got {}; supported: {}.",
-            "enable_cp_decode_attn_tp",
-            lambda ctx: ctx.on("enable_cp_decode_attn_tp")
-            and _architecture_not_in(_CP_DECODE_ATTN_TP_ARCHS)(ctx),
-            lambda ctx: "--enable-cp-decode-attn-tp is only supported for models whose attention linears are "
-            f"replicated across CP ranks (attn_tp_size=1). Got {_declared(ctx)}; supported: "
-            f"{sorted(_CP_DECODE_ATTN_TP_ARCHS)}.", VersionRange(since="0.5.20")),
-    Refusal("validate_deepseek_v41_features: " + _ENCODER_REPLAY, "enable_encoder_swa_bounded_replay",
-            lambda ctx: ctx.on("enable_encoder_swa_bounded_replay")
-            and _config(lambda c: c.architecture == "DeepseekV4ForCausalLM" and _not_v41(c))(ctx),
-            _ENCODER_REPLAY, VersionRange(since="0.5.21")),
-    Refusal("handle_model_capability_adjustments: " + _ENCODER_REPLAY, "enable_encoder_swa_bounded_replay",
-            lambda ctx: ctx.on("enable_encoder_swa_bounded_replay") and _v41(ctx) is False
-            and _declared(ctx) != "DeepseekV4ForCausalLM",
-            _ENCODER_REPLAY, VersionRange(since="0.5.23")),
+    Refusal(
+        "handle_model_specific_adjustments: --enable-cp-decode-attn-tp is only supported for "
+        "models whose attention linears are replicated across CP ranks (attn_tp_size=1). Got "
+        "{}; supported: {}.",
+        "enable_cp_decode_attn_tp",
+        lambda ctx: (
+            ctx.on("enable_cp_decode_attn_tp")
+            and _architecture_not_in(_CP_DECODE_ATTN_TP_ARCHS)(ctx)
+        ),
+        lambda ctx: (
+            "--enable-cp-decode-attn-tp is only supported for models whose attention "
+            f"linears are replicated across CP ranks (attn_tp_size=1). Got {_declared(ctx)}; "
+            f"supported: {sorted(_CP_DECODE_ATTN_TP_ARCHS)}."
+        ),
+        VersionRange(since="0.5.20"),
+    ),
+    Refusal(
+        "validate_deepseek_v41_features: " + _ENCODER_REPLAY,
+        "enable_encoder_swa_bounded_replay",
+        lambda ctx: (
+            ctx.on("enable_encoder_swa_bounded_replay")
+            and _config(lambda c: c.architecture == "DeepseekV4ForCausalLM" and _not_v41(c))(ctx)
+        ),
+        _ENCODER_REPLAY,
+        VersionRange(since="0.5.21"),
+    ),
+    Refusal(
+        "handle_model_capability_adjustments: " + _ENCODER_REPLAY,
+        "enable_encoder_swa_bounded_replay",
+        lambda ctx: (
+            ctx.on("enable_encoder_swa_bounded_replay")
+            and _v41(ctx) is False
+            and _declared(ctx) != "DeepseekV4ForCausalLM"
+        ),
+        _ENCODER_REPLAY,
+        VersionRange(since="0.5.23"),
+    ),
 )
 
 # validate_deepep_v2_model_architecture: only the architectures SGLang validated (from 0.5.21 a

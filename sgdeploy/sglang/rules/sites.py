@@ -28,7 +28,8 @@ class Refusal:
     """One SGLang check: `fires` says whether SGLang would raise on this launch."""
 
     site: str  # the check-site key: "<function>: <message with {} placeholders>"
-    field: str | Callable[[LaunchContext], str]  # the [server] key to change ("" for the launch as a whole)
+    # the [server] key to change ("" for the launch as a whole)
+    field: str | Callable[[LaunchContext], str]
     fires: Condition
     message: Message  # SGLang's own words, with the launch's values filled in
     versions: VersionRange = ALL_VERSIONS
@@ -56,11 +57,14 @@ def version_words(versions: VersionRange) -> str:
     return "SGLang (all releases)"
 
 
-def findings(ctx: LaunchContext, refusals: Sequence[Refusal], said: str = "refuses") -> Iterator[Finding]:
+def findings(
+    ctx: LaunchContext, refusals: Sequence[Refusal], said: str = "refuses"
+) -> Iterator[Finding]:
     """The findings of the entries that fire; `refusals` holds only entries for ctx's release."""
     for refusal in refusals:
         if refusal.fires(ctx):
-            yield Finding(refusal.where(ctx), f"{version_words(refusal.versions)} {said}: '{refusal.text(ctx)}'",
+            yield Finding(refusal.where(ctx), f"{version_words(refusal.versions)} {said}: "
+                                              f"'{refusal.text(ctx)}'",
                           refusal.hint)
 
 
@@ -81,7 +85,8 @@ def refusal_rule(
     table = tuple(refusals)
     TABLES[rule_id] = table
     said = "refuses" if severity is ERROR else "changes"
-    # The entries of each release, picked once: a table is long and most entries are for other releases.
+    # The entries of each release, picked once: a table is long and most entries are for other
+    # releases.
     by_version: dict[Version, tuple[Refusal, ...]] = {}
 
     def check(ctx: LaunchContext) -> Iterator[Finding]:
