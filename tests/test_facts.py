@@ -36,7 +36,12 @@ from sgdeploy.host.facts import (
     split_sections,
     state_dir,
 )
-from sgdeploy.sglang.gpus import GPU_MODELS, compute_capability_for, gpu_memory_gib_for, gpu_model_for
+from sgdeploy.sglang.gpus import (
+    GPU_MODELS,
+    compute_capability_for,
+    gpu_memory_gib_for,
+    gpu_model_for,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = FIXTURES / "h200"  # captured with tests/fixtures/h200/capture.sh

@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from sgdeploy.deploy import drained
-from sgdeploy.deploy.drained import DrainSettings, GatewayStepKind, may_take_out, parse_in_flight, plan_rollout
+from sgdeploy.deploy.drained import (
+    DrainSettings,
+    GatewayStepKind,
+    may_take_out,
+    parse_in_flight,
+    plan_rollout,
+)
 from sgdeploy.deploy.fleet import FleetHost
 from sgdeploy.deploy.gateway import (
     ABSENT,

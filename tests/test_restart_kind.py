@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from sgdeploy.deploy.restart_kind import COLD, WEIGHT_FIELDS, WEIGHTS_KEPT, restart_for, restart_kind
+from sgdeploy.deploy.restart_kind import (
+    COLD,
+    WEIGHT_FIELDS,
+    WEIGHTS_KEPT,
+    restart_for,
+    restart_kind,
+)
 from sgdeploy.sglang.catalog import load_catalog
 
 CLIENT = {"model_path": "/models/Qwen3-8B", "tp_size": 2, "weight_cache_mode": "client"}

@@ -229,7 +229,7 @@ _sgdeploy() {
 }
 
 complete -F _sgdeploy sgdeploy
-"""
+"""  # noqa: E501 (shell lines kept as they run)
 
 
 # --------------------------------------------------------------------------- zsh

@@ -185,7 +185,8 @@ def yaml_entries(path, found):
     try:
         import yaml
     except ImportError:
-        found["error"] = "PyYAML is not installed for this interpreter (SGLang reads --config with it)"
+        found["error"] = ("PyYAML is not installed for this interpreter "
+                          "(SGLang reads --config with it)")
         return None
     try:
         with open(path, encoding="utf-8") as handle:
@@ -227,7 +228,8 @@ def verdict(value):
 found = inspect(spec["file"])
 if found["state"] == "file":
     try:
-        entries = yaml_entries(spec["file"], found) if spec["format"] == "yaml" else env_entries(spec["file"])
+        entries = (yaml_entries(spec["file"], found) if spec["format"] == "yaml"
+                   else env_entries(spec["file"]))
     except OSError as exc:
         found["error"], entries = "cannot be read (%s)" % exc.strerror, None
     if entries is not None:
@@ -497,7 +499,8 @@ if spec["format"] == "yaml":
         data = yaml.safe_load(handle) or {}
     value = next((data[s] for s in spec["spellings"] if s in data), None)
 else:
-    pid = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", spec["unit"] + ".service"],
+    pid = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value",
+                          spec["unit"] + ".service"],
                          capture_output=True, text=True).stdout.strip()
     with open("/proc/%s/environ" % pid, "rb") as handle:
         for entry in handle.read().split(b"\0"):

@@ -531,7 +531,8 @@ try:
         with open(index, encoding="utf-8") as f:
             size = json.load(f)["metadata"]["total_size"]
     else:
-        size = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder) if n.endswith(".safetensors"))
+        size = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder)
+                   if n.endswith(".safetensors"))
     if isinstance(size, int) and size > 0:
         print("weights_bytes=%d" % size)
 except Exception:

@@ -100,7 +100,7 @@ echo '@@apps@@'
 timeout 30 nvidia-smi --query-compute-apps=@APPS_FIELDS@ --format=csv,noheader,nounits 2>/dev/null
 echo '@@end@@'
 exit 0
-"""
+"""  # noqa: E501 (shell lines kept as they run)
 
 
 def script() -> str:

@@ -143,7 +143,8 @@ def _since(start: str | None, t: str | None) -> str:
     if not start or not t:
         return ""
     try:
-        return f" (+{(datetime.fromisoformat(t) - datetime.fromisoformat(start)).total_seconds():.1f} s)"
+        seconds = (datetime.fromisoformat(t) - datetime.fromisoformat(start)).total_seconds()
+        return f" (+{seconds:.1f} s)"
     except ValueError:
         return ""
 
