@@ -248,8 +248,10 @@ class HostSession:
         if held.exit_code == LOCK_BUSY_RC:
             current = self.remote.run(f"cat {q}/lock 2>/dev/null").stdout.strip() or "unknown"
             return UnitLock(None, refusal=f"another apply holds the lock on this unit: {current}")
-        return UnitLock(None, refusal=f"cannot take the lock under {state_dir}: "
-                                      f"{held.output.strip() or held.exit_code}")
+        why = held.output.strip() or (
+            "the connection closed before the lock command reported (no exit status); run it again"
+            if held.exit_code is None or held.exit_code < 0 else f"exit status {held.exit_code}")
+        return UnitLock(None, refusal=f"cannot take the lock under {state_dir}: {why}")
 
     def lock_held(self, state_dir: str) -> str | None:
         """Who holds the unit's lock right now (what it wrote into the file); None when it is
