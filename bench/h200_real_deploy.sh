@@ -10,7 +10,9 @@
 #                        bench/h200_check_real_install.sh's setup); sgdeploy's venv /opt/sgd; the
 #                        models (bench/h200_real/models.py); boots the systemd host
 #                        (bench/h200_real/host.sh); writes the inventory and profiles to /opt/h200run
-#   STAGE=scenario PHASE=1|2|3|4|5|6|short ...   runs sgdeploy as a user would (bench/h200_real/scenario.py)
+#   STAGE=scenario PHASE=1|2|...|8|short ...   runs sgdeploy as a user would (bench/h200_real/scenario.py);
+#                        SGLANG_RELEASE names the carried release in the inventory (PHASE=8, the
+#                        weight-cache daemon, needs 0.5.17+: build the parts with the same variable)
 # Every stage starts over where a marker says it has not finished, so a machine given back is
 # rebuilt by running the stages again. What each stage saw goes to $OUT as one tar.gz.
 set -uo pipefail
@@ -134,7 +136,7 @@ gpu = "$GPU_NAME"
 compute_capability = "9.0"
 gpu_count = 1
 gpu_memory_gib = $GPU_GIB
-sglang_version = "0.5.11"
+sglang_version = "${SGLANG_RELEASE:-0.5.11}"
 EOF
     profile big-a llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 64'
     profile big-b llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 128'
@@ -149,6 +151,9 @@ EOF
     HARDENING=strict profile hard-a llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 64'
     HARDENING=strict profile hard-b llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 128'
     profile soft-a llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 64'
+    # PHASE=8: clients of the weight-cache daemon (SGLANG_RELEASE=0.5.17 or later)
+    profile wc-a llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 64' 'weight_cache_mode = "client"'
+    profile wc-b llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 128' 'weight_cache_mode = "client"'
 }
 
 facts() {

@@ -23,7 +23,9 @@ for p in manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_24_x86_64 manyli
 # pip is asked per distribution (four at a time), so a pin it cannot find is named and the rest
 # still come
 export D PLATFORMS_LINE="${PLATFORMS[*]}"
-grep -v '^#' bench/h200_real/sglang-0.5.11-wheels.txt | grep . | xargs -P 4 -I{} bash -c '
+# SGLANG_RELEASE=0.5.17 takes sglang-0.5.17-wheels.txt (the weight-cache daemon; the newest
+# release whose closure runs on the image's torch 2.11), into .h200/ all the same
+grep -v '^#' "bench/h200_real/sglang-${SGLANG_RELEASE:-0.5.11}-wheels.txt" | grep . | xargs -P 4 -I{} bash -c '
     spec={}; name=${spec%%==*}
     ls "$D/wheels/" | grep -qi "^${name//-/[-_]}-" && exit 0
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \

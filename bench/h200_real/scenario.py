@@ -4,7 +4,9 @@
                                                  PHASE 1: cold apply and a changed flag, 2: failure,
                                                  stranger, probe; 3: rollback, import, adopt;
                                                  4: from a hand launch; 5: the strict unit; 6: page cache dropped;
-                                                 each within one call of the device tool)
+                                                 7: today's restart, warm and with the page cache
+                                                 dropped; 8: the same with the weight-cache daemon
+                                                 (SGLANG_RELEASE 0.5.17+); each within one call)
     python scenario.py --poll URL LOG           (the client: /health every 0.1 s, /generate every 1 s)
 
 RUN_DIR holds inventory.toml, profiles/, the SSH key and known_hosts. Each step's command line,
@@ -139,18 +141,20 @@ print(json.dumps({"used_before_mib": before, "systemctl_stop_s": stop_s, "sample
 def main() -> None:
     run_dir, out, phase = sys.argv[1], sys.argv[2], sys.argv[3]
     run = Run(run_dir, out)
-    run.n = {"1": 0, "2": 20, "3": 40, "4": 60, "5": 80, "6": 90, "short": 0}[phase]
+    run.n = {"1": 0, "2": 20, "3": 40, "4": 60, "5": 80, "6": 90, "7": 100, "8": 110, "short": 0}[phase]
     sgd = ["sgdeploy"]
     poller = subprocess.Popen([sys.executable, __file__, "--poll", f"http://127.0.0.1:{PORT}",
                                os.path.join(out, "client.jsonl")])
     try:
-        if phase in ("1", "4", "5", "6") or not os.path.exists(os.path.join(out, "NO-SERVER")):
+        if phase in ("1", "4", "5", "6", "7", "8") or not os.path.exists(os.path.join(out, "NO-SERVER")):
             {"1": phase_one, "2": phase_two, "3": phase_three, "4": phase_four, "5": phase_five,
-             "6": phase_six, "short": phase_short}[phase](run, sgd, out)
+             "6": phase_six, "7": phase_seven, "8": phase_eight, "short": phase_short}[phase](run, sgd, out)
     finally:
         poller.kill()
         run.capture(f"journal.all.{phase}.txt", "journalctl -u sglang.service -o short-precise --no-pager")
         run.capture(f"journal.boot.{phase}.txt", "journalctl -b -o short-precise --no-pager | tail -400")
+        if phase == "8":
+            run.capture("journal.weights.8.txt", "journalctl -u sglang-weights.service -o short-precise --no-pager")
 
 
 APPLY_TIMEOUT_S = 560
@@ -290,6 +294,35 @@ def phase_six(run: Run, sgd: list[str], out: str) -> None:
              timeout=APPLY_TIMEOUT_S)
     run.step("apply-unhardened", sgd + ["apply", "profiles/soft-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     run.step("history-strict", sgd + ["history", "profiles/hard-a.toml", "--json"], journal=False)
+
+
+DROP_PAGE_CACHE = ["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"]
+
+
+def phase_seven(run: Run, sgd: list[str], out: str) -> None:
+    """Today's restart for reference: a cold apply, the same flag change with the page cache warm,
+    and with it dropped (the weights and libraries read from disk; no read-ahead)."""
+    run.ssh("systemctl stop sglang.service sglang-weights.service; systemctl reset-failed; sleep 2", timeout=60)
+    run.step("plain-cold", sgd + ["apply", "profiles/big-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    run.step("plain-flag-change-warm", sgd + ["apply", "profiles/big-b.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    subprocess.run(DROP_PAGE_CACHE, check=False)
+    run.step("plain-flag-change-dropped", sgd + ["apply", "profiles/big-a.toml", "--json", "--no-read-ahead"],
+             timeout=APPLY_TIMEOUT_S)
+
+
+def phase_eight(run: Run, sgd: list[str], out: str) -> None:
+    """The weight-cache daemon as a unit: the first client apply (daemon, then server), a flag
+    change that keeps the weights with the page cache warm and with it dropped, the units' text."""
+    run.step("plan-client", sgd + ["plan", "profiles/wc-a.toml"], journal=False)
+    run.step("client-first", sgd + ["apply", "profiles/wc-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    run.capture("client.units.service", "systemctl cat sglang-weights.service sglang.service")
+    run.capture("client.nvidia-smi.txt", "nvidia-smi")
+    run.step("plan-client-flag-change", sgd + ["plan", "profiles/wc-b.toml"], journal=False)
+    run.step("client-flag-change-warm", sgd + ["apply", "profiles/wc-b.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    subprocess.run(DROP_PAGE_CACHE, check=False)
+    run.step("client-flag-change-dropped", sgd + ["apply", "profiles/wc-a.toml", "--json", "--no-read-ahead"],
+             timeout=APPLY_TIMEOUT_S)
+    run.step("history-client", sgd + ["history", "profiles/wc-a.toml", "--json"], journal=False)
 
 
 def phase_three(run: Run, sgd: list[str], out: str) -> None:
