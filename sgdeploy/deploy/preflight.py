@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
 from sgdeploy.deploy.hardening import unit_sandbox
-from sgdeploy.deploy.weight_daemon import daemon_unit_name
-from sgdeploy.host.facts import GpuHolder, HostFacts, gpu_strangers
+from sgdeploy.deploy.weight_daemon import deployment_strangers
+from sgdeploy.host.facts import GpuHolder, HostFacts
 from sgdeploy.profile.model import LoadedProfile
 from sgdeploy.profile.validate import check_launch
 from sgdeploy.sglang.catalog import UnknownVersionError, load_catalog
@@ -223,14 +223,8 @@ def gpu_holders(
     unit = facts.unit
     active = bool(unit and unit.active)
     own = (*own_pids, *((unit.main_pid,) if unit and unit.main_pid else ()))
-    strangers, undecided = gpu_strangers(
-        facts.gpus,
-        facts.gpu_processes,
-        gpus,
-        profile.deploy.unit,
-        own,
-        active,
-        own_units=(daemon_unit_name(profile.deploy.unit),),
+    strangers, undecided = deployment_strangers(
+        facts.gpus, facts.gpu_processes, gpus, profile.deploy.unit, own, active
     )
     found: list[Diagnostic] = []
     if strangers:

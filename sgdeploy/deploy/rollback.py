@@ -27,8 +27,8 @@ from sgdeploy.deploy.transaction import (
     result_from,
     timings,
 )
-from sgdeploy.deploy.weight_daemon import daemon_unit_name
-from sgdeploy.host.facts import HostFacts, gpu_strangers, state_dir
+from sgdeploy.deploy.weight_daemon import deployment_strangers
+from sgdeploy.host.facts import HostFacts, state_dir
 from sgdeploy.profile.inventory import HostEntry
 
 
@@ -218,14 +218,9 @@ def _target(session: HostSession, facts: HostFacts, name: str, unit: str, target
                            "stopped", diagnostics=secrets, stats=session.remote.stats.as_dict())
     # Never start the previous deployment into GPUs others hold: decided before the stop.
     own = (facts.unit.main_pid,) if facts.unit and facts.unit.main_pid else ()
-    strangers, _ = gpu_strangers(
-        facts.gpus,
-        facts.gpu_processes,
-        deployment.gpus,
-        unit,
-        own,
+    strangers, _ = deployment_strangers(
+        facts.gpus, facts.gpu_processes, deployment.gpus, unit, own,
         bool(facts.unit and facts.unit.active),
-        own_units=(daemon_unit_name(unit),),
     )
     if strangers and options.wait_for_gpus_s is None:
         return ApplyResult(Exit.REFUSED, "refused", name, unit,

@@ -29,7 +29,7 @@ from sgdeploy.deploy.plan import (
 )
 from sgdeploy.deploy.records import WEIGHTS_FILE, exec_port, record_files_sh, split_files
 from sgdeploy.deploy.secret_args import bearer_headers, without_secrets
-from sgdeploy.deploy.weight_daemon import daemon_unit_name
+from sgdeploy.deploy.weight_daemon import deployment_strangers
 from sgdeploy.host.facts import (
     APPS_QUERY_FIELDS,
     GPU_OWNERS_SH,
@@ -40,7 +40,6 @@ from sgdeploy.host.facts import (
     HostFacts,
     IdleVerdict,
     facts_command,
-    gpu_strangers,
     gpus_idle,
     idle_check_sh,
     parse_compute_apps,
@@ -306,9 +305,7 @@ class HostSession:
         deadline = time.monotonic() + timeout_s
         while True:
             info, apps = self.gpu_state()
-            strangers, _ = gpu_strangers(
-                info, apps, gpus, unit, own_pids, own_units=(daemon_unit_name(unit),)
-            )
+            strangers, _ = deployment_strangers(info, apps, gpus, unit, own_pids)
             if not strangers or time.monotonic() >= deadline:
                 return strangers
             self.report("waiting", what="gpus", detail="; ".join(h.describe() for h in strangers))

@@ -19,9 +19,11 @@ would otherwise both claim rank 0's socket).
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sgdeploy.host.facts import GpuHolder, GpuInfo, GpuProcess, gpu_strangers
 from sgdeploy.sglang.rules.weight_cache import DAEMON_OWN_FLAGS, WEIGHT_FIELDS
 from sgdeploy.sglang.versions import parse_version
 
@@ -38,6 +40,20 @@ _ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
 def daemon_unit_name(unit: str) -> str:
     return f"{unit}-weights"
+
+
+def deployment_strangers(
+    gpus: Sequence[GpuInfo],
+    processes: Sequence[GpuProcess],
+    selected: Iterable[int | str] | None,
+    unit: str,
+    own_pids: Iterable[int] = (),
+    unit_active: bool = True,
+) -> tuple[tuple[GpuHolder, ...], tuple[GpuHolder, ...]]:
+    """`gpu_strangers` of a deployment: its daemon unit's processes (the resident weights) are
+    its own, as the server unit's are."""
+    return gpu_strangers(gpus, processes, selected, unit, own_pids, unit_active,
+                         own_units=(daemon_unit_name(unit),))
 
 
 def runtime_folder(unit: str) -> str:
