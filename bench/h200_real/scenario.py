@@ -5,8 +5,9 @@
                                                  stranger, probe; 3: rollback, import, adopt;
                                                  4: from a hand launch; 5: the strict unit; 6: page cache dropped;
                                                  7: today's restart, warm and with the page cache
-                                                 dropped; 8: the same with the weight-cache daemon
-                                                 (SGLANG_RELEASE 0.5.17+); each within one call)
+                                                 dropped; 8: the weight-cache daemon's restart, then
+                                                 today's beside it (SGLANG_RELEASE 0.5.17+);
+                                                 each within one call)
     python scenario.py --poll URL LOG           (the client: /health every 0.1 s, /generate every 1 s)
 
 RUN_DIR holds inventory.toml, profiles/, the SSH key and known_hosts. Each step's command line,
@@ -311,16 +312,21 @@ def phase_seven(run: Run, sgd: list[str], out: str) -> None:
 
 
 def phase_eight(run: Run, sgd: list[str], out: str) -> None:
-    """The weight-cache daemon as a unit: the first client apply (daemon, then server), a flag
-    change that keeps the weights with the page cache warm and with it dropped, the units' text."""
+    """The weight-cache daemon as a unit, then today's restart beside it, in one call: the first
+    client apply (daemon, then server), a flag change that keeps the weights, the same launch
+    without the cache (daemon removed: today's restart, page cache warm), and a flag change with
+    the page cache dropped (no read-ahead)."""
     run.step("plan-client", sgd + ["plan", "profiles/wc-a.toml"], journal=False)
-    run.step("client-first", sgd + ["apply", "profiles/wc-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    first = run.step("client-first", sgd + ["apply", "profiles/wc-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     run.capture("client.units.service", "systemctl cat sglang-weights.service sglang.service")
     run.capture("client.nvidia-smi.txt", "nvidia-smi")
+    if first["rc"] != 0:
+        return
     run.step("plan-client-flag-change", sgd + ["plan", "profiles/wc-b.toml"], journal=False)
     run.step("client-flag-change-warm", sgd + ["apply", "profiles/wc-b.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    run.step("plain-flag-change-warm", sgd + ["apply", "profiles/big-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     subprocess.run(DROP_PAGE_CACHE, check=False)
-    run.step("client-flag-change-dropped", sgd + ["apply", "profiles/wc-a.toml", "--json", "--no-read-ahead"],
+    run.step("plain-flag-change-dropped", sgd + ["apply", "profiles/big-b.toml", "--json", "--no-read-ahead"],
              timeout=APPLY_TIMEOUT_S)
     run.step("history-client", sgd + ["history", "profiles/wc-a.toml", "--json"], journal=False)
 
