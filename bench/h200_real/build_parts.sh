@@ -24,7 +24,8 @@ for p in manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_24_x86_64 manyli
 # still come
 export D PLATFORMS_LINE="${PLATFORMS[*]}"
 # SGLANG_RELEASE=0.5.17 takes sglang-0.5.17-wheels.txt (the weight-cache daemon; the newest
-# release whose closure runs on the image's torch 2.11), into .h200/ all the same
+# release whose closure runs on the image's torch 2.11), into .h200/ all the same: move the
+# other release's .h200/wheels and .h200/parts aside first
 grep -v '^#' "bench/h200_real/sglang-${SGLANG_RELEASE:-0.5.11}-wheels.txt" | grep . | xargs -P 4 -I{} bash -c '
     spec={}; name=${spec%%==*}
     ls "$D/wheels/" | grep -qi "^${name//-/[-_]}-" && exit 0
