@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 
 from sgdeploy import __version__
-from sgdeploy.deploy.hardening import unit_sandbox
+from sgdeploy.deploy.hardening import UnitSandbox, unit_sandbox
 from sgdeploy.deploy.secret_args import EnvReference, unit_parts
 from sgdeploy.deploy.weight_daemon import (
     DAEMON_MODULE,
@@ -248,12 +248,13 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
     # ExecStart= may run SGLang's launch through the launcher that keeps secrets out of its log
     exec_groups = [[groups[0][0], *secrets.launcher, *groups[0][1:]], *groups[1:]]
     environment = unit_environment(profile)
+    sandbox = unit_sandbox(profile)
     daemon = None
     # sgdeploy places the daemons' sockets: its templates win
     if owns_daemon(profile, catalog.version):
         owned = dict(template_environment(profile.deploy.unit, catalog.version))
         environment = [(k, v) for k, v in environment if k not in owned] + list(owned.items())
-        daemon = _daemon_unit(profile, catalog, host, environment)
+        daemon = _daemon_unit(profile, catalog, host, environment, sandbox)
     text = _template_env().get_template(TEMPLATE_NAME).render(
         unit=profile.deploy.unit,
         sgdeploy_version=__version__,
@@ -262,7 +263,7 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
         host=host or profile.deploy.host,
         sglang_version=catalog.version,
         user=profile.deploy.run_as,
-        sandbox=unit_sandbox(profile),
+        sandbox=sandbox,
         working_directory=profile.deploy.working_directory,
         environment=environment,
         env_file=profile.deploy.env_file,
@@ -280,7 +281,7 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
 
 
 def _daemon_unit(profile: Profile, catalog: Catalog, host: str | None,
-                 environment: list[tuple[str, str]]) -> DaemonUnit:
+                 environment: list[tuple[str, str]], sandbox: UnitSandbox | None) -> DaemonUnit:
     """The weight-cache daemon's unit (sgdeploy.deploy.weight_daemon), for a client launch."""
     unit = profile.deploy.unit
     name = daemon_unit_name(unit)
@@ -296,7 +297,7 @@ def _daemon_unit(profile: Profile, catalog: Catalog, host: str | None,
         host=host or profile.deploy.host,
         sglang_version=catalog.version,
         user=profile.deploy.run_as,
-        sandbox=unit_sandbox(profile),
+        sandbox=sandbox,
         working_directory=profile.deploy.working_directory,
         environment=daemon_environment(environment),
         env_file=profile.deploy.env_file,

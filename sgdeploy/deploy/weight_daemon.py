@@ -2,12 +2,11 @@
 server's unit depends on it. Pure: no I/O.
 
 A profile whose `[server]` sets `weight_cache_mode = "client"` (SGLang 0.5.17+, one node) gets a
-second unit,
-`<unit>-weights.service`, running `python -m sglang.srt.weight_cache.daemon` with the launch's
-weight-deciding flags. Its start returns only once every daemon of the node wrote its `.ready`
-file (`ExecStartPost=`), and the server's unit `Requires=` and comes `After=` it: systemd starts
-a missing daemon before the server and never starts the server beside a daemon still loading,
-while restarting the server leaves the daemon and its resident weights alone.
+second unit, `<unit>-weights.service`, running `python -m sglang.srt.weight_cache.daemon` with
+the launch's weight-deciding flags. Its start returns only once every daemon of the node wrote
+its `.ready` file (`ExecStartPost=`), and the server's unit `Requires=` and comes `After=` it:
+systemd starts a missing daemon before the server and never starts the server beside a daemon
+still loading, while restarting the server leaves the daemon and its resident weights alone.
 
 Where the two meet: from 0.5.19 each daemon's socket is found by its GPU's UUID through two path
 templates, which both units set to a folder under /run. 0.5.17 and 0.5.18 fix the paths at
@@ -24,15 +23,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sgdeploy.host.facts import GpuHolder, GpuInfo, GpuProcess, gpu_strangers
-from sgdeploy.sglang.rules.weight_cache import DAEMON_OWN_FLAGS, WEIGHT_FIELDS
-from sgdeploy.sglang.versions import parse_version
+from sgdeploy.sglang.rules.weight_cache import (
+    DAEMON_OWN_FLAGS,
+    DAEMON_OWN_PARSER,
+    WEIGHT_CACHE,
+    WEIGHT_FIELDS,
+)
+from sgdeploy.sglang.versions import VersionRange, parse_version
 
 if TYPE_CHECKING:  # the plan's records name the daemon's unit without loading pydantic
     from sgdeploy.profile.model import Profile
 
 DAEMON_MODULE = "sglang.srt.weight_cache.daemon"
-FIRST_OWNED_RELEASE = (0, 5, 17)  # the daemon and weight_cache_mode "client"
-UUID_PATHS_RELEASE = (0, 5, 19)  # sockets per GPU UUID, at a path the units choose
 RANK_READY_GLOB = "/tmp/sglang_weight_cache_rank*.ready"  # 0.5.17, 0.5.18
 # Environment the daemon refuses (expandable segments cannot be exported over CUDA IPC)
 _ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -62,18 +64,17 @@ def runtime_folder(unit: str) -> str:
     return f"/run/sgdeploy-weights/{unit}"
 
 
-def _release(sglang_version: str) -> tuple[int, ...] | None:
+def _in(versions: VersionRange, sglang_version: str) -> bool:
     try:
-        return tuple(parse_version(sglang_version)[:3])
+        return parse_version(sglang_version) in versions
     except ValueError:
-        return None
+        return False
 
 
 def shares_private_tmp(sglang_version: str) -> bool:
-    """Whether the pair meets in a /tmp of its own (0.5.17, 0.5.18: socket paths fixed under /tmp)
-    instead of under /run through the path templates."""
-    release = _release(sglang_version)
-    return release is not None and FIRST_OWNED_RELEASE <= release < UUID_PATHS_RELEASE
+    """Whether the pair meets in a /tmp of its own (0.5.17, 0.5.18: socket paths fixed under /tmp,
+    and a daemon with its own parser) instead of under /run through the path templates."""
+    return _in(DAEMON_OWN_PARSER, sglang_version)
 
 
 def template_environment(unit: str, sglang_version: str) -> tuple[tuple[str, str], ...]:
@@ -95,14 +96,13 @@ def owns_daemon(profile: Profile, sglang_version: str) -> bool:
     ):
         # multi-node daemons need their own rendezvous (--dist-init-method): not rendered yet
         return False
-    release = _release(sglang_version)
-    return release is not None and release >= FIRST_OWNED_RELEASE
+    return _in(WEIGHT_CACHE, sglang_version)
 
 
 def daemon_server_settings(profile: Profile, sglang_version: str) -> dict[str, object]:
     """The `[server]` keys the daemon is started with: the ones its weights depend on (before
     0.5.19, of those, the ones its own parser has a flag for; SGD546 refuses the others)."""
-    own_parser = shares_private_tmp(sglang_version)  # the same releases (DAEMON_OWN_PARSER)
+    own_parser = _in(DAEMON_OWN_PARSER, sglang_version)
     return {key: value for key, value in profile.server.items()
             if key in WEIGHT_FIELDS and (not own_parser or key in DAEMON_OWN_FLAGS)}
 
@@ -173,9 +173,8 @@ class DaemonFiles:
         unit_q, live = shlex.quote(f"{self.unit}.service"), shlex.quote(self.live)
         return (f'[ "$wkeep" = 1 ] || systemctl stop {unit_q} 2>/dev/null || true; '
                 f"systemctl reset-failed {unit_q} 2>/dev/null || true; "
-                f'if [ "$wdrop" = 1 ]; then systemctl disable --quiet {unit_q} 2>/dev/null; rm -f '
-                f'{live}; '
-                "systemctl daemon-reload; fi")
+                f'if [ "$wdrop" = 1 ]; then systemctl disable --quiet {unit_q} 2>/dev/null; '
+                f"rm -f {live}; systemctl daemon-reload; fi")
 
     def kept_pids_sh(self) -> str:
         """The pids of a daemon kept running (their GPU memory is the next server's weights)."""
@@ -183,5 +182,6 @@ class DaemonFiles:
         # cgroup v2, or the unified and systemd trees of a hybrid (v1) layout
         return (f'if [ "$wkeep" = 1 ]; then cg=$(systemctl show -p ControlGroup --value {unit_q}); '
                 'for f in "/sys/fs/cgroup$cg" "/sys/fs/cgroup/unified$cg" '
-                '"/sys/fs/cgroup/systemd$cg"; do [ -n "$cg" ] && [ -r "$f/cgroup.procs" ] && { cat '
-                '"$f/cgroup.procs"; break; }; done; fi')
+                '"/sys/fs/cgroup/systemd$cg"; do '
+                '[ -n "$cg" ] && [ -r "$f/cgroup.procs" ] && { cat "$f/cgroup.procs"; break; }; '
+                "done; fi")

@@ -302,7 +302,7 @@ def client_socket_paths(ctx: LaunchContext) -> str:
 def weight_cache_private_tmp(ctx: LaunchContext) -> Iterator[Finding]:
     if mode(ctx) != "client" or ctx.hardening != "strict":
         return
-    if not ctx.given("weight_cache_socket") and _nodes(ctx) == 1:
+    if not ctx.given("weight_cache_socket") and ctx.int("nnodes", 1) <= 1:
         # the daemon unit sgdeploy renders shares its sockets with the server: both templates under
         # /run (0.5.19+), or one private /tmp for the pair (JoinsNamespaceOf=, 0.5.17 and 0.5.18)
         return
@@ -318,11 +318,6 @@ def weight_cache_private_tmp(ctx: LaunchContext) -> Iterator[Finding]:
 
 
 # ---------------------------------------------------- SGD546: what the 0.5.17 daemon cannot be told
-def _nodes(ctx: LaunchContext) -> int:
-    value = ctx.get("nnodes", 1)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
-
-
 @rule("SGD546", "weight-cache-daemon-flags", ERROR,
       "Before 0.5.19 the out-of-band daemon parses flags of its own: a weight-deciding option it "
       "has no flag for loads the daemon's weights differently from the server's.",
@@ -330,7 +325,7 @@ def _nodes(ctx: LaunchContext) -> int:
       "the server's own flags)",
       versions=DAEMON_OWN_PARSER)
 def weight_cache_daemon_flags(ctx: LaunchContext) -> Iterator[Finding]:
-    if mode(ctx) != "client" or _nodes(ctx) > 1:
+    if mode(ctx) != "client" or ctx.int("nnodes", 1) > 1:
         return
     for name in WEIGHT_FIELDS:
         if (
