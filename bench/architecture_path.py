@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import io
 import json
@@ -210,7 +211,8 @@ class Call:
     module: str
     function: str
     caller: str  # the sgdeploy function that called it (module.function)
-    carries: bool  # given the profile (`LoadedProfile`, its `Profile`; `self` too) or returns it (in a tuple too)
+    carries: bool  # given the profile (`LoadedProfile`, its `Profile`; `self` too) or returns it
+    # (in a tuple, dict or dataclass too)
 
 
 def _stops(calls: list[Call]) -> list[Stop]:
@@ -245,9 +247,15 @@ def measure() -> tuple[Measure, Measure]:
             count += 1
         if code.co_flags & 0x08:  # **kwargs
             names.append(code.co_varnames[count])
-        values = [frame.f_locals.get(n) for n in names]
+        return holds_profile([frame.f_locals.get(n) for n in names])
+
+    def holds_profile(values: list[Any]) -> bool:
+        """A profile among `values`, or in a tuple, dict or dataclass (a typed result) of them."""
         values += [v for x in values if isinstance(x, tuple) for v in x]
         values += [v for x in values if isinstance(x, dict) for v in x.values()]
+        values += [getattr(x, f.name, None) for x in values
+                   if dataclasses.is_dataclass(x) and not isinstance(x, profile_types)
+                   for f in dataclasses.fields(x)]
         return any(isinstance(v, profile_types) for v in values)
 
     def caller_of(frame: FrameType) -> str:
@@ -272,8 +280,7 @@ def measure() -> tuple[Measure, Measure]:
             return
         if event == "return":
             call = open_calls.pop(id(frame), None)
-            returned = arg if isinstance(arg, tuple) else (arg,)
-            if call is not None and any(isinstance(v, profile_types) for v in returned):
+            if call is not None and holds_profile([arg]):
                 call.carries = True
             return
         if code.co_flags & _GENERATOR_FLAGS:  # a generator resumed is not a new call

@@ -152,7 +152,7 @@ def test_nothing_sgdeploy_ships_is_taken_for_a_secret(tmp_path: Path) -> None:
         loaded = load_profile(path)
         texts.append(loaded.text)
         model = loaded.model
-        if model is not None and not launch_secrets(model.server, model.env_strings()):
+        if model is not None and not launch_secrets(model.server, model.env):
             with contextlib.suppress(KeyError):  # a profile for another release
                 texts.append(render_unit(loaded, catalog, None).text)
     secrets = write(tmp_path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sgdeploy.cli.output import (
@@ -29,6 +30,21 @@ if TYPE_CHECKING:
     from sgdeploy.sglang.target import HostTarget
 
 
+@dataclass(frozen=True)
+class ProfileOnHosts:
+    """A valid profile and the hosts of its target that the command acts on."""
+
+    loaded: LoadedProfile
+    targets: list[HostTarget]
+    inventory: Inventory
+    multinode: bool  # one launch over all of `targets`, the first of them rank 0
+    serving: list[HostTarget]  # those whose server answers requests
+
+    @property
+    def behind_gateway(self) -> bool:
+        return any(self.inventory.gateway_of(t.name) for t in self.serving)
+
+
 def hosts_wanted(args: argparse.Namespace) -> list[str]:
     """The hosts given with --host (apply repeats it, plan takes one)."""
     return args.host if isinstance(args.host, list) else ([args.host] if args.host else [])
@@ -44,30 +60,21 @@ def run_apply(args: argparse.Namespace, dry_run: bool) -> int:
                        sglang_check=not getattr(args, "no_sglang_check", False),
                        sglang_check_timeout_s=getattr(args, "sglang_check_timeout", 60.0))
     try:
-        loaded, targets, inventory = load_for_hosts(args, many=True)
-        if _behind_gateway(loaded, targets, inventory):
+        chosen = load_for_hosts(args, many=True)
+        if chosen.behind_gateway:
             begun.close()
-            return run_behind_gateway(args, loaded, targets, inventory, dry_run)
+            return run_behind_gateway(args, chosen, dry_run)
         if dry_run:
-            one_host_only(loaded, targets)
+            one_host_only(chosen.loaded, chosen.targets)
     except BaseException:
         begun.close()
         raise
     begun.validated()
-    if len(targets) > 1:
+    if len(chosen.targets) > 1:
         begun.close()
-        return run_rollout(args, loaded, targets, inventory)
-    return _apply_one_host(args, loaded, targets[0], inventory, begun, dry_run)
-
-
-def _behind_gateway(loaded: LoadedProfile, targets: list[HostTarget],
-                    inventory: Inventory) -> bool:
-    """Whether a gateway fronts a host that serves (of a multi-node launch, rank 0 alone)."""
-    # imported once the profile is valid: a refused one never loads the deploy core
-    from sgdeploy.deploy.multinode import is_multinode
-
-    workers = targets[:1] if is_multinode(loaded) else targets
-    return any(inventory.gateway_of(t.name) for t in workers)
+        return run_rollout(args, chosen)
+    return _apply_one_host(args, chosen.loaded, chosen.targets[0], chosen.inventory, begun,
+                           dry_run)
 
 
 def _apply_one_host(args: argparse.Namespace, loaded: LoadedProfile, target: HostTarget,
@@ -92,11 +99,10 @@ def _apply_one_host(args: argparse.Namespace, loaded: LoadedProfile, target: Hos
     return int(result.exit_code)
 
 
-def load_for_hosts(args: argparse.Namespace,
-                   many: bool = False) -> tuple[LoadedProfile, list[HostTarget], Inventory]:
-    """Offline validation, then the hosts to act on: (loaded profile, [HostTarget], inventory)."""
+def load_for_hosts(args: argparse.Namespace, many: bool = False) -> ProfileOnHosts:
+    """Offline validation, then the hosts to act on."""
     # imported when the command runs: start-up stays fast
-    from sgdeploy.profile.model import load_profile
+    from sgdeploy.profile.model import is_multinode, load_profile, serving_hosts
     from sgdeploy.profile.validate import select_hosts, validate_loaded
     from sgdeploy.review import report
 
@@ -115,7 +121,8 @@ def load_for_hosts(args: argparse.Namespace,
         raise UsageError(str(exc)) from None
     if not many:
         one_host_only(loaded, targets)
-    return loaded, targets, inventory.inventory
+    return ProfileOnHosts(loaded, targets, inventory.inventory, is_multinode(loaded.model),
+                          serving_hosts(loaded.model, targets))
 
 
 def one_host_only(loaded: LoadedProfile, targets: list[HostTarget]) -> None:
@@ -153,17 +160,17 @@ def plan_exit(result: ApplyResult) -> int:
     return EXIT_OK if planned else EXIT_FAILED
 
 
-def run_rollout(args: argparse.Namespace, loaded: LoadedProfile, targets: list[HostTarget],
-                inventory: Inventory) -> int:
+def run_rollout(args: argparse.Namespace, chosen: ProfileOnHosts) -> int:
     """apply to a group: a canary, then batches of --parallel hosts (or a multi-node launch)."""
     # imported when the command runs: start-up stays fast
     from sgdeploy.deploy.fleet import FleetHost, rollout
-    from sgdeploy.deploy.multinode import apply_multinode, is_multinode
+    from sgdeploy.deploy.multinode import apply_multinode
     from sgdeploy.review import report
 
-    hosts = [FleetHost(t.name, inventory.hosts[t.name], t) for t in targets]
+    loaded = chosen.loaded
+    hosts = [FleetHost(t.name, chosen.inventory.hosts[t.name], t) for t in chosen.targets]
     progress = Progress(json_events=args.json)
-    if is_multinode(loaded):
+    if chosen.multinode:
         fleet = apply_multinode(loaded, hosts, apply_options(args, False),
                                 report_for=progress.for_host)
     else:
@@ -173,8 +180,7 @@ def run_rollout(args: argparse.Namespace, loaded: LoadedProfile, targets: list[H
     return fleet.exit_code
 
 
-def run_behind_gateway(args: argparse.Namespace, loaded: LoadedProfile, targets: list[HostTarget],
-                       inventory: Inventory, dry_run: bool) -> int:
+def run_behind_gateway(args: argparse.Namespace, chosen: ProfileOnHosts, dry_run: bool) -> int:
     """A rollout behind a gateway (sgdeploy.deploy.drained); `plan` shows it with each host's
     own plan."""
     # imported when the command runs: start-up stays fast
@@ -182,10 +188,11 @@ def run_behind_gateway(args: argparse.Namespace, loaded: LoadedProfile, targets:
     from sgdeploy.deploy.drained import prepare, run_drained, run_drained_multinode
     from sgdeploy.deploy.fleet import FleetHost
     from sgdeploy.deploy.gateway import GatewayError
-    from sgdeploy.deploy.multinode import is_multinode, node_profiles
+    from sgdeploy.deploy.multinode import node_profiles
     from sgdeploy.review import report
 
-    hosts = [FleetHost(t.name, inventory.hosts[t.name], t) for t in targets]
+    loaded, inventory, multinode = chosen.loaded, chosen.inventory, chosen.multinode
+    hosts = [FleetHost(t.name, inventory.hosts[t.name], t) for t in chosen.targets]
     settings = drain_settings(args)
     try:
         front, plan = prepare(loaded, hosts, inventory, settings, getattr(args, "parallel", 1),
@@ -193,7 +200,6 @@ def run_behind_gateway(args: argparse.Namespace, loaded: LoadedProfile, targets:
     except GatewayError as exc:
         raise RefusedError(f"{exc}; nothing was changed") from None
     progress = Progress(json_events=args.json)
-    multinode = is_multinode(loaded)
     if dry_run:
         each = node_profiles(loaded, hosts) if multinode else [loaded] * len(hosts)
         results = [apply_profile(node, h.name, h.entry, h.target, apply_options(args, True),

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity, finding_line
-from sgdeploy.core.tomlfile import parse_toml_text
 from sgdeploy.deploy.plan import Takeover
 from sgdeploy.deploy.render import launch_argv, unit_environment
 from sgdeploy.deploy.secret_args import creation_steps, default_file
@@ -27,7 +26,7 @@ from sgdeploy.host.running import HostServers, Server, read_servers
 from sgdeploy.host.systemd import stop_sh
 from sgdeploy.host.unitfile import UnitFileError, parse_service
 from sgdeploy.profile.inventory import HostEntry
-from sgdeploy.profile.model import ENV_NAME, UNIT_NAME, LoadedProfile, Profile
+from sgdeploy.profile.model import ENV_NAME, UNIT_NAME, LoadedProfile, profile_from_text
 from sgdeploy.profile.validate import InventoryContext, ValidationResult, validate_loaded
 from sgdeploy.sglang.argv import (
     LAUNCH_MODULE,
@@ -492,7 +491,7 @@ def finish_import(observed: Observed, catalog: Catalog, target: Target, inventor
     """Import, validate against `catalog`'s version, and check the round trip. Secrets are kept
     out while the profile is written (`import_launch`), whether or not validation can run."""
     imported = import_launch(observed, catalog, target)
-    loaded = _loaded(imported.text, path)
+    loaded = profile_from_text(path, imported.text)
     validation = validate_loaded(loaded, inventory, catalog.version)
     validation.diagnostics += [_placeholder_finding(loaded, key, what)
                                for key, what in imported.placeholders.items()]
@@ -510,12 +509,6 @@ def _placeholder_finding(loaded: LoadedProfile, key: str, what: str) -> Diagnost
                       f"{dotted} {what}: the import wrote {REDACTED} in its place",
                       f"{_CREDENTIAL_TO_ENV}, then write the value without it", dotted,
                       loaded.line_of(dotted), loaded.path)
-
-
-def _loaded(text: str, path: str) -> LoadedProfile:
-    loaded = parse_toml_text(LoadedProfile(path=path, text=text), Profile)
-    assert isinstance(loaded, LoadedProfile)
-    return loaded
 
 
 def roundtrip_differences(

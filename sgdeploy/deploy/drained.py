@@ -65,7 +65,7 @@ from sgdeploy.deploy.session import HostSession
 from sgdeploy.deploy.transaction import ApplyOptions, ApplyResult, Exit
 from sgdeploy.host.remote import RemoteError
 from sgdeploy.profile.inventory import HostEntry, Inventory, worker_url
-from sgdeploy.profile.model import LoadedProfile
+from sgdeploy.profile.model import LoadedProfile, serving_hosts
 
 POLL_S = 0.25
 REFUSE, STOP = "refuse", "stop"  # what the drain timeout does with requests still running
@@ -328,7 +328,7 @@ def prepare(
     GatewayError, before anything changed: a key is missing, a gateway does not answer, or a
     gateway of the rollout routes to a host the inventory does not put behind it."""
     port = profile_port(loaded)
-    workers = hosts[:1] if multinode.is_multinode(loaded) else hosts  # rank 0 alone serves
+    workers = serving_hosts(loaded.model, hosts)
     front = fronted(inventory, [h.name for h in workers], port, settings, client)
     if front is None:
         raise GatewayError("no gateway fronts these hosts")

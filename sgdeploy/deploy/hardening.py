@@ -97,7 +97,7 @@ def unit_sandbox(profile: Profile) -> UnitSandbox | None:
     deploy = profile.deploy
     if deploy.hardening != "strict":
         return None
-    env = profile.env_strings()
+    env = profile.env
     cache = cache_directory(deploy.unit)
     named = [*written_paths(profile.server, env),
              *(WrittenPath("deploy.writable_paths", path) for path in deploy.writable_paths)]

@@ -145,7 +145,7 @@ def pod_environment(profile: Profile) -> list[tuple[str, str]]:
     """The unit's environment less what belongs to a host: PYTHONUNBUFFERED and `[env]` as the
     profile has it; not the unit's PATH (the image has its own) nor CUDA_VISIBLE_DEVICES (the
     device plugin gives the pod its GPUs)."""
-    return [("PYTHONUNBUFFERED", "1"), *profile.env_strings().items()]
+    return [("PYTHONUNBUFFERED", "1"), *profile.env.items()]
 
 
 def multinode_server(
@@ -613,7 +613,7 @@ def manifests(loaded: LoadedProfile, catalog: Catalog, cluster: ClusterEntry, na
                                 "shown in the cluster (kubectl get -o yaml), so sgdeploy writes no "
                                 "secret into one",
                                 dotted=spot.dotted, hint=SECRET_HINT)
-              for spot in launch_secrets(profile.server, profile.env_strings())]
+              for spot in launch_secrets(profile.server, profile.env)]
     if inline:
         raise SecretInManifest(inline)
     multinode = nnodes(loaded) > 1

@@ -54,11 +54,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def is_multinode(loaded: LoadedProfile) -> bool:
-    nnodes = loaded.model.server.get("nnodes", 1) if loaded.model else 1
-    return isinstance(nnodes, int) and nnodes > 1
-
-
 def node_profiles(loaded: LoadedProfile, hosts: Sequence[FleetHost]) -> list[LoadedProfile]:
     """The profile as each node runs it: its node_rank, and rank 0's dist_init_addr."""
     profile = loaded.model
@@ -70,9 +65,8 @@ def node_profiles(loaded: LoadedProfile, hosts: Sequence[FleetHost]) -> list[Loa
     out = []
     for rank, _ in enumerate(hosts):
         server = {**profile.server, "node_rank": rank, "dist_init_addr": address}
-        out.append(LoadedProfile(path=loaded.path, text=loaded.text, data=loaded.data,
-                                 model=profile.model_copy(update={"server": server}),
-                                 diagnostics=list(loaded.diagnostics)))
+        out.append(replace(loaded, model=profile.model_copy(update={"server": server}),
+                                       diagnostics=list(loaded.diagnostics)))
     return out
 
 

@@ -142,7 +142,7 @@ def unit_environment(profile: Profile) -> list[tuple[str, str]]:
         env.append(("PATH", unit_path(profile.deploy.python)))
     if profile.deploy.gpus:
         env.append(("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in profile.deploy.gpus)))
-    env.extend(profile.env_strings().items())
+    env.extend(profile.env.items())
     return env
 
 
@@ -230,7 +230,7 @@ def _template_env() -> jinja2.Environment:
 def refuse_secrets(profile: Profile) -> None:
     """SecretInUnit when a `[server]` or `[env]` value is a secret (sgdeploy.sglang.secrets): a
     unit file is world-readable, so no secret is ever written into one (named, never shown)."""
-    spots = launch_secrets(profile.server, profile.env_strings())
+    spots = launch_secrets(profile.server, profile.env)
     if spots:
         where = "; ".join(f"{spot.dotted} {spot.what}" for spot in spots)
         raise SecretInUnit(f"{where}: a unit file is readable by every user of the host, so "

@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
-from sgdeploy.core.tomlfile import parse_toml_text
-from sgdeploy.profile.model import LoadedProfile, Profile
+from sgdeploy.profile.model import LoadedProfile, profile_from_text
 from sgdeploy.sglang.catalog import Catalog, load_catalog
 from sgdeploy.sglang.secrets import ENV_LOOKALIKE, SECRET_FIELDS, file_key, mechanism
 
@@ -572,9 +571,8 @@ def recorded_secret_diagnostics(
     """The host check of a recorded deployment's `[secrets]` (a rollback), before anything stops."""
     if not deployment.profile_text:
         return []
-    doc = parse_toml_text(LoadedProfile(path=f"{deployment.rollback_of or deployment.id}/"
-                                        "profile.toml",
-                                        text=deployment.profile_text), Profile)
-    if not isinstance(doc, LoadedProfile) or doc.model is None or doc.model.secrets is None:
+    doc = profile_from_text(f"{deployment.rollback_of or deployment.id}/profile.toml",
+                            deployment.profile_text)
+    if doc.model is None or doc.model.secrets is None:
         return []
     return host_secret_diagnostics(remote, doc, host, deployment.sglang_version)

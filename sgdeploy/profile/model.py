@@ -8,14 +8,25 @@ version, and how they combine, is checked against that version's catalog and rul
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from sgdeploy.core.explain import problem, shaped
-from sgdeploy.core.tomlfile import TomlDocument, read_toml
+from sgdeploy.core.tomlfile import TomlDocument, parse_toml_text, read_toml
 from sgdeploy.sglang.sandbox import DEFAULT_SERVICE_USER
+
+H = TypeVar("H")
 
 
 def _normalized(path: str) -> str:
@@ -52,7 +63,22 @@ UnitName = Annotated[str, shaped(
 UserName = Annotated[str, shaped(
     r"^[a-z_][a-z0-9_-]{0,31}\$?$", "a Linux user name (lower-case letters, digits, '_' and '-', "
     "at most 32 characters)", "give the name of an account on the host, as `id -un` prints it")]
-ScalarValue = str | bool | int | float
+
+
+def _as_process_sees_it(value: str | bool | int | float) -> str:
+    """TOML true -> "1", false -> "0", numbers as written: the environment is strings."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+if TYPE_CHECKING:
+    EnvValue = str  # what the model holds
+else:
+    # What the file may write (a string, true/false or a number: the schema and the messages
+    # say so), held as the process sees it.
+    EnvValue = Annotated[str | bool | int | float, AfterValidator(_as_process_sees_it)]
+
 ServerValue = str | bool | int | float | list[Any] | dict[str, Any]
 
 
@@ -221,7 +247,7 @@ class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     deploy: DeploySettings
-    env: dict[EnvName, ScalarValue] = Field(
+    env: dict[EnvName, EnvValue] = Field(
         default_factory=dict, description="Environment of the server process."
     )
     server: dict[str, ServerValue] = Field(
@@ -236,30 +262,43 @@ class Profile(BaseModel):
         default=None, description="Secret SGLang arguments, by reference to a file on the host."
     )
 
-    def env_strings(self) -> dict[str, str]:
-        """Environment values as the process sees them (TOML true -> "1", false -> "0")."""
-        return {key: env_string(value) for key, value in self.env.items()}
 
 
-def env_string(value: ScalarValue) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return str(value)
+def is_multinode(profile: Profile | None) -> bool:
+    """Whether the launch spans hosts (`nnodes` > 1): one server over a group, not one per host."""
+    nnodes = profile.server.get("nnodes", 1) if profile else 1
+    return isinstance(nnodes, int) and nnodes > 1
 
 
+def serving_hosts(profile: Profile | None, hosts: Sequence[H]) -> list[H]:
+    """The hosts whose server answers requests: of a multi-node launch, rank 0 (the first) alone."""
+    return list(hosts[:1] if is_multinode(profile) else hosts)
+
+
+@dataclass
 class LoadedProfile(TomlDocument[Profile]):
-    """A profile file as read: the model when its shape is valid, and every finding."""
+    """A profile file as read: the model when its shape is valid, and every finding. `name` (the
+    file's stem: the unit's header, the records) and `sha256` (of the text as read: a
+    deployment's id) are set once, by load_profile or profile_from_text."""
 
-    @property
-    def name(self) -> str:
-        return Path(self.path).stem
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+    name: str = ""
+    sha256: str = ""
 
 
 def load_profile(path: str | Path) -> LoadedProfile:
     loaded = read_toml(path, Profile, document=LoadedProfile, what="profile")
     assert isinstance(loaded, LoadedProfile)
+    return _identified(loaded)
+
+
+def profile_from_text(path: str, text: str) -> LoadedProfile:
+    """A profile given as text (a deployment's record, an imported launch), read as a file is."""
+    loaded = parse_toml_text(LoadedProfile(path=path, text=text), Profile)
+    assert isinstance(loaded, LoadedProfile)
+    return _identified(loaded)
+
+
+def _identified(loaded: LoadedProfile) -> LoadedProfile:
+    loaded.name = Path(loaded.path).stem
+    loaded.sha256 = hashlib.sha256(loaded.text.encode("utf-8")).hexdigest()
     return loaded

@@ -249,7 +249,7 @@ def check_launch(
     ctx = LaunchContext(
         server=valid_server_values(profile.server, catalog),
         raw_server=profile.server,
-        env=profile.env_strings(),
+        env=profile.env,
         catalog=catalog,
         host=host,
         architecture=architecture or profile.deploy.model_architecture

@@ -21,7 +21,7 @@ from sgdeploy.core.diagnostics import Diagnostic
 from sgdeploy.core.tomlfile import TomlDocument, parse_toml_text
 from sgdeploy.deploy.render import render_unit, unit_environment
 from sgdeploy.profile.inventory import Inventory
-from sgdeploy.profile.model import LoadedProfile, Profile
+from sgdeploy.profile.model import LoadedProfile, profile_from_text
 from sgdeploy.profile.validate import InventoryContext, TargetVerdict, verdicts_by_target
 from sgdeploy.review.revisions import Snapshot
 from sgdeploy.sglang.catalog import Catalog, load_catalog
@@ -147,9 +147,7 @@ def _read_side(snapshot: Snapshot) -> _Side:
         inventory = InventoryContext(snapshot.inventory_path, parse_toml_text(document, Inventory))
     profiles = {}
     for path, text in snapshot.profiles.items():
-        loaded = parse_toml_text(LoadedProfile(path=path, text=text), Profile)
-        assert isinstance(loaded, LoadedProfile)
-        profiles[path] = loaded
+        profiles[path] = profile_from_text(path, text)
     return _Side(inventory, profiles)
 
 
