@@ -4,6 +4,7 @@ commands run on a local folder, the verdict and drift logic, and the logcheck CL
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ from sgdeploy.deploy.operate import (
     History,
     Record,
     StatusFiles,
+    WeightDaemonStatus,
     find_drift,
     health_path,
     history_command,
@@ -27,6 +29,7 @@ from sgdeploy.deploy.operate import (
     parse_status_files,
     prune_command,
     read_status,
+    status_files_command,
     status_verdict,
 )
 from sgdeploy.host.facts import SystemdUnitState
@@ -263,6 +266,45 @@ def test_parse_status_files() -> None:
     assert f.unit_text == UNIT_A and f.record_unit == UNIT_A and f.record_profile is None
     assert f.unit_hashes == {ID_MID: digest} and f.need_daemon_reload is True
     assert f.installed() == ID_MID
+
+
+DAEMON = "[Service]\nExecStart=/x -m sglang.srt.weight_cache.daemon --tp-size 2\n"
+
+
+def test_the_daemon_unit_drifts_from_its_record_and_counts_in_the_verdict() -> None:
+    recorded = dataclasses.replace(files(UNIT_A), daemon_text=DAEMON, record_daemon=DAEMON)
+    assert recorded.has_daemon() and find_drift(recorded) == []
+    edited = dataclasses.replace(recorded, daemon_text=DAEMON.replace("2", "4"))
+    found = find_drift(edited)
+    assert kinds(found) == ["weights_unit_edited"] and "+ExecStart=/x -m sglang.srt" in found[0].diff
+    missing = dataclasses.replace(recorded, daemon_text=None)
+    assert missing.has_daemon() and kinds(find_drift(missing)) == ["weights_unit_missing"]
+    assert "sglang-weights.service is missing" in find_drift(missing)[0].message
+    # a server unit that is not the last good one: its record's daemon is not fetched
+    assert not dataclasses.replace(files(UNIT_B), record_daemon=DAEMON).has_daemon()
+    crashed = WeightDaemonStatus("sglang-weights.service",
+                                 SystemdUnitState("loaded", "failed", "failed", exec_main_status=1,
+                                                  exec_main_code=1))
+    ok, problems = status_verdict("sglang", RUNNING, HealthCheck("/health", 30000, 200), crashed)
+    assert not ok and problems == [
+        "sglang-weights.service is not running (failed/failed, exit status 1): the server maps its "
+        "weights from it, and a restart of sglang.service fails until it runs again"]
+    running = WeightDaemonStatus("sglang-weights.service", RUNNING)
+    assert status_verdict("sglang", RUNNING, HealthCheck("/health", 30000, 200), running) == (True, [])
+
+
+def test_parse_status_files_reads_the_daemon_unit() -> None:
+    out = (wire(ID_MID, {ID_MID: json.dumps(meta(ID_MID))}).replace(f"{MARK}end@@\n", "")
+           + f"{MARK}file unit@@\n{b64(UNIT_A)}\n{MARK}file daemon@@\n{b64(DAEMON)}\n"
+           f"{MARK}file record/weights.service@@\n{b64(DAEMON)}\n"
+           f"{MARK}daemon_state@@\nLoadState=loaded\nActiveState=active\nSubState=running\n"
+           f"MainPID=77\n{MARK}end@@\n")
+    f = parse_status_files(out, "ct129", "sglang")
+    assert f.daemon_text == DAEMON and f.record_daemon == DAEMON
+    assert f.daemon_state is not None and (f.daemon_state.active_state, f.daemon_state.main_pid) == (
+        "active", 77)
+    command = status_files_command("sglang")
+    assert "sglang-weights.service" in command and "weights.service" in command
 
 
 class FakeRemote:

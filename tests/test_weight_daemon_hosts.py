@@ -10,6 +10,8 @@ change of the weights replaces the daemon, and a rollback brings the recorded pa
 from __future__ import annotations
 
 import json
+import shlex
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,30 @@ def test_a_flag_change_restarts_the_server_alone_and_keeps_the_weights(
     assert daemon_pid(host) == before  # the daemon, and the weights it holds, stayed
     holders = host.ssh("wc23", "nvidia-smi --query-compute-apps=pid --format=csv,noheader").stdout.split()
     assert holders, "the daemon and the new server hold the GPUs"
+
+
+def test_status_watches_the_daemon_beside_the_server(
+        host: HostSet, profiles: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, status = sgdeploy(host, capsys, "status", str(profiles["b"]))
+    assert (code, status["healthy"]) == (0, True), status["problems"]
+    daemon = status["weight_daemon"]
+    assert daemon["unit"] == "sglang-wc-weights.service"
+    assert daemon["unit_state"]["active_state"] == "active" and status["drift"] == []
+    path = "/etc/systemd/system/sglang-wc-weights.service"
+    kept = host.ssh("wc23", f"cat {path}").stdout
+    host.ssh("wc23", f"echo '# edited by hand' >> {path}")
+    # the daemon dies on its own: Requires= leaves the server running, with weights it can no
+    # longer map on its next start
+    host.ssh("wc23", "systemctl kill -s KILL sglang-wc-weights.service")
+    for _ in range(50):
+        if host.ssh("wc23", "systemctl is-active sglang-wc-weights.service", check=False).stdout.strip() != "active":
+            break
+        time.sleep(0.1)
+    code, status = sgdeploy(host, capsys, "status", str(profiles["b"]))
+    assert (code, status["healthy"]) == (1, False)
+    assert any("sglang-wc-weights.service is not running" in p for p in status["problems"]), status["problems"]
+    assert {d["kind"] for d in status["drift"]} >= {"weights_unit_edited"}, status["drift"]
+    host.ssh("wc23", f"printf %s {shlex.quote(kept)} > {path} && systemctl daemon-reload")
 
 
 def test_a_change_of_weights_replaces_the_daemon_and_rollback_restores_the_pair(

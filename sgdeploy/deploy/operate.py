@@ -29,10 +29,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sgdeploy.deploy.plan import DEFAULT_PORT, health_path
-from sgdeploy.deploy.render import render_unit
+from sgdeploy.deploy.records import WEIGHTS_FILE
+from sgdeploy.deploy.render import RenderedUnit, render_unit
+from sgdeploy.deploy.weight_daemon import daemon_unit_name
 from sgdeploy.host.facts import (
     LAST_GOOD_NAME,
     UNIT_DIR,
+    UNIT_PROPERTIES,
+    FactParseError,
     GpuInfo,
     GpuProcess,
     HostFacts,
@@ -41,6 +45,7 @@ from sgdeploy.host.facts import (
     facts_command,
     parse_facts,
     parse_key_values,
+    parse_unit_state,
     state_dir,
 )
 from sgdeploy.host.remote import CommandTimeout, ConnectError, RemoteError, RemoteHost
@@ -261,6 +266,11 @@ class StatusFiles:
     record_profile: str | None  # ... and its profile.toml
     unit_hashes: dict[str, str] = field(default_factory=dict)  # record id -> sha256 of unit.service
     need_daemon_reload: bool | None = None
+    # the weight-cache daemon's unit (`<unit>-weights.service`): as installed, as the last good
+    # record has it, and its state
+    daemon_text: str | None = None
+    record_daemon: str | None = None
+    daemon_state: SystemdUnitState | None = None
 
     def installed(self) -> str | None:
         """The record whose unit is the one installed on the host (last good preferred)."""
@@ -272,6 +282,16 @@ class StatusFiles:
             return self.history.last_good
         return matching[0] if matching else None
 
+    def recorded_daemon(self) -> str | None:
+        """The daemon unit of the installed deployment, when it is the last good one and has one."""
+        last_good = self.history.last_good
+        return self.record_daemon if last_good and self.installed() == last_good else None
+
+    def has_daemon(self) -> bool:
+        """Whether the deployment runs with a weight-cache daemon: its unit is installed (apply
+        removes it with a launch that has none) or the installed deployment records one."""
+        return self.daemon_text is not None or self.recorded_daemon() is not None
+
 
 def unit_path(unit: str) -> str:
     return f"{UNIT_DIR}/{unit.removesuffix('.service')}.service"
@@ -281,14 +301,18 @@ def status_files_command(unit: str) -> str:
     """The sh command printing what `status` reads from files, one round trip."""
     check_unit_name(unit)
     service = f"{unit.removesuffix('.service')}.service"
+    daemon = daemon_unit_name(unit)
     return (
         f"{_history_sh(state_dir(unit))}"
-        f"u={shlex.quote(unit_path(unit))}; "
-        f'echo "{MARK}file unit@@"; {_b64_file("$u")}; if [ -n "$lg" ]; then for f in unit.service '
-        f'profile.toml; do printf "{MARK}file record/%s@@\\n" "$f"; {_b64_file("$d/$lg/$f")}; '
+        f"u={shlex.quote(unit_path(unit))}; w={shlex.quote(unit_path(daemon))}; "
+        f'echo "{MARK}file unit@@"; {_b64_file("$u")}; echo "{MARK}file daemon@@"; '
+        f'{_b64_file("$w")}; if [ -n "$lg" ]; then for f in unit.service profile.toml '
+        f'{WEIGHTS_FILE}; do printf "{MARK}file record/%s@@\\n" "$f"; {_b64_file("$d/$lg/$f")}; '
         f'done; fi; echo "{MARK}sums@@"; for f in "$d"/*/unit.service; do [ -f "$f" ] && sha256sum '
         f'"$f"; done; echo "{MARK}systemd@@"; '
         f"systemctl show -p NeedDaemonReload --no-pager {shlex.quote(service)} 2>/dev/null; "
+        f'echo "{MARK}daemon_state@@"; systemctl show -p {",".join(UNIT_PROPERTIES)} --no-pager '
+        f"{shlex.quote(daemon + '.service')} 2>/dev/null; "
         f'echo "{MARK}end@@"'
     )
 
@@ -298,6 +322,7 @@ def parse_status_files(output: str, host: str = "", unit: str = "") -> StatusFil
     files: dict[str, str | None] = {}
     hashes: dict[str, str] = {}
     reload: bool | None = None
+    daemon_state: SystemdUnitState | None = None
     for kind, arg, lines in _sections(output):
         if kind == "file":
             files[arg] = _decode(lines)
@@ -310,6 +335,11 @@ def parse_status_files(output: str, host: str = "", unit: str = "") -> StatusFil
         elif kind == "systemd":
             value = parse_key_values("\n".join(lines)).get("NeedDaemonReload")
             reload = {"yes": True, "no": False}.get(value or "")
+        elif kind == "daemon_state":
+            try:
+                daemon_state = parse_unit_state("\n".join(lines))
+            except FactParseError:
+                daemon_state = None
     return StatusFiles(
         history,
         files.get("unit"),
@@ -317,6 +347,9 @@ def parse_status_files(output: str, host: str = "", unit: str = "") -> StatusFil
         files.get("record/profile.toml"),
         hashes,
         reload,
+        files.get("daemon"),
+        files.get(f"record/{WEIGHTS_FILE}"),
+        daemon_state,
     )
 
 
@@ -348,12 +381,37 @@ class HealthCheck:
 class Drift:
     """One way the host differs from what sgdeploy recorded or from the profile in the repo."""
 
-    kind: str  # unit_edited, not_last_good, unit_missing, unmanaged, daemon_reload, profile
+    # unit_edited, not_last_good, unit_missing, unmanaged, daemon_reload, profile; of the
+    # weight-cache daemon's unit: weights_unit_missing, weights_unit_edited
+    kind: str
     message: str
     diff: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "message": self.message, "diff": self.diff}
+
+
+@dataclass(frozen=True)
+class WeightDaemonStatus:
+    """The weight-cache daemon's unit of a deployment that runs with one."""
+
+    service: str  # `<unit>-weights.service`
+    state: SystemdUnitState | None  # None: could not be read
+
+    def as_dict(self) -> dict[str, Any]:
+        u = self.state
+        return {"unit": self.service, "unit_state": None if u is None else _unit_state_dict(u)}
+
+
+def _unit_state_dict(u: SystemdUnitState) -> dict[str, Any]:
+    return {
+        "load_state": u.load_state,
+        "active_state": u.active_state,
+        "sub_state": u.sub_state,
+        "main_pid": u.main_pid,
+        "n_restarts": u.n_restarts,
+        "exec_main_status": u.exec_main_status,
+    }
 
 
 # ExecMainCode: how the main process ended (the CLD_* codes of waitid(2))
@@ -384,21 +442,20 @@ def _signal_name(number: int) -> str:
 
 
 def status_verdict(
-    unit_name: str, unit: SystemdUnitState | None, health: HealthCheck | None
+    unit_name: str,
+    unit: SystemdUnitState | None,
+    health: HealthCheck | None,
+    daemon: WeightDaemonStatus | None = None,
 ) -> tuple[bool, list[str]]:
-    """Healthy means: the unit is active and running and its health endpoint answers 200."""
-    problems: list[str] = []
+    """Healthy means: the unit is active and running and its health endpoint answers 200; and
+    its weight-cache daemon, when it has one, is active and running too."""
     service = f"{unit_name.removesuffix('.service')}.service"
-    if unit is None:
-        problems.append(f"the state of {service} could not be read")
-    elif not unit.exists:
-        problems.append(f"{service} is not installed")
-    elif (unit.active_state, unit.sub_state) != ("active", "running"):
-        state = f"{unit.active_state}/{unit.sub_state}"
-        if unit.active_state == "activating":
-            problems.append(f"{service} is still starting ({state})")
-        else:
-            problems.append(f"{service} is not running ({state}{_how_it_ended(unit)})")
+    problems = [p for p in [_unit_problem(service, unit)] if p]
+    if daemon is not None:
+        trouble = _unit_problem(daemon.service, daemon.state)
+        if trouble:
+            problems.append(f"{trouble}: the server maps its weights from it, and a restart of "
+                            f"{service} fails until it runs again")
     if health is None:
         if not problems:
             problems.append("the health endpoint was not checked")
@@ -406,6 +463,19 @@ def status_verdict(
         answer = f"HTTP {health.status}" if health.status else (health.detail or "no answer")
         problems.append(f"GET {health.path} on port {health.port}: {answer}")
     return not problems, problems
+
+
+def _unit_problem(service: str, unit: SystemdUnitState | None) -> str | None:
+    if unit is None:
+        return f"the state of {service} could not be read"
+    if not unit.exists:
+        return f"{service} is not installed"
+    if (unit.active_state, unit.sub_state) == ("active", "running"):
+        return None
+    state = f"{unit.active_state}/{unit.sub_state}"
+    if unit.active_state == "activating":
+        return f"{service} is still starting ({state})"
+    return f"{service} is not running ({state}{_how_it_ended(unit)})"
 
 
 def short_diff(old: str, new: str, old_name: str, new_name: str, limit: int = _DIFF_LINES) -> str:
@@ -484,6 +554,7 @@ def find_drift(
                 "(the running server uses the older file; daemon-reload pending)",
             )
         )
+    drift.extend(_daemon_drift(files))
     deployed = files.unit_text if files.unit_text is not None else files.record_unit
     if rendered is not None and deployed is not None and rendered != deployed:
         drift.append(
@@ -506,6 +577,40 @@ def find_drift(
     return drift
 
 
+def _daemon_drift(files: StatusFiles) -> list[Drift]:
+    """How the installed daemon unit differs from the last good deployment's record of it."""
+    recorded = files.recorded_daemon()
+    if recorded is None:
+        return []
+    path = unit_path(daemon_unit_name(files.history.unit or "sglang"))
+    last_good = files.history.last_good
+    if files.daemon_text is None:
+        return [Drift("weights_unit_missing",
+                      f"{path} is missing although deployment {last_good} runs with it")]
+    if files.daemon_text == recorded:
+        return []
+    diff = short_diff(recorded, files.daemon_text, f"{last_good}/{WEIGHTS_FILE} (recorded)",
+                      f"{path} (on host)")
+    return [Drift("weights_unit_edited",
+                  f"{path} differs from last good {last_good}: edited by hand?", diff)]
+
+
+def _profile_daemon_drift(files: StatusFiles, rendered: RenderedUnit, from_: str) -> list[Drift]:
+    """The profile's daemon unit against the installed one (the server unit: find_drift)."""
+    wanted = rendered.daemon.text if rendered.daemon is not None else None
+    if wanted == files.daemon_text:
+        return []
+    path = unit_path(daemon_unit_name(rendered.unit))
+    if wanted is None:
+        return [Drift("profile", f"{from_} renders no weight-cache daemon; {path} is installed")]
+    if files.daemon_text is None:
+        return [Drift("profile", f"{from_} renders a weight-cache daemon, {path}; none is "
+                      "installed")]
+    return [Drift("profile", f"{from_} renders a different weight-cache daemon unit than the "
+                  "one deployed", short_diff(files.daemon_text, wanted, f"{path} (deployed)",
+                                             f"{path} ({from_})"))]
+
+
 # --------------------------------------------------------------------------- status: result
 @dataclass(frozen=True)
 class Status:
@@ -525,6 +630,7 @@ class Status:
     notes: tuple[str, ...] = ()
     # what the host's gateway thinks of its worker (sgdeploy.deploy.drained)
     gateway: WorkerStatus | None = None
+    daemon: WeightDaemonStatus | None = None  # None: the deployment runs without one
 
     @property
     def exit_code(self) -> int:
@@ -542,16 +648,8 @@ class Status:
             "unit": self.unit,
             "healthy": self.healthy,
             "problems": list(self.problems),
-            "unit_state": None
-            if u is None
-            else {
-                "load_state": u.load_state,
-                "active_state": u.active_state,
-                "sub_state": u.sub_state,
-                "main_pid": u.main_pid,
-                "n_restarts": u.n_restarts,
-                "exec_main_status": u.exec_main_status,
-            },
+            "unit_state": None if u is None else _unit_state_dict(u),
+            "weight_daemon": self.daemon.as_dict() if self.daemon is not None else None,
             "deployment": {
                 "last_good": self.last_good,
                 "installed": self.installed,
@@ -620,12 +718,14 @@ def _launch(loaded: LoadedProfile | None, record_profile: str | None) -> _Launch
     )
 
 
-def _render(loaded: LoadedProfile, host: str, version: str | None) -> tuple[str | None, str]:
+def _render(
+    loaded: LoadedProfile, host: str, version: str | None
+) -> tuple[RenderedUnit | None, str]:
     """The unit the profile renders for this host, or None and why not."""
     if version is None:
         return None, "the host's SGLang version is unknown"
     try:
-        return render_unit(loaded, load_catalog(version), host).text, ""
+        return render_unit(loaded, load_catalog(version), host), ""
     except (UnknownVersionError, ValueError, KeyError) as exc:
         return None, f"cannot render {loaded.path} for SGLang {version}: {exc}"
 
@@ -676,8 +776,13 @@ def read_status(
     rendered, why_not = (
         _render(loaded, host, host_version or running_version) if loaded is not None else (None, "")
     )
-    drift = find_drift(files, rendered, loaded.path if loaded is not None else "")
-    healthy, problems = status_verdict(unit, facts.unit, health)
+    rendered_from = loaded.path if loaded is not None else ""
+    drift = find_drift(files, rendered.text if rendered else None, rendered_from)
+    if rendered is not None:
+        drift += _profile_daemon_drift(files, rendered, rendered_from)
+    daemon = (WeightDaemonStatus(f"{daemon_unit_name(unit)}.service", files.daemon_state)
+              if files.has_daemon() else None)
+    healthy, problems = status_verdict(unit, facts.unit, health, daemon)
     notes = [why_not] if why_not else []
     if facts.unit and facts.unit.n_restarts:
         notes.append(f"systemd restarted the unit {facts.unit.n_restarts} time(s)")
@@ -701,6 +806,7 @@ def read_status(
         health,
         facts.sglang_version,
         tuple(notes),
+        daemon=daemon,
     )
 
 

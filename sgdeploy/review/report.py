@@ -239,8 +239,12 @@ def status_text(status: Status) -> str:
     lines.extend(f"  problem: {p}" for p in status.problems)
     u = d["unit_state"]
     if u is not None:
-        lines.append(f"unit: {u['load_state']}, {u['active_state']}/{u['sub_state']}, "
-                     f"main pid {_cell(u['main_pid'])}, restarts {_cell(u['n_restarts'])}")
+        lines.append(f"unit: {_unit_state_text(u)}")
+    daemon = d["weight_daemon"]
+    if daemon is not None:
+        state = daemon["unit_state"]
+        lines.append(f"weight-cache daemon: {daemon['unit']}, "
+                     + (_unit_state_text(state) if state else "state unknown"))
     dep = d["deployment"]
     record = status.installed_record
     if dep["installed"]:
@@ -283,6 +287,11 @@ def status_text(status: Status) -> str:
                      + (f" ({worker.problem})" if worker.problem else ""))
     lines.extend(f"note: {n}" for n in status.notes)
     return redact("\n".join(lines) + "\n")
+
+
+def _unit_state_text(u: dict[str, Any]) -> str:
+    return (f"{u['load_state']}, {u['active_state']}/{u['sub_state']}, "
+            f"main pid {_cell(u['main_pid'])}, restarts {_cell(u['n_restarts'])}")
 
 
 def rollout_text(fleet: FleetResult) -> str:
