@@ -80,14 +80,14 @@ def test_preflight_refuses_a_missing_or_unreadable_file() -> None:
     profile = loaded("key.pem", 'working_directory = "/etc/sglang"\nuser = "sglang"')
     facts = HostFacts(python_ok=True, host_files={"/etc/sglang/key.pem": "missing",
                                                    "/etc/sglang/cert.pem": "unreadable"})
-    found, _, _ = preflight(profile, "gpu1", facts, None)
+    found = preflight(profile, "gpu1", facts, None).diagnostics
     problems = {d.message for d in found if d.rule == "SGD713"}
     assert problems == {
         "ssl_keyfile: 'key.pem' (/etc/sglang/key.pem) does not exist on gpu1",
         "ssl_certfile: /etc/sglang/cert.pem cannot be read by user sglang, who runs the server on gpu1",
     }
     fine = HostFacts(python_ok=True, host_files={"/etc/sglang/key.pem": "ok", "/etc/sglang/cert.pem": "ok"})
-    assert not [d for d in preflight(profile, "gpu1", fine, None)[0] if d.rule == "SGD713"]
+    assert not [d for d in preflight(profile, "gpu1", fine, None).diagnostics if d.rule == "SGD713"]
 
 
 def test_a_watermark_config_is_a_host_file_unless_it_is_inline_json() -> None:

@@ -244,10 +244,8 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     unit = profile.deploy.unit
     session.report("step", step="facts", host=name)
     facts, current_unit = session.facts(*facts_key(loaded))
-    diagnostics, _, version = preflight(
-        loaded, name, facts, declared, host_check=options.sglang_check
-    )
-    version = options.sglang or version
+    checked = preflight(loaded, name, facts, declared, host_check=options.sglang_check)
+    diagnostics, version = checked.diagnostics, options.sglang or checked.sglang_version
     diagnostics += host_secret_diagnostics(session.remote, loaded, name, version)
     takeover: tuple[Takeover, ...] = ()
     if options.adopt and version is not None:

@@ -7,6 +7,7 @@ adds the checks only a live host can answer (interpreter, model path, port, nvid
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from sgdeploy.core.diagnostics import Diagnostic, Severity
@@ -48,18 +49,26 @@ def host_target(name: str, facts: HostFacts, declared: HostTarget | None) -> Hos
     )
 
 
+@dataclass(frozen=True)
+class Preflight:
+    """What the checks before the stop found on the host."""
+
+    diagnostics: list[Diagnostic]
+    host: HostTarget  # the host as its facts show it (the inventory's declaration fills gaps)
+    # the SGLang release to check the launch against; None when the launch cannot be checked (no
+    # SGLang, or no catalog for it and no `host_check`: SGLang's own check on the host, which
+    # then decides alone)
+    sglang_version: str | None
+
+
 def preflight(
     loaded: LoadedProfile,
     name: str,
     facts: HostFacts,
     declared: HostTarget | None,
     host_check: bool = False,
-) -> tuple[list[Diagnostic], HostTarget, str | None]:
-    """Diagnostics for running `loaded` on the host, the host as seen, and the SGLang version.
-
-    The version is None when the launch cannot be checked (no SGLang, or no catalog for it and
-    no `host_check`: SGLang's own check on the host, which then decides alone).
-    """
+) -> Preflight:
+    """The checks before the stop: running `loaded` on the host with these facts."""
     profile = loaded.model
     assert profile is not None
     found: list[Diagnostic] = []
@@ -75,7 +84,7 @@ def preflight(
         add("SGD715", f"user {user}, who runs the server, does not exist on {name}", "deploy.user",
             f"create it as root: useradd --system --no-create-home --home-dir /nonexistent --shell "
             f"/usr/sbin/nologin {user} (or set deploy.user to an existing account)")
-        return found, target, None
+        return Preflight(found, target, None)
     if not facts.python_ok:
         error = facts.error("python")
         add("SGD701", f"{profile.deploy.python} does not run on {name}"
@@ -132,7 +141,7 @@ def preflight(
                     "deploy.host", "upgrade sgdeploy, or build a catalog "
                     "(scripts/build_catalogs.py) into "
                     "SGDEPLOY_CATALOG_PATH", severity=Severity.WARNING)
-                return found, target, version
+                return Preflight(found, target, version)
             add("SGD703", f"{name} runs SGLang {version}, for which no flag catalog is bundled, "
                 "and SGLang's own check on the host is off; refusing to validate against another "
                 "version", "deploy.host",
@@ -149,7 +158,7 @@ def preflight(
                 model_config=host_model_config(facts, name, profile.server.get("model_path")),
             )
         )
-    return found, target, version
+    return Preflight(found, target, version)
 
 
 class CheckedPath(NamedTuple):
