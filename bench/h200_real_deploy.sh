@@ -138,8 +138,11 @@ gpu_count = 1
 gpu_memory_gib = $GPU_GIB
 sglang_version = "${SGLANG_RELEASE:-0.5.11}"
 EOF
-    profile big-a llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 64'
-    profile big-b llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 128'
+    # BIG_MODEL=llama-20b (MODEL_SET="llama-20b" in prepare): today's restart and the daemon's with
+    # ~40 GB of weights (issue #37's model); llama-8b otherwise
+    local big=${BIG_MODEL:-llama-8b}
+    profile big-a "$big" 'mem_fraction_static = 0.8' 'max_running_requests = 64'
+    profile big-b "$big" 'mem_fraction_static = 0.8' 'max_running_requests = 128'
     # passes validation and SGLang's own check; on the GPU the KV cache gets no room beside the
     # weights and the CUDA context
     profile big-oom llama-8b "mem_fraction_static = $KV_OOM_FRACTION" 'max_running_requests = 128'
@@ -152,8 +155,8 @@ EOF
     HARDENING=strict profile hard-b llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 128'
     profile soft-a llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 64'
     # PHASE=8: clients of the weight-cache daemon (SGLANG_RELEASE=0.5.17 or later)
-    profile wc-a llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 64' 'weight_cache_mode = "client"'
-    profile wc-b llama-8b 'mem_fraction_static = 0.8' 'max_running_requests = 128' 'weight_cache_mode = "client"'
+    profile wc-a "$big" 'mem_fraction_static = 0.8' 'max_running_requests = 64' 'weight_cache_mode = "client"'
+    profile wc-b "$big" 'mem_fraction_static = 0.8' 'max_running_requests = 128' 'weight_cache_mode = "client"'
 }
 
 facts() {

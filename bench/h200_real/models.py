@@ -1,7 +1,8 @@
 """Makes the models of the H200 run: random weights written with transformers, and a byte-level BPE
 tokenizer trained on the spot with `tokenizers`, so that `/generate` with text works.
 
-    python models.py DEST        # DEST/small-llama (~0.4 B) and DEST/llama-8b (Llama-3-8B shape)
+    python models.py DEST [NAME ...]   # DEST/small-llama (~0.4 B), DEST/llama-8b (Llama-3-8B
+                                       # shape); llama-20b (~38 GB) only when named
 
 The weights are drawn on the GPU (seconds instead of minutes on the CPU) and saved as safetensors
 shards, as a Hugging Face checkpoint is. Run with the interpreter that serves them (SGLang's venv),
@@ -29,6 +30,10 @@ SHAPES = {
     # Meta-Llama-3-8B's shape with a 32k vocabulary: ~7 B parameters, ~14 GB of bf16
     "llama-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                      num_attention_heads=32, num_key_value_heads=8),
+    # a 20B-class shape: ~19 B parameters, ~38 GB of bf16 (the daemon's measure on a model whose
+    # loading dominates the restart; leaves ~20 GB of the 64 GB disk beside SGLang's closure)
+    "llama-20b": dict(hidden_size=6144, intermediate_size=16384, num_hidden_layers=48,
+                      num_attention_heads=48, num_key_value_heads=8),
 }
 
 
@@ -92,7 +97,7 @@ def main() -> None:
     if not os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
         train_tokenizer(tok_dir)
     print(json.dumps({"tokenizer_s": round(time.monotonic() - t0, 2)}), flush=True)
-    for name in sys.argv[2:] or SHAPES:
+    for name in sys.argv[2:] or ("small-llama", "llama-8b"):
         print(json.dumps(make_model(dest, name, tok_dir)), flush=True)
 
 
