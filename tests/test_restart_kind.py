@@ -8,6 +8,7 @@ from sgdeploy.deploy.restart_kind import (
     COLD,
     WEIGHT_FIELDS,
     WEIGHTS_KEPT,
+    Restart,
     restart_for,
     restart_kind,
 )
@@ -77,3 +78,29 @@ def test_plan_says_it_at_the_start_step() -> None:
     plan = make_plan("h", deployment, HostFacts(), unit(flags), [])
     start = next(step for step in plan.steps if step.kind is StepKind.START)
     assert plan.restart is not None and "restart: weights kept" in start.why
+
+
+def test_the_daemon_unit_on_the_host_decides_as_the_swap_does() -> None:
+    """apply keeps a running daemon exactly when its unit's text stays the same; plan says so."""
+    from sgdeploy.deploy.plan import BeforeStop, Deployment, StepKind, make_plan
+    from sgdeploy.deploy.restart_kind import as_the_swap_decides
+    from sgdeploy.host.facts import HostFacts
+
+    flags = "--model-path /models/Qwen3-8B --tp-size 2 --weight-cache-mode client"
+    daemon = "[Service]\nExecStart=/py -m sglang.srt.weight_cache.daemon --tp-size 2\n"
+    deployment = Deployment(id="d1", unit="sglang", unit_text=unit(flags + " --max-running-requests 64"),
+                            profile_name="p", profile_sha256="0" * 64, profile_text="", sglang_version="0.5.23",
+                            server=dict(CLIENT), gpus=(0, 1), ready_timeout_s=600, daemon_text=daemon)
+    edited = make_plan("h", deployment, HostFacts(), unit(flags), [],
+                       BeforeStop(daemon_text=daemon.replace("2", "4")))
+    start = next(step for step in edited.steps if step.kind is StepKind.START)
+    assert edited.restart is not None and edited.restart.kind == COLD and "restart: cold" in start.why
+    assert "daemon is replaced" in edited.restart.why
+    same = make_plan("h", deployment, HostFacts(), unit(flags), [], BeforeStop(daemon_text=daemon))
+    assert same.restart is not None and same.restart.kind == WEIGHTS_KEPT
+    cold = Restart(COLD, "nothing runs yet")
+    assert as_the_swap_decides(cold, daemon, daemon) == Restart(
+        WEIGHTS_KEPT, "the daemon's unit stays as it is on the host: the running daemon keeps its "
+        "weights for the new server")
+    assert as_the_swap_decides(cold, None, daemon) is cold  # no daemon yet: it loads them
+    assert as_the_swap_decides(None, daemon, daemon) is None  # no weight cache named: nothing said

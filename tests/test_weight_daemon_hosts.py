@@ -130,6 +130,10 @@ def test_status_watches_the_daemon_beside_the_server(
     assert (code, status["healthy"]) == (1, False)
     assert any("sglang-wc-weights.service is not running" in p for p in status["problems"]), status["problems"]
     assert {d["kind"] for d in status["drift"]} >= {"weights_unit_edited"}, status["drift"]
+    # a flag change that would keep the weights: the edited daemon unit is replaced, and plan says so
+    cli.main(["plan", str(profiles["a"]), "--inventory", str(host.inventory_path), "--no-sglang-check"])
+    planned = " ".join(capsys.readouterr().out.split())
+    assert "restart: cold (the daemon's unit on the host differs" in planned, planned
     host.ssh("wc23", f"printf %s {shlex.quote(kept)} > {path} && systemctl daemon-reload")
 
 

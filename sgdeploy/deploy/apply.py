@@ -243,7 +243,8 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     assert profile is not None
     unit = profile.deploy.unit
     session.report("step", step="facts", host=name)
-    facts, current_unit = session.facts(*facts_key(loaded))
+    installed = session.facts(*facts_key(loaded))
+    facts, current_unit = installed.facts, installed.unit_text
     checked = preflight(loaded, name, facts, declared, host_check=options.sglang_check)
     diagnostics, version = checked.diagnostics, options.sglang or checked.sglang_version
     diagnostics += host_secret_diagnostics(session.remote, loaded, name, version)
@@ -287,6 +288,7 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
         sglang_check=options.sglang_check,
         strangers=strangers,
         wait_for_gpus_s=options.wait_for_gpus_s,
+        daemon_text=installed.daemon_text,
     )
     plan = make_plan(name, deployment, facts, current_unit, diagnostics, before)
     return Decided(plan, current_unit)

@@ -18,7 +18,7 @@ from typing import Any
 
 from sgdeploy import __version__
 from sgdeploy.core.diagnostics import Diagnostic
-from sgdeploy.deploy.restart_kind import Restart, restart_for
+from sgdeploy.deploy.restart_kind import Restart, as_the_swap_decides, restart_for
 from sgdeploy.deploy.weight_daemon import DaemonFiles, daemon_unit_name
 from sgdeploy.host.facts import GpuHolder, HostFacts, state_dir
 from sgdeploy.logs import expected_phases
@@ -244,6 +244,7 @@ class BeforeStop:
     sglang_check: bool = False
     strangers: tuple[GpuHolder, ...] = ()
     wait_for_gpus_s: float | None = None
+    daemon_text: str | None = None  # the weight-cache daemon's unit on the host now
 
 
 def make_plan(host: str, deployment: Deployment, facts: HostFacts, current_unit_text: str | None,
@@ -279,7 +280,9 @@ def make_plan(host: str, deployment: Deployment, facts: HostFacts, current_unit_
             )
         )
     gpus = ", ".join(str(g) for g in deployment.gpus)
-    restart = restart_for(current_unit_text, deployment.unit_text, deployment.sglang_version)
+    restart = as_the_swap_decides(
+        restart_for(current_unit_text, deployment.unit_text, deployment.sglang_version),
+        before.daemon_text, deployment.daemon_text)
     steps += [
         Step(StepKind.WAIT_GPUS_IDLE, f"GPUs {gpus} must have no compute process and memory back "
                                       "at baseline"),

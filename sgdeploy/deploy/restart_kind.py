@@ -133,3 +133,22 @@ def restart_for(old_text: str | None, new_text: str, sglang_version: str | None)
     except (UnknownVersionError, ValueError):
         return None
     return restart_between_units(old_text, new_text, catalog)
+
+
+def as_the_swap_decides(
+    predicted: Restart | None, live_daemon: str | None, new_daemon: str | None
+) -> Restart | None:
+    """The restart as the transaction will make it: a running daemon is kept exactly when its
+    unit's text stays the same (`DaemonFiles.install_sh`). `predicted` (from the two launches)
+    says why; the daemon unit on the host against the new one overrules it."""
+    if predicted is None or new_daemon is None or live_daemon is None:
+        return predicted
+    same = live_daemon == new_daemon
+    if predicted.keeps_weights and not same:
+        return Restart(COLD, "the daemon's unit on the host differs from the one this launch "
+                       "renders (its environment or flags changed, or it was edited by hand): the "
+                       "daemon is replaced and loads the weights again")
+    if not predicted.keeps_weights and same:
+        return Restart(WEIGHTS_KEPT, "the daemon's unit stays as it is on the host: the running "
+                       "daemon keeps its weights for the new server")
+    return predicted

@@ -154,7 +154,8 @@ def _rollback(
     began: float,
 ) -> ApplyResult:
     report("step", step="facts", host=name)
-    facts, current_unit = session.facts(unit, "/bin/true", "/nonexistent", 1)
+    read = session.facts(unit, "/bin/true", "/nonexistent", 1)
+    facts, current_unit = read.facts, read.unit_text
     target = to or facts.last_good
     chosen = _target(session, facts, name, unit, target, options)
     if isinstance(chosen, ApplyResult):

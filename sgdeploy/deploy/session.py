@@ -29,7 +29,7 @@ from sgdeploy.deploy.plan import (
 )
 from sgdeploy.deploy.records import WEIGHTS_FILE, exec_port, record_files_sh, split_files
 from sgdeploy.deploy.secret_args import bearer_headers, without_secrets
-from sgdeploy.deploy.weight_daemon import deployment_strangers
+from sgdeploy.deploy.weight_daemon import daemon_unit_name, deployment_strangers
 from sgdeploy.host.facts import (
     APPS_QUERY_FIELDS,
     GPU_OWNERS_SH,
@@ -88,6 +88,7 @@ _LOCK_HOLDER = (
     f"echo {LOCKED_MARKER}; cat >/dev/null; : > \"$d/lock\""
 )
 UNIT_FILE_MARKER = "@@sgdeploy:unit-file@@"
+DAEMON_FILE_MARKER = "@@sgdeploy:daemon-file@@"
 RECORD_MARKER = "@@sgdeploy:last-good@@"
 SWAP_INSTALL_FAILED = "@@sgdeploy:install-failed@@"
 SWAP_WINDOW_S = 5.0  # how long `HostSession.swap` waits on the host for the GPUs to be idle
@@ -111,10 +112,11 @@ class FactsKey(NamedTuple):
 
 
 class FactsRead(NamedTuple):
-    """The host's facts and the text of the unit file installed now (None: there is none)."""
+    """The host's facts and the texts of the unit files installed now (None: there is none)."""
 
     facts: HostFacts
     unit_text: str | None
+    daemon_text: str | None = None  # the weight-cache daemon's unit (`<unit>-weights.service`)
 
 
 class Launched(NamedTuple):
@@ -193,24 +195,31 @@ class HostSession:
             return ahead
         script = facts_command(unit, python, model_path, port, user=user, files=files)
         path = f"/etc/systemd/system/{unit}.service"
+        daemon_path = f"/etc/systemd/system/{daemon_unit_name(unit)}.service"
         state = state_dir(unit)
         record_sh = record_files_sh('"$d/$lg"')
         # The last good record comes in the same round trip: apply reads it to decide "up to
         # date", as the rollback target and as the probe's baseline (`read_record`).
         command = (f"sh -c {shlex.quote(script)}; printf '%s\\n' {UNIT_FILE_MARKER}; "
                    f"cat {shlex.quote(path)} 2>/dev/null || printf '%s' '@@none@@'; "
+                   f"printf '\\n%s\\n' {DAEMON_FILE_MARKER}; "
+                   f"cat {shlex.quote(daemon_path)} 2>/dev/null || printf '%s' '@@none@@'; "
                    f"d={shlex.quote(state)}; lg=$(readlink \"$d/last_good\" 2>/dev/null || "
                    f"head -n 1 \"$d/last_good\" 2>/dev/null); lg=${{lg%/}}; lg=${{lg##*/}}; "
                    f"printf '\\n%s%s\\n' {RECORD_MARKER} \"$lg\"; [ -z \"$lg\" ] || "
                    f"{record_sh}")
         output = self.remote.run(command).stdout
         facts_out, _, rest = output.partition(UNIT_FILE_MARKER + "\n")
-        unit_text, _, record = rest.rpartition("\n" + RECORD_MARKER)
+        units, _, record = rest.rpartition("\n" + RECORD_MARKER)
+        unit_text, found, daemon_text = units.rpartition("\n" + DAEMON_FILE_MARKER + "\n")
+        if not found:
+            unit_text, daemon_text = units, "@@none@@"
         facts = parse_facts(facts_out)
         last_good, _, record_files = record.partition("\n")
         if facts.last_good and last_good.strip() == facts.last_good:
             self._records[(state, facts.last_good)] = split_files(record_files)
-        return FactsRead(facts, None if unit_text == "@@none@@" else unit_text)
+        return FactsRead(facts, None if unit_text == "@@none@@" else unit_text,
+                         None if daemon_text == "@@none@@" else daemon_text)
 
     # -- lock ----------------------------------------------------------------------------
     def lock(
