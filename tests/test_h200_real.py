@@ -179,3 +179,57 @@ def test_the_strict_unit_on_the_gpu_kept_its_sandbox_and_its_exposure() -> None:
         assert real_apply(name)["status"] == "ready", name
     for name in ("strict/flag-change.journal", "strict/rollback.journal"):
         assert read_log(real_lines(name), None, "0.5.11").ready, name
+
+
+# --------------------------------------------------------------------------- the weight-cache daemon
+WEIGHT_CACHE = REAL / "weight-cache"
+RUNS = ["llama-20b-1", "llama-20b-2", "llama-8b"]
+
+
+@pytest.mark.parametrize("run", RUNS)
+@pytest.mark.parametrize("step", ["client-first", "client-flag-change-warm", "plain-flag-change-warm",
+                                  "plain-flag-change-dropped"])
+def test_the_real_0_5_17_starts_are_read_as_apply_read_them(run: str, step: str) -> None:
+    """SGLang 0.5.17 on an H100 (PHASE=8): each start, read whole from its window, is ready with the
+    phase times apply reported; a client of the daemon maps the weights in well under a second."""
+    applied = json.loads((WEIGHT_CACHE / run / f"{step}.out").read_text(encoding="utf-8"))
+    lines = (WEIGHT_CACHE / run / f"{step}.log").read_text(encoding="utf-8").splitlines()
+    report = read_log(lines, None, "0.5.17")
+    assert applied["status"] == "ready" and report.ready and report.failure is None
+    assert report.phase_times() == applied["phase_times"]
+    names = [p.name for p in report.phases]
+    assert names[:4] == ["args_parsed", "dist_init", "weights_loaded", "kv_cache_allocated"], names
+    assert names[-1] == "ready"
+    ipc = any("[IpcModelLoader] Loaded model via IPC (mode=client)" in line for line in lines)
+    assert ipc is step.startswith("client")
+    if step == "client-flag-change-warm":
+        assert applied["phase_times"]["weights"] < 0.5
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_plan_said_which_restart_each_real_change_needed(run: str) -> None:
+    first = (WEIGHT_CACHE / run / "plan-client.out").read_text(encoding="utf-8")
+    kept = (WEIGHT_CACHE / run / "plan-client-flag-change.out").read_text(encoding="utf-8")
+    assert "restart: cold (nothing runs yet" in first
+    assert "restart: weights kept (the daemon keeps the weights" in kept
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_the_real_daemon_unit_started_once_and_served_each_client(run: str) -> None:
+    """The daemon's journal: loaded from disk once, `Started` only once it was ready (ExecStartPost=
+    waits for its ready file), then served both clients of the run over its /tmp socket."""
+    journal = (WEIGHT_CACHE / run / "daemon.journal").read_text(encoding="utf-8")
+    assert journal.count("Loading model from disk:") == 1
+    loaded = journal.index("Model loaded from disk in")
+    assert journal.index("Listening on /tmp/sglang_weight_cache_rank0.sock") > loaded
+    assert journal.index("Started sglang-weights.service") > loaded
+    assert journal.count("Serving 292 IPC handles to engine" if "20b" in run else "IPC handles to engine") == 2
+
+
+def test_the_documented_weight_cache_table_is_the_fixtures_table() -> None:
+    """docs/weight-cache.md's table of the real runs is what bench/h200_real/figures.py makes of
+    the fixtures."""
+    from bench.h200_real.figures import weight_cache_table
+
+    doc = (Path(__file__).parents[1] / "docs" / "weight-cache.md").read_text(encoding="utf-8")
+    assert weight_cache_table(WEIGHT_CACHE) in doc

@@ -186,6 +186,13 @@ def test_on_0_5_17_the_pair_meets_in_a_private_tmp_of_its_own(
     assert (code, result["status"]) == (0, "ready"), result.get("message")
     server_log = hs.ssh("wc17", "journalctl -u sglang-wc -o cat --no-pager").stdout
     assert "[IpcModelLoader] Loaded model via IPC (mode=client)" in server_log, server_log[-2000:]
+    # the lines the real 0.5.17 wrote on the H100 (tests/fixtures/h200-real/weight-cache/)
+    assert "[IpcModelLoader] Zero-copy: mapped 292 tensors (0 new post-quant)" in server_log
+    daemon_log = hs.ssh("wc17", "journalctl -u sglang-wc-weights -o cat --no-pager").stdout
+    for line in ("INFO [WeightCacheDaemon gpu=0 tp_rank=0] Exported 292 tensors as IPC handles. Ready to serve.",
+                 "INFO [WeightCacheDaemon gpu=0] Listening on /tmp/sglang_weight_cache_rank0.sock",
+                 "INFO [WeightCacheDaemon gpu=0] Serving 292 IPC handles to engine"):
+        assert line in daemon_log, daemon_log
     # the sockets are in the pair's /tmp, not the host's
     assert hs.ssh("wc17", "ls /tmp/sglang_weight_cache_rank0.sock", check=False).returncode != 0
     pid = hs.ssh("wc17", "systemctl show -p MainPID --value sglang-wc-weights.service").stdout.strip()

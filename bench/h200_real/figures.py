@@ -2,6 +2,7 @@
 as a Markdown table for docs/real-gpu.md, and the downtime a client saw during the changed flag.
 
     python bench/h200_real/figures.py [FIXTURES]
+    python bench/h200_real/figures.py --weight-cache [FIXTURES/weight-cache]   # PHASE=8's runs
 
 Times come from the journal's own stamps (`-o short-precise`, microseconds) of the last start in
 each window: systemd's `Started`, SGLang's first output (Python has imported the entry point),
@@ -10,6 +11,8 @@ its `server_args=` line, and the lines that end each phase.
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
 import re
 import sys
@@ -17,16 +20,17 @@ from datetime import datetime
 from pathlib import Path
 
 STAMP = re.compile(r"^(\w{3} \d\d \d\d:\d\d:\d\d\.\d{6}) \S+ (\S+?)(?:\[\d+\])?: (.*)$")
-MARKS = (  # (column, what ends it), in the order a start passes them
+MARKS = (  # (column, what ends it: one line of any release), in the order a start passes them
     ("first output", None),
-    ("server_args", "server_args="),
-    ("dist init", "Init torch distributed ends"),
-    ("weights", "Load weight end"),
-    ("KV cache", "KV Cache is allocated"),
-    ("decode graphs", "Capture cuda graph end"),
-    ("piecewise graphs", "Capture piecewise CUDA graph end"),
-    ("HTTP", "Uvicorn running on"),
-    ("ready", "The server is fired up and ready to roll"),
+    ("server_args", ("server_args=",)),
+    ("dist init", ("Init torch distributed ends",)),
+    ("weights", ("Load weight end",)),
+    ("KV cache", ("KV Cache is allocated",)),
+    # 0.5.11 captures decode graphs, then piecewise ones; 0.5.17 the prefill graphs first
+    ("decode graphs", ("Capture cuda graph end", "Capture target decode CUDA graph end")),
+    ("piecewise graphs", ("Capture piecewise CUDA graph end", "Capture target prefill CUDA graph end")),
+    ("HTTP", ("Uvicorn running on",)),
+    ("ready", ("The server is fired up and ready to roll",)),
 )
 RUNS = (("cold apply", "cold2"), ("changed flag", "restart"), ("3,951-token KV cache", "small-kv"),
         ("rollback", "rollback"))
@@ -51,8 +55,8 @@ def phases(path: Path) -> tuple[float, dict[str, float]]:
     for t, who, text in lines[start_at + 1:]:
         if who == "systemd":
             continue
-        for column, marker in MARKS:
-            if column not in ends and (marker is None or marker in text):
+        for column, markers in MARKS:
+            if column not in ends and (markers is None or any(m in text for m in markers)):
                 ends[column] = round(t - started, 1)
     return started, ends
 
@@ -60,7 +64,7 @@ def phases(path: Path) -> tuple[float, dict[str, float]]:
 def client_downtime(fixtures: Path) -> str:
     rows = [json.loads(line) for line in (fixtures / "restart.client.jsonl").read_text().splitlines()]
     ok = [r["t"] for r in rows if r["kind"] == "generate" and r["status"] == 200]
-    gaps = sorted((b - a, a, b) for a, b in zip(ok, ok[1:], strict=False))
+    gaps = sorted((b - a, a, b) for a, b in itertools.pairwise(ok))
     gap, last_ok, first_ok = gaps[-1]
     health = [r for r in rows if r["kind"] == "health"]
     down = [r["t"] for r in health if r["status"] != 200 and last_ok <= r["t"] <= first_ok]
@@ -68,7 +72,48 @@ def client_downtime(fixtures: Path) -> str:
             f"{gap:.1f} s; /health (every 0.1 s) failed for {down[-1] - down[0]:.1f} s")
 
 
+def stop_s(path: Path) -> float | None:
+    """systemd's `Stopping` to `Stopped` of the old server in the window: SGLang's own drain."""
+    lines = stamps(path)
+    stopping = [t for t, who, text in lines if who == "systemd" and text.startswith("Stopping sglang.")]
+    stopped = [t for t, who, text in lines if who == "systemd" and text.startswith("Stopped sglang.")]
+    return round(stopped[0] - stopping[0], 1) if stopping and stopped else None
+
+
+def outage(rows: list[dict], kind: str, start: float, end: float) -> float | None:
+    """The longest time between two answers of `kind` (`generate` each 1 s, `health` each 0.1 s)
+    within a step's window: the downtime a client of that endpoint saw."""
+    ok = [r["t"] for r in rows if r["kind"] == kind and r["status"] == 200]
+    gaps = [b - a for a, b in itertools.pairwise(ok) if b > start and a < end]
+    return round(max(gaps), 1) if gaps else None
+
+
+def weight_cache_table(folder: Path) -> str:
+    """PHASE=8 (docs/weight-cache.md): each apply of each run, the old server's stop, the new
+    start's phases (seconds after systemd's `Started`) and the outage a client saw."""
+    columns = ["stop", *(c for c, _ in MARKS), "/generate outage", "/health outage"]
+    out = ["| run | apply | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+    for run in sorted(p for p in folder.iterdir() if p.is_dir()):
+        with gzip.open(run / "client.jsonl.gz", "rt") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        for step in map(json.loads, (run / "steps.jsonl").read_text().splitlines()):
+            if step["argv"][1] != "apply" or step["step"] == "client-first":
+                continue  # the first apply starts from nothing: no outage to measure
+            journal = run / f"{step['step']}.journal"
+            _, ends = phases(journal)
+            cells = [stop_s(journal), *(ends.get(c) for c, _ in MARKS),
+                     outage(rows, "generate", step["start"], step["end"]),
+                     outage(rows, "health", step["start"], step["end"])]
+            out.append(f"| {run.name} | {step['step']} | "
+                       + " | ".join("-" if c is None else f"{c}" for c in cells) + " |")
+    return "\n".join(out)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--weight-cache"]:
+        default = Path(__file__).parents[2] / "tests/fixtures/h200-real/weight-cache"
+        print(weight_cache_table(Path(sys.argv[2]) if len(sys.argv) > 2 else default))
+        return
     fixtures = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parents[2] / "tests/fixtures/h200-real")
     columns = [c for c, _ in MARKS]
     print("| start | " + " | ".join(columns) + " |")

@@ -19,13 +19,20 @@ TREE=/opt/debian                       # the Debian tree nspawn runs from
 OV=/dev/shm/h200host                   # lower, upper, work, merged
 MERGED=$OV/merged
 
+running() {
+    [[ -f $STATE/nspawn.pid ]] && kill -0 "$(cat "$STATE/nspawn.pid")" 2>/dev/null
+}
+
 start() {
+    # Once up, $TREE has /proc, /sys and /dev bound in: a second start would copy the live /proc
+    # into the overlay (on /dev/shm) until memory runs out. An up host is left as it is.
+    if running; then echo "host: already up (pid $(cat "$STATE/nspawn.pid"))"; return 0; fi
     mkdir -p "$STATE" "$TREE" $OV/{lower,upper,work,merged}
     [[ -x $TREE/usr/bin/systemd-nspawn ]] || tar -C "$TREE" -xzf "$DEBIAN_TAR"
     mountpoint -q $OV/lower || mount --bind / $OV/lower
     mountpoint -q $MERGED || mount -t overlay overlay \
         -o lowerdir=$OV/lower,upperdir=$OV/upper,workdir=$OV/work $MERGED
-    cp -an "$TREE/." "$MERGED/"
+    cp -an --one-file-system "$TREE/." "$MERGED/"
     cp "$TREE"/etc/{passwd,group,shadow,gshadow} "$MERGED/etc/"
     rm -f "$MERGED/etc/machine-id"; : > "$MERGED/etc/machine-id"
     # the driver's tools and libraries, where a GPU host has them (PATH and the loader's path)

@@ -59,12 +59,36 @@ def own_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def serve(gpu: int, tp_rank: int, model: str, weights_mib: int, load_s: float) -> None:
+TENSORS = 292  # what the real 0.5.17 daemon exported of a Llama checkpoint (h200-real/weight-cache)
+
+
+def daemon_log(gpu: int, tp_rank: int, msg: str) -> None:
+    """0.5.17's daemon logs through Python's logging with a prefix of its own, as on the H100:
+    `2026-12-05 21:56:13,543 [Daemon gpu=0 tp_rank=0] INFO [WeightCacheDaemon ...] ...`; the
+    later releases' lines keep the server's format here (not seen on a GPU)."""
+    if keyed_by_uuid():
+        server.log(msg)
+        return
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
+    print(f"{stamp} [Daemon gpu={gpu} tp_rank={tp_rank}] INFO {msg}", file=sys.stderr, flush=True)
+
+
+def serve(gpu: int, tp_rank: int, model: str, weights_mib: int, load_s: float, tp: int = 1) -> None:
     """One daemon: load (hold the memory), bind, write ready, serve until SIGTERM."""
-    server.log(f"[WeightCacheDaemon gpu={gpu} tp_rank={tp_rank}] Loading model from disk: {model}")
+    if not keyed_by_uuid():
+        daemon_log(gpu, tp_rank, f"[WeightCacheDaemon gpu={gpu} tp_rank={tp_rank}] Distributed backend "
+                   f"initialized (tp_size={tp}, pp_size=1, world_size={tp})")
+    daemon_log(gpu, tp_rank, f"[WeightCacheDaemon gpu={gpu} tp_rank={tp_rank}] Loading model from disk: {model}")
     sim_gpu.register(os.getpid(), [gpu], weights_mib, "python3", 0.2)
     time.sleep(load_s)
-    server.log(f"[WeightCacheDaemon gpu={gpu} tp_rank={tp_rank}] Model loaded from disk in {load_s:.2f}s")
+    daemon_log(gpu, tp_rank, f"[WeightCacheDaemon gpu={gpu} tp_rank={tp_rank}] Model loaded from disk in "
+               f"{load_s:.2f}s")
+    if not keyed_by_uuid():
+        daemon_log(gpu, tp_rank, f"[WeightCacheDaemon gpu={gpu}] Exported {TENSORS} tensors (1 non-persistent "
+                   "buffers), serialized handle size ~0.1 MB")
+        daemon_log(gpu, tp_rank, f"[WeightCacheDaemon gpu={gpu} tp_rank={tp_rank}] Exported {TENSORS} tensors "
+                   "as IPC handles. Ready to serve.")
     sock_path, ready_path = paths(sim_gpu.gpu_uuid(gpu), tp_rank)
     for stale in (sock_path, ready_path):
         if os.path.exists(stale):
@@ -78,12 +102,12 @@ def serve(gpu: int, tp_rank: int, model: str, weights_mib: int, load_s: float) -
     sock.listen(8)
     with open(ready_path, "w") as f:
         f.write(f"pid={os.getpid()}\nconfig={{'model_path': {model!r}}}\n")
-    server.log(f"[WeightCacheDaemon gpu={gpu}] Listening on {sock_path}")
+    daemon_log(gpu, tp_rank, f"[WeightCacheDaemon gpu={gpu}] Listening on {sock_path}")
     running = True
 
     def stop(signum: int, _frame: object) -> None:
         nonlocal running
-        server.log(f"[WeightCacheDaemon gpu={gpu}] Received signal {signum}, shutting down")
+        daemon_log(gpu, tp_rank, f"[WeightCacheDaemon gpu={gpu}] Received signal {signum}, shutting down")
         running = False
 
     signal.signal(signal.SIGTERM, stop)
@@ -92,6 +116,7 @@ def serve(gpu: int, tp_rank: int, model: str, weights_mib: int, load_s: float) -
     while running:
         try:
             conn, _ = sock.accept()
+            daemon_log(gpu, tp_rank, f"[WeightCacheDaemon gpu={gpu}] Serving {TENSORS} IPC handles to engine")
             conn.close()
         except (TimeoutError, OSError):
             continue
@@ -99,7 +124,7 @@ def serve(gpu: int, tp_rank: int, model: str, weights_mib: int, load_s: float) -
     for path in (sock_path, ready_path):
         if os.path.exists(path):
             os.unlink(path)
-    server.log(f"[WeightCacheDaemon gpu={gpu}] Shutdown complete")
+    daemon_log(gpu, tp_rank, f"[WeightCacheDaemon gpu={gpu}] Shutdown complete")
     sim_gpu.mark_exited(os.getpid())
     os._exit(0)
 
@@ -132,9 +157,10 @@ def main(argv: list[str]) -> None:
         slot = base + rank * step
         pid = os.fork()
         if pid == 0:
-            serve(visible[slot], rank, args["model_path"], weights_mib, load_s)
+            serve(visible[slot], rank, args["model_path"], weights_mib, load_s, tp)
         children.append(pid)
-        server.log(f"Launched weight cache daemon gpu={visible[slot]} pp_rank=0 tp_rank={rank} pid={pid}")
+        if keyed_by_uuid():  # 0.5.17 on the H100 printed no launcher lines
+            server.log(f"Launched weight cache daemon gpu={visible[slot]} pp_rank=0 tp_rank={rank} pid={pid}")
     ready = [paths(sim_gpu.gpu_uuid(visible[base + r * step]), r)[1] for r in range(ranks)]
     began = time.monotonic()
     for rank, path in enumerate(ready):
@@ -143,9 +169,11 @@ def main(argv: list[str]) -> None:
                 server.log(f"Weight cache daemon pp_rank=0 tp_rank={rank} did not become ready within {timeout}s")
                 sys.exit(1)
             time.sleep(0.1)
-        server.log(f"Weight cache daemon pp_rank=0 tp_rank={rank} is ready")
-    server.log(f"All {ranks} weight cache daemons on node 0 are ready (pp_ranks=0..0, "
-               f"tp_ranks=0..{ranks - 1}, dist_init_method=tcp://127.0.0.1:29555)")
+        if keyed_by_uuid():
+            server.log(f"Weight cache daemon pp_rank=0 tp_rank={rank} is ready")
+    if keyed_by_uuid():
+        server.log(f"All {ranks} weight cache daemons on node 0 are ready (pp_ranks=0..0, "
+                   f"tp_ranks=0..{ranks - 1}, dist_init_method=tcp://127.0.0.1:29555)")
 
     def stop(_signum: int, _frame: object) -> None:
         for child in children:
@@ -154,4 +182,5 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, stop)
     for _ in children:
         os.wait()
-    server.log("All weight cache daemons have been terminated")
+    if keyed_by_uuid():
+        server.log("All weight cache daemons have been terminated")
