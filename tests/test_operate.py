@@ -547,3 +547,26 @@ def test_operate_commands_usage(tmp_path: Path, capsys: pytest.CaptureFixture[st
     code, _, err = run_cli(["history", "--host", "closed", "--unit", "sglang", "--inventory",
                             str(tmp_path / "none.toml")], capsys)
     assert code == 2 and "inventory is needed" in err
+
+
+def test_read_status_shows_the_daemon_beside_the_server() -> None:
+    profile = '[deploy]\npython = "/opt/py"\n[server]\nport = 31234\nmodel_path = "/m"\n'
+    state = "LoadState=loaded\nActiveState={}\nSubState={}\nMainPID=77\nNRestarts=0\n"
+    files_out = (wire(ID_MID, {ID_MID: json.dumps(meta(ID_MID, sglang_version="0.5.23"))})
+                 .replace(f"{MARK}end@@\n", "")
+                 + f"{MARK}file unit@@\n{b64(UNIT_A)}\n{MARK}file daemon@@\n{b64(DAEMON)}\n"
+                 f"{MARK}file record/unit.service@@\n{b64(UNIT_A)}\n"
+                 f"{MARK}file record/profile.toml@@\n{b64(profile)}\n"
+                 f"{MARK}file record/weights.service@@\n{b64(DAEMON)}\n{MARK}sums@@\n"
+                 f"{hashlib.sha256(UNIT_A.encode()).hexdigest()}  /v/{ID_MID}/unit.service\n"
+                 f"{MARK}daemon_state@@\n{{state}}{MARK}end@@\n")
+    up = read_status(FakeRemote(files_out.format(state=state.format("active", "running")), facts_out(), 200),
+                     "sglang")  # type: ignore[arg-type]
+    assert up.healthy and up.drift == ()
+    assert up.as_dict()["weight_daemon"]["unit_state"]["main_pid"] == 77
+    assert "weight-cache daemon: sglang-weights.service, loaded, active/running, main pid 77" in (
+        report.status_text(up))
+    down = read_status(FakeRemote(files_out.format(state=state.format("failed", "failed")), facts_out(), 200),
+                       "sglang")  # type: ignore[arg-type]
+    assert not down.healthy and "sglang-weights.service is not running" in down.problems[0]
+    assert "NOT HEALTHY" in report.status_text(down)
