@@ -105,6 +105,13 @@ def test_a_flag_change_restarts_the_server_alone_and_keeps_the_weights(
     assert (code, result["status"]) == (0, "ready"), result.get("message")
     DEPLOYED["b"] = result["deployment_id"]
     assert daemon_pid(host) == before  # the daemon, and the weights it holds, stayed
+    # where the downtime went, on the host's clock, and history keeps it
+    spans = result["downtime"]
+    assert {"stop_s", "gpu_release_s", "unit_start_s", "to_first_line_s", "to_ready_s"} <= set(spans), spans
+    parts = sum(v for k, v in spans.items() if k != "downtime_s")
+    assert 0 < spans["downtime_s"] and abs(parts - spans["downtime_s"]) < 0.01, spans
+    code, history = sgdeploy(host, capsys, "history", str(profiles["b"]))
+    assert history["deployments"][0]["downtime"] == spans
     holders = host.ssh("wc23", "nvidia-smi --query-compute-apps=pid --format=csv,noheader").stdout.split()
     assert holders, "the daemon and the new server hold the GPUs"
 

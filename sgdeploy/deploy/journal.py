@@ -44,6 +44,11 @@ class StartupResult:
     ready_seen_at: float | None = None
     auto_adjusted: list[Adjustment] = field(default_factory=list)
     probe: ProbeOutcome | None = None
+    # on the host's clock (seconds since the epoch): the swap's steps (HostSession.swap: stop,
+    # stopped, gpus_idle, started), the server's first journal line, the line that made it ready
+    host_times: dict[str, float] = field(default_factory=dict)
+    first_line_at: float | None = None
+    ready_at: float | None = None
 
 
 def follower_command(unit: str, invocation: str) -> str:
@@ -94,6 +99,7 @@ class JournalFollower:
         deadline = started + deployment.ready_timeout_s
         exited: str | None = None
         failed_at: float | None = None
+        first_line_at: float | None = None  # the host's clock, as journald stamped the line
         folder: str | None = None
         lines = self.remote.stream_lines(follower_command(deployment.unit, invocation))
         try:
@@ -121,9 +127,11 @@ class JournalFollower:
                 if line == EXITED_MARKER:
                     exited = ""
                     continue
-                message = journal_message(line)
-                if message is None:
+                entry = journal_entry(line)
+                if entry is None:
                     continue
+                message, logged_at = entry
+                first_line_at = first_line_at or logged_at
                 # SGLang logs its api_key in the dump; once read there, the bare value goes anywhere
                 if (at := message.find("server_args=")) >= 0:
                     known = secret_values(parse_server_args(message[at:])) or known
@@ -137,7 +145,8 @@ class JournalFollower:
                                      name="sgdeploy-end-follower").start()
                     folder, lines = None, iter(())
                     return StartupResult(True, report, seconds=time.monotonic() - started,
-                                         ready_seen_at=time.monotonic())
+                                         ready_seen_at=time.monotonic(),
+                                         first_line_at=first_line_at, ready_at=logged_at)
         finally:
             self._end(folder, lines)
         if exited is not None:
@@ -188,8 +197,10 @@ def _failed(reader: LogReader, started: float, reason: str) -> StartupResult:
                          time.monotonic() - started)
 
 
-def journal_message(line: str) -> str | None:
-    """The MESSAGE of one `journalctl -o json` line; None for anything else."""
+def journal_entry(line: str) -> tuple[str, float | None] | None:
+    """The MESSAGE of one `journalctl -o json` line and when journald received it (the host's
+    clock, seconds since the epoch; journalctl always prints __REALTIME_TIMESTAMP); None for
+    anything else."""
     if not line.startswith("{"):
         return None
     try:
@@ -198,8 +209,11 @@ def journal_message(line: str) -> str | None:
         return None
     message = entry.get("MESSAGE")
     if isinstance(message, list):  # journald stores non-UTF-8 messages as byte arrays
-        return bytes(v for v in message if isinstance(v, int) and 0 <= v < 256).decode(
+        message = bytes(v for v in message if isinstance(v, int) and 0 <= v < 256).decode(
             "utf-8", "replace"
         )
-    return message if isinstance(message, str) else None
+    if not isinstance(message, str):
+        return None
+    stamp = entry.get("__REALTIME_TIMESTAMP")
+    return message, int(stamp) / 1e6 if isinstance(stamp, str) and stamp.isdigit() else None
 

@@ -173,6 +173,7 @@ class Record:
             "sglang_version": self._get("sglang_version"),
             "outcome": self.outcome,
             "startup_s": self._get("startup_s"),
+            "downtime": self._get("downtime") or {},
             "deployed_by": self._get("deployed_by"),
             "rollback_of": self._get("rollback_of"),
             "failure": self._get("failure"),

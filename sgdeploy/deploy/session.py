@@ -151,6 +151,23 @@ class Swapped:
     started: bool = False
     invocation: str | None = None
     kept_pids: tuple[int, ...] = ()  # the weight-cache daemon kept running for the new server
+    # the host's clock at each step of the swap: stop, stopped (the daemon's too), gpus_idle,
+    # started (`systemctl start` returned)
+    times: dict[str, float] = field(default_factory=dict)
+
+
+SWAP_STEPS = ("stop", "stopped", "gpus_idle", "started")
+
+
+def swap_times(output: str) -> dict[str, float]:
+    """The `@@times@@` line of the swap: {step: seconds since the epoch}; {} when unreadable."""
+    for line in output.splitlines():
+        if line.startswith("@@times@@ "):
+            try:
+                return dict(zip(SWAP_STEPS, map(float, line.split()[1:]), strict=True))
+            except ValueError:
+                return {}
+    return {}
 
 
 @dataclass
@@ -455,9 +472,9 @@ class HostSession:
             # Nothing stops once sgdeploy is gone (this write fails): the unit file that was there
             # goes back.
             '[ ! -e "$b" ] || trap \'mv -f "$b" "$l"; systemctl daemon-reload; exit 1\' PIPE; '
-            'echo @@installed@@ || exit 1; trap - PIPE; rm -f "$b"; '
+            'echo @@installed@@ || exit 1; trap - PIPE; rm -f "$b"; t0=$(date +%s.%N); '
             + (f"systemctl stop {unit_q}; " if stop_first else "")
-            + f"{deployment.daemon_files.stop_sh()}; "
+            + f"{deployment.daemon_files.stop_sh()}; t1=$(date +%s.%N); "
             + f"{idle_check_sh(deployment.gpus)}; d=$(mktemp -d) || exit 1; i=0; idle=0; "
             + f'{{ {deployment.daemon_files.kept_pids_sh()}; }} >"$d/k"; '
             + 'echo @@kept@@; cat "$d/k"; echo @@end-kept@@; '
@@ -466,7 +483,8 @@ class HostSession:
             f"nvidia-smi --query-gpu={','.join(GPU_QUERY_FIELDS)} --format=csv,noheader,nounits "
             f'>"$d/g" 2>/dev/null; wait; if sgd_idle "$d/g" "$d/a" "$d/k"; then idle=1; break; fi; '
             f"i=$((i + 1)); [ $i -lt {tries} ] || break; sleep 0.1; done; rc=0; "
-            f'if [ $idle = 1 ]; then systemctl start {unit_q} || rc=$?; echo @@invocation@@; '
+            f'if [ $idle = 1 ]; then t2=$(date +%s.%N); systemctl start {unit_q} || rc=$?; '
+            'echo "@@times@@ $t0 $t1 $t2 $(date +%s.%N)"; echo @@invocation@@; '
             f"systemctl show -p InvocationID --value {unit_q}; fi; "
             f'echo @@gpus@@; cat "$d/g"; echo @@apps@@; cat "$d/a"; echo @@owners@@; '
             f'[ $idle = 1 ] || {{ {GPU_OWNERS_SH} "$d/a"; }}; rm -rf "$d"; exit $rc'
@@ -478,12 +496,13 @@ class HostSession:
         head, _, state = result.stdout.partition("@@gpus@@\n")
         kept = _kept_pids(head)
         verdict = gpus_idle(*_gpu_sections(state), deployment.gpus, kept_pids=kept)
-        _, started, invocation = head.partition("@@invocation@@\n")
+        before, started, invocation = head.partition("@@invocation@@\n")
         # the host's rule and gpus_idle disagree: never run on busy GPUs
         if started and not verdict.idle:
             self.remote.run(stop_sh(deployment.unit))
             started, invocation = "", ""
-        return Swapped(result, True, verdict, bool(started), invocation.strip() or None, kept)
+        return Swapped(result, True, verdict, bool(started), invocation.strip() or None, kept,
+                       swap_times(before) if started else {})
 
     def start_installed(self, deployment: Deployment) -> Launched:
         """Start the unit `swap` installed and left stopped (its GPUs were freed later)."""

@@ -135,6 +135,9 @@ class ApplyResult:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     plan: Plan | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    # where the downtime went, on the host's clock (`downtime`): stop_s, gpu_release_s,
+    # unit_start_s, to_first_line_s, to_ready_s, downtime_s; the spans that are known
+    downtime: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
     # SGLang's own verdict on the host, its prediction and what differed
     sglang_check: CheckReport | None = None
@@ -161,6 +164,7 @@ class ApplyResult:
             "diagnostics": [d.as_dict() for d in self.diagnostics],
             "steps": [s.as_dict() for s in self.plan.steps] if self.plan else [],
             "timings": self.timings,
+            "downtime": self.downtime,
             "ssh": self.stats,
             "sglang_check": self.sglang_check.as_dict() if self.sglang_check else None,
             "disagreements": [d.as_dict() for d in self.disagreements],
@@ -202,8 +206,9 @@ class Transaction:
             result, invocation, busy = self._stop_and_start_adopting(
                 deployment, stop_first, takeover, best_effort_idle
             )
+            host_times: dict[str, float] = {}
         else:
-            result, invocation, busy = self._swap(deployment, stop_first)
+            result, invocation, busy, host_times = self._swap(deployment, stop_first)
         if busy is not None:
             busy.seconds = time.monotonic() - began
             return busy
@@ -217,6 +222,9 @@ class Transaction:
                 seconds=time.monotonic() - began,
             )
         startup = self.session.follow(deployment, invocation, deployment.expected_phases)
+        # a first start stops nothing: its downtime begins at the start
+        startup.host_times = host_times if stop_first else {
+            k: v for k, v in host_times.items() if k in ("gpus_idle", "started")}
         if startup.ready:
             info: list[dict[str, Any] | None] = []  # /server_info, asked beside the health check
             asking = threading.Thread(
@@ -249,8 +257,9 @@ class Transaction:
 
     def _swap(
         self, deployment: Deployment, stop_first: bool
-    ) -> tuple[CommandResult, str | None, StartupResult | None]:
-        """Install, stop, start in one round trip when the GPUs free at once; else wait for them."""
+    ) -> tuple[CommandResult, str | None, StartupResult | None, dict[str, float]]:
+        """Install, stop, start in one round trip when the GPUs free at once; else wait for them.
+        The last item: the host's clock at the swap's steps (`Swapped.times`)."""
         swap = self.session.swap(
             deployment, stop_first, min(SWAP_WINDOW_S, self.options.gpu_idle_timeout_s)
         )
@@ -264,9 +273,10 @@ class Transaction:
                     f"{swap.result.stderr.strip() or 'exit ' + str(swap.result.exit_code)}",
                     failure_kind="stage_failed",
                 ),
+                {},
             )
         if swap.started:
-            return swap.result, swap.invocation, None
+            return swap.result, swap.invocation, None, swap.times
         left = max(self.options.gpu_idle_timeout_s - SWAP_WINDOW_S, 0.0)
         verdict = (
             self.session.wait_gpus_idle(deployment.gpus, left, swap.kept_pids)
@@ -278,9 +288,10 @@ class Transaction:
             detail = (f"GPUs still busy after {self.options.gpu_idle_timeout_s:.0f} s: "
                       f"{verdict.describe() if verdict else 'unknown'}; {deployment.unit}.service "
                       "is installed but left stopped")
-            return swap.result, None, StartupResult(False, reason=detail, failure_kind="gpus_busy")
+            busy = StartupResult(False, reason=detail, failure_kind="gpus_busy")
+            return swap.result, None, busy, {}
         result, invocation = self.session.start_installed(deployment)
-        return result, invocation, None
+        return result, invocation, None, {}  # the GPUs freed late: no single swap to time
 
     def _stop_and_start_adopting(
         self,
@@ -341,6 +352,7 @@ class Transaction:
             outcome,
             host=self.host,
             startup_s=round(startup.seconds, 2),
+            downtime=downtime(startup),
             phases=[p.as_dict() for p in report.phases] if report else [],
             phase_times=report.phase_times() if report else {},
             kv_cache_tokens=report.kv_cache_tokens if report else None,
@@ -391,12 +403,33 @@ def result_from(startup: StartupResult, result: ApplyResult) -> ApplyResult:
         failure=failure,
         explain=startup.explain,
         probe=startup.probe,
+        downtime=downtime(startup),
     )
 
 
 def timings(startup: StartupResult, began: float) -> dict[str, float]:
     total = time.monotonic() - began
     return {"total_s": round(total, 3), "startup_s": round(startup.seconds, 3)}
+
+
+def downtime(startup: StartupResult) -> dict[str, float]:
+    """Where the downtime went, on the host's clock: the old server's stop (and a replaced
+    weight-cache daemon's), the GPUs' release, systemd's start, the server's own start to its
+    first journal line (Python importing SGLang) and from there to ready. Only the spans whose
+    ends are known; `downtime_s` from the stop (or a first start) to the ready line."""
+    t = dict(startup.host_times)
+    if startup.first_line_at is not None:
+        t["first_line"] = startup.first_line_at
+    if startup.ready and startup.ready_at is not None:
+        t["ready"] = startup.ready_at
+    spans = (("stop_s", "stop", "stopped"), ("gpu_release_s", "stopped", "gpus_idle"),
+             ("unit_start_s", "gpus_idle", "started"), ("to_first_line_s", "started", "first_line"),
+             ("to_ready_s", "first_line", "ready"))
+    out = {name: round(t[b] - t[a], 3) for name, a, b in spans if a in t and b in t}
+    begin = t.get("stop", t.get("gpus_idle"))
+    if begin is not None and "ready" in t:
+        out["downtime_s"] = round(t["ready"] - begin, 3)
+    return out
 
 
 def connect(name: str, entry: HostEntry) -> RemoteHost:

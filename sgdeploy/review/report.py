@@ -70,6 +70,19 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
+DOWNTIME_SPANS = (("stop_s", "old server's stop"), ("gpu_release_s", "GPUs released"),
+                  ("unit_start_s", "systemd start"), ("to_first_line_s", "to SGLang's first line"),
+                  ("to_ready_s", "to ready"))
+
+
+def downtime_text(spans: dict[str, float]) -> str:
+    """`downtime 39.7 s: old server's stop 5.4 s, GPUs released 0.1 s, ...` (the host's clock)."""
+    parts = ", ".join(f"{label} {spans[key]:.1f} s" for key, label in DOWNTIME_SPANS
+                      if key in spans)
+    total = spans.get("downtime_s")
+    return (f"downtime {total:.1f} s: " if total is not None else "downtime: ") + parts
+
+
 def apply_text(result: ApplyResult) -> str:
     """The end-of-apply summary: outcome, phase times, what SGLang changed, why it failed."""
     lines = [f"{result.status.upper()}: {result.message}"]
@@ -85,6 +98,8 @@ def apply_text(result: ApplyResult) -> str:
         lines.append(f"KV cache: {result.kv_cache_tokens} tokens")
     if result.timings:
         lines.append("apply: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items()))
+    if result.downtime:
+        lines.append(downtime_text(result.downtime))
     if result.probe:
         lines.append(f"throughput: {result.probe.text}")
     if result.auto_adjusted:
@@ -198,7 +213,8 @@ def history_text(history: History) -> str:
     lines = [f"{head}: {len(history.records)} deployment(s), newest first; * = last good "
              f"({history.last_good or 'none'})"]
     rows = [
-        ("", "ID", "TIME", "PROFILE", "SGLANG", "OUTCOME", "STARTUP", "TOK/S", "BY", "ROLLBACK OF")
+        ("", "ID", "TIME", "PROFILE", "SGLANG", "OUTCOME", "STARTUP", "DOWNTIME", "TOK/S", "BY",
+         "ROLLBACK OF")
     ]
     for r in history.records:
         d = r.as_dict()
@@ -207,6 +223,8 @@ def history_text(history: History) -> str:
         )
         outcome = r.outcome + (f" ({r.failure_kind})" if r.failure_kind else "")
         startup = f"{d['startup_s']:.1f} s" if isinstance(d["startup_s"], int | float) else None
+        down = d["downtime"].get("downtime_s") if isinstance(d["downtime"], dict) else None
+        downtime = f"{down:.1f} s" if isinstance(down, int | float) else None
         tps = f"{r.tokens_per_s:.1f}" if r.tokens_per_s is not None else None
         rows.append(
             (
@@ -217,6 +235,7 @@ def history_text(history: History) -> str:
                 _cell(d["sglang_version"]),
                 outcome,
                 _cell(startup),
+                _cell(downtime),
                 _cell(tps),
                 _cell(d["deployed_by"]),
                 _cell(d["rollback_of"]),
