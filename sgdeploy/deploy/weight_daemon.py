@@ -26,6 +26,7 @@ from sgdeploy.host.facts import GpuHolder, GpuInfo, GpuProcess, gpu_strangers
 from sgdeploy.sglang.rules.weight_cache import (
     DAEMON_OWN_FLAGS,
     DAEMON_OWN_PARSER,
+    RANK_READY_TEMPLATE,
     WEIGHT_CACHE,
     WEIGHT_FIELDS,
 )
@@ -35,7 +36,6 @@ if TYPE_CHECKING:  # the plan's records name the daemon's unit without loading p
     from sgdeploy.profile.model import Profile
 
 DAEMON_MODULE = "sglang.srt.weight_cache.daemon"
-RANK_READY_GLOB = "/tmp/sglang_weight_cache_rank*.ready"  # 0.5.17, 0.5.18
 # Environment the daemon refuses (expandable segments cannot be exported over CUDA IPC)
 _ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
@@ -132,7 +132,7 @@ def ready_wait_command(unit: str, ranks: int, sglang_version: str) -> list[str]:
     it)."""
     folder, name = runtime_folder(unit), "*.ready"
     if shares_private_tmp(sglang_version):
-        folder, _, name = RANK_READY_GLOB.rpartition("/")
+        folder, _, name = RANK_READY_TEMPLATE.format(global_rank="*").rpartition("/")
     script = (f'until [ "$(find {folder} -maxdepth 1 -name "{name}" | wc -l)" -ge {ranks} ]; '
               "do sleep 1; done")
     return ["/bin/sh", "-c", script]

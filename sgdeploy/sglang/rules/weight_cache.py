@@ -78,6 +78,7 @@ READY_ENV = "SGLANG_WEIGHT_CACHE_READY_TEMPLATE"
 DEFAULT_SOCKET_TEMPLATE = "/tmp/sglang_weight_cache_{device_uuid}.sock"
 DEFAULT_READY_TEMPLATE = "/tmp/sglang_weight_cache_{device_uuid}.ready"
 RANK_SOCKET_TEMPLATE = "/tmp/sglang_weight_cache_rank{global_rank}.sock"  # 0.5.17, 0.5.18
+RANK_READY_TEMPLATE = "/tmp/sglang_weight_cache_rank{global_rank}.ready"  # beside it
 ALLOC_CONF_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
 
