@@ -255,13 +255,18 @@ def test_health_path(version: str | None, path: str) -> None:
     assert health_path(version) == path
 
 
+def status_output(sections: list[tuple[str, str]], **meta_fields: Any) -> str:
+    """What `status_files_command` prints: ID_MID's history, then each (section, body)."""
+    history = wire(ID_MID, {ID_MID: json.dumps(meta(ID_MID, **meta_fields))}).replace(f"{MARK}end@@\n", "")
+    return history + "".join(f"{MARK}{name}@@\n{body}\n" for name, body in sections) + f"{MARK}end@@\n"
+
+
 def test_parse_status_files() -> None:
     digest = hashlib.sha256(UNIT_A.encode()).hexdigest()
-    out = (wire(ID_MID, {ID_MID: json.dumps(meta(ID_MID))}).replace(f"{MARK}end@@\n", "")
-           + f"{MARK}file unit@@\n{b64(UNIT_A)}\n{MARK}file record/unit.service@@\n{b64(UNIT_A)}\n"
-           f"{MARK}file record/profile.toml@@\n!missing\n{MARK}sums@@\n"
-           f"{digest}  /var/lib/sgdeploy/sglang/{ID_MID}/unit.service\n"
-           f"{MARK}systemd@@\nNeedDaemonReload=yes\n{MARK}end@@\n")
+    out = status_output([("file unit", b64(UNIT_A)), ("file record/unit.service", b64(UNIT_A)),
+                         ("file record/profile.toml", "!missing"),
+                         ("sums", f"{digest}  /var/lib/sgdeploy/sglang/{ID_MID}/unit.service"),
+                         ("systemd", "NeedDaemonReload=yes")])
     f = parse_status_files(out, "ct129", "sglang")
     assert f.unit_text == UNIT_A and f.record_unit == UNIT_A and f.record_profile is None
     assert f.unit_hashes == {ID_MID: digest} and f.need_daemon_reload is True
@@ -294,17 +299,19 @@ def test_the_daemon_unit_drifts_from_its_record_and_counts_in_the_verdict() -> N
 
 
 def test_parse_status_files_reads_the_daemon_unit() -> None:
-    out = (wire(ID_MID, {ID_MID: json.dumps(meta(ID_MID))}).replace(f"{MARK}end@@\n", "")
-           + f"{MARK}file unit@@\n{b64(UNIT_A)}\n{MARK}file daemon@@\n{b64(DAEMON)}\n"
-           f"{MARK}file record/weights.service@@\n{b64(DAEMON)}\n"
-           f"{MARK}daemon_state@@\nLoadState=loaded\nActiveState=active\nSubState=running\n"
-           f"MainPID=77\n{MARK}end@@\n")
+    out = status_output([("file unit", b64(UNIT_A)), ("file daemon", b64(DAEMON)),
+                         ("file record/weights.service", b64(DAEMON)),
+                         ("daemon_state", daemon_state("active", "running"))])
     f = parse_status_files(out, "ct129", "sglang")
     assert f.daemon_text == DAEMON and f.record_daemon == DAEMON
     assert f.daemon_state is not None and (f.daemon_state.active_state, f.daemon_state.main_pid) == (
         "active", 77)
     command = status_files_command("sglang")
     assert "sglang-weights.service" in command and "weights.service" in command
+
+
+def daemon_state(active: str, sub: str) -> str:
+    return f"LoadState=loaded\nActiveState={active}\nSubState={sub}\nMainPID=77\nNRestarts=0"
 
 
 class FakeRemote:
@@ -341,13 +348,14 @@ def facts_out(active: str = "active", sub: str = "running", version: str = "0.5.
                                "NRestarts=2"]))
 
 
+STATUS_PROFILE = '[deploy]\npython = "/opt/py"\n[server]\nport = 31234\nmodel_path = "/m"\n'
+INSTALLED_A = [("file unit", b64(UNIT_A)), ("file record/unit.service", b64(UNIT_A)),
+               ("file record/profile.toml", b64(STATUS_PROFILE)),
+               ("sums", f"{hashlib.sha256(UNIT_A.encode()).hexdigest()}  /v/{ID_MID}/unit.service")]
+
+
 def test_read_status_over_a_fake_host() -> None:
-    profile = '[deploy]\npython = "/opt/py"\n[server]\nport = 31234\nmodel_path = "/m"\n'
-    files_out = (wire(ID_MID, {ID_MID: json.dumps(meta(ID_MID, sglang_version="0.5.23"))})
-                 .replace(f"{MARK}end@@\n", "")
-                 + f"{MARK}file unit@@\n{b64(UNIT_A)}\n{MARK}file record/unit.service@@\n{b64(UNIT_A)}\n"
-                 f"{MARK}file record/profile.toml@@\n{b64(profile)}\n{MARK}sums@@\n"
-                 f"{hashlib.sha256(UNIT_A.encode()).hexdigest()}  /v/{ID_MID}/unit.service\n{MARK}end@@\n")
+    files_out = status_output(INSTALLED_A, sglang_version="0.5.23")
     remote = FakeRemote(files_out, facts_out(), 200)
     status = read_status(remote, "sglang")  # type: ignore[arg-type]
     assert status.healthy and status.exit_code == 0 and status.drift == ()
@@ -550,23 +558,16 @@ def test_operate_commands_usage(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_read_status_shows_the_daemon_beside_the_server() -> None:
-    profile = '[deploy]\npython = "/opt/py"\n[server]\nport = 31234\nmodel_path = "/m"\n'
-    state = "LoadState=loaded\nActiveState={}\nSubState={}\nMainPID=77\nNRestarts=0\n"
-    files_out = (wire(ID_MID, {ID_MID: json.dumps(meta(ID_MID, sglang_version="0.5.23"))})
-                 .replace(f"{MARK}end@@\n", "")
-                 + f"{MARK}file unit@@\n{b64(UNIT_A)}\n{MARK}file daemon@@\n{b64(DAEMON)}\n"
-                 f"{MARK}file record/unit.service@@\n{b64(UNIT_A)}\n"
-                 f"{MARK}file record/profile.toml@@\n{b64(profile)}\n"
-                 f"{MARK}file record/weights.service@@\n{b64(DAEMON)}\n{MARK}sums@@\n"
-                 f"{hashlib.sha256(UNIT_A.encode()).hexdigest()}  /v/{ID_MID}/unit.service\n"
-                 f"{MARK}daemon_state@@\n{{state}}{MARK}end@@\n")
-    up = read_status(FakeRemote(files_out.format(state=state.format("active", "running")), facts_out(), 200),
-                     "sglang")  # type: ignore[arg-type]
+    def files_out(active: str, sub: str) -> str:
+        return status_output([*INSTALLED_A, ("file daemon", b64(DAEMON)),
+                              ("file record/weights.service", b64(DAEMON)),
+                              ("daemon_state", daemon_state(active, sub))], sglang_version="0.5.23")
+
+    up = read_status(FakeRemote(files_out("active", "running"), facts_out(), 200), "sglang")  # type: ignore[arg-type]
     assert up.healthy and up.drift == ()
     assert up.as_dict()["weight_daemon"]["unit_state"]["main_pid"] == 77
     assert "weight-cache daemon: sglang-weights.service, loaded, active/running, main pid 77" in (
         report.status_text(up))
-    down = read_status(FakeRemote(files_out.format(state=state.format("failed", "failed")), facts_out(), 200),
-                       "sglang")  # type: ignore[arg-type]
+    down = read_status(FakeRemote(files_out("failed", "failed"), facts_out(), 200), "sglang")  # type: ignore[arg-type]
     assert not down.healthy and "sglang-weights.service is not running" in down.problems[0]
     assert "NOT HEALTHY" in report.status_text(down)
