@@ -86,6 +86,8 @@ def test_the_first_apply_starts_the_daemon_then_the_server_maps_the_weights(
     code, result = sgdeploy(host, capsys, "apply", str(profiles["a"]))
     assert (code, result["status"]) == (0, "ready"), result.get("message")
     assert daemon_pid(host) not in ("", "0")
+    # nothing was serving: the downtime begins at the start, no stop in it
+    assert "stop_s" not in result["downtime"] and result["downtime"]["downtime_s"] > 0, result["downtime"]
     daemon_log = journal(host, "sglang-wc-weights")
     assert "All 2 weight cache daemons on node 0 are ready" in daemon_log
     server_log = journal(host, "sglang-wc")

@@ -501,8 +501,11 @@ class HostSession:
         if started and not verdict.idle:
             self.remote.run(stop_sh(deployment.unit))
             started, invocation = "", ""
+        times = swap_times(before) if started else {}
+        if not stop_first:  # nothing was serving: the downtime begins at the start
+            times = {k: v for k, v in times.items() if k not in ("stop", "stopped")}
         return Swapped(result, True, verdict, bool(started), invocation.strip() or None, kept,
-                       swap_times(before) if started else {})
+                       times)
 
     def start_installed(self, deployment: Deployment) -> Launched:
         """Start the unit `swap` installed and left stopped (its GPUs were freed later)."""

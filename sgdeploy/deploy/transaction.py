@@ -222,9 +222,7 @@ class Transaction:
                 seconds=time.monotonic() - began,
             )
         startup = self.session.follow(deployment, invocation, deployment.expected_phases)
-        # a first start stops nothing: its downtime begins at the start
-        startup.host_times = host_times if stop_first else {
-            k: v for k, v in host_times.items() if k in ("gpus_idle", "started")}
+        startup.host_times = host_times
         if startup.ready:
             info: list[dict[str, Any] | None] = []  # /server_info, asked beside the health check
             asking = threading.Thread(
