@@ -79,7 +79,8 @@ cuda_home_line() {  # SGLang's JIT kernels find nvcc through CUDA_HOME, PATH or 
     echo "CUDA_HOME = \"$(dirname "$(dirname "$(readlink -f "$nvcc")")")\""
 }
 
-profile() {  # $1 name, $2 model, then extra [server] lines; HARDENING=strict for a sandboxed unit
+profile() {  # $1 name, $2 model, then extra [server] lines; HARDENING=strict for a sandboxed unit,
+             # ENV_LINES extra [env] lines
     local name=$1 model=$2; shift 2
     cat > "$RUN/profiles/$name.toml" <<EOF
 # The H200 run of bench/h200_real_deploy.sh: $name
@@ -96,6 +97,7 @@ $(cuda_home_line)
 NCCL_NVLS_ENABLE = "0"
 TORCH_SYMM_MEM_DISABLE_MULTICAST = "1"
 NVSHMEM_DISABLE_NVLS = "1"
+${ENV_LINES:-}
 
 [server]
 model_path = "$MODELS/$model"
@@ -157,6 +159,19 @@ EOF
     # PHASE=8: clients of the weight-cache daemon (SGLANG_RELEASE=0.5.17 or later)
     profile wc-a "$big" 'mem_fraction_static = 0.8' 'max_running_requests = 64' 'weight_cache_mode = "client"'
     profile wc-b "$big" 'mem_fraction_static = 0.8' 'max_running_requests = 128' 'weight_cache_mode = "client"'
+    # PHASE=9 and 10 (issue #37's levers): today's unit exactly (SGLang's crash diagnostics on, as
+    # before sgdeploy turned them off), and the daemon with each server-side lever and all of them
+    local today='SGLANG_PYSPY_DUMP_BEFORE_CRASH = "1"
+SGLANG_CUDA_COREDUMP_BEFORE_CRASH = "1"' wc='weight_cache_mode = "client"' x
+    for x in a:64 b:128; do
+        ENV_LINES=$today profile "today-${x%:*}" "$big" 'mem_fraction_static = 0.8' "max_running_requests = ${x#*:}"
+        profile "wcw-${x%:*}" "$big" 'mem_fraction_static = 0.8' "max_running_requests = ${x#*:}" "$wc" \
+            'skip_server_warmup = true'
+        profile "wcp-${x%:*}" "$big" 'mem_fraction_static = 0.8' "max_running_requests = ${x#*:}" "$wc" \
+            'disable_prefill_cuda_graph = true'
+        profile "wcx-${x%:*}" "$big" 'mem_fraction_static = 0.8' "max_running_requests = ${x#*:}" "$wc" \
+            'skip_server_warmup = true' 'disable_prefill_cuda_graph = true'
+    done
 }
 
 facts() {

@@ -210,6 +210,31 @@ def test_on_0_5_17_the_pair_meets_in_a_private_tmp_of_its_own(
     assert hs.ssh("wc17", "systemctl show -p MainPID --value sglang-wc-weights.service").stdout.strip() == pid
     server_log = hs.ssh("wc17", "journalctl -u sglang-wc -o cat --no-pager").stdout
     assert server_log.count("Loaded model via IPC (mode=client)") >= 2 * 2  # two ranks, two starts
+    # the stop of a unit sgdeploy rendered: the scheduler's death is still taken for a crash, but
+    # the crash diagnostics that would sleep 5 s are off (sgdeploy.sglang.shutdown)
+    assert "crashed with exit code -15" in server_log
+    assert "Sleeping 5 seconds before crash diagnostics" not in server_log
+    assert result["downtime"]["stop_s"] < 3, result["downtime"]
     verified = hs.ssh("wc17", "systemd-analyze verify /etc/systemd/system/sglang-wc-weights.service "
                       "/etc/systemd/system/sglang-wc.service 2>&1; true").stdout
     assert "sglang-wc" not in verified, verified
+
+
+def test_on_0_5_17_a_profile_that_keeps_the_crash_diagnostics_pays_their_sleep_at_every_stop(
+        host_0517: HostSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """[env] turning SGLang's crash diagnostics on gets today's stop back: 5 s asleep, for nothing."""
+    hs, paths = host_0517, []
+    for running in (16, 12):
+        path = tmp_path / f"wc17-diag-{running}.toml"
+        path.write_text(client_profile(running).replace('host = "wc23"', 'host = "wc17"')
+                        .replace(f"port = {PORT}", f"port = {PORT_0517}")
+                        + '\n[env]\nSGLANG_PYSPY_DUMP_BEFORE_CRASH = true\n')
+        paths.append(path)
+    for path in paths:
+        code, result = sgdeploy(hs, capsys, "apply", str(path))
+        assert (code, result["status"]) == (0, "ready"), result.get("message")
+    assert result["downtime"]["stop_s"] >= 5, result["downtime"]
+    unit = hs.ssh("wc17", "systemctl cat sglang-wc.service").stdout
+    assert "SGLANG_PYSPY_DUMP_BEFORE_CRASH=1" in unit and "SGLANG_CUDA_COREDUMP_BEFORE_CRASH=0" in unit
+    server_log = hs.ssh("wc17", "journalctl -u sglang-wc -o cat --no-pager").stdout
+    assert "Sleeping 5 seconds before crash diagnostics to let GPU activity settle." in server_log

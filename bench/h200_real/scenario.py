@@ -7,7 +7,10 @@
                                                  7: today's restart, warm and with the page cache
                                                  dropped; 8: the weight-cache daemon's restart, then
                                                  today's beside it (SGLANG_RELEASE 0.5.17+);
-                                                 each within one call)
+                                                 9: the daemon's restart with each lever, three
+                                                 times with all; 10: today's restart, three
+                                                 times warm and three dropped; each within one
+                                                 call)
     python scenario.py --poll URL LOG           (the client: /health every 0.1 s, /generate every 1 s)
 
 RUN_DIR holds inventory.toml, profiles/, the SSH key and known_hosts. Each step's command line,
@@ -147,15 +150,16 @@ def main() -> None:
     poller = subprocess.Popen([sys.executable, __file__, "--poll", f"http://127.0.0.1:{PORT}",
                                os.path.join(out, "client.jsonl")])
     try:
-        if phase in ("1", "4", "5", "6", "7", "8") or not os.path.exists(os.path.join(out, "NO-SERVER")):
+        if phase in ("1", "4", "5", "6", "7", "8", "9", "10") or not os.path.exists(os.path.join(out, "NO-SERVER")):
             {"1": phase_one, "2": phase_two, "3": phase_three, "4": phase_four, "5": phase_five,
-             "6": phase_six, "7": phase_seven, "8": phase_eight, "short": phase_short}[phase](run, sgd, out)
+             "6": phase_six, "7": phase_seven, "8": phase_eight, "9": phase_nine, "10": phase_ten,
+             "short": phase_short}[phase](run, sgd, out)
     finally:
         poller.kill()
         run.capture(f"journal.all.{phase}.txt", "journalctl -u sglang.service -o short-precise --no-pager")
         run.capture(f"journal.boot.{phase}.txt", "journalctl -b -o short-precise --no-pager | tail -400")
-        if phase == "8":
-            run.capture("journal.weights.8.txt", "journalctl -u sglang-weights.service -o short-precise --no-pager")
+        if phase in ("8", "9"):
+            run.capture(f"journal.weights.{phase}.txt", "journalctl -u sglang-weights.service -o short-precise --no-pager")
 
 
 APPLY_TIMEOUT_S = 560
@@ -329,6 +333,37 @@ def phase_eight(run: Run, sgd: list[str], out: str) -> None:
     run.step("plain-flag-change-dropped", sgd + ["apply", "profiles/big-b.toml", "--json", "--no-read-ahead"],
              timeout=APPLY_TIMEOUT_S)
     run.step("history-client", sgd + ["history", "profiles/wc-a.toml", "--json"], journal=False)
+
+
+def phase_nine(run: Run, sgd: list[str], out: str) -> None:
+    """Issue #37's levers on the daemon's restart, each a flag change that keeps the weights
+    (max_running_requests 64 <-> 128): the first client apply, then the daemon with sgdeploy's
+    stop (crash diagnostics off) three times, all levers three times (+ skip_server_warmup,
+    + disable_prefill_cuda_graph), each of those two alone once."""
+    first = run.step("client-first", sgd + ["apply", "profiles/wc-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    run.capture("client.units.service", "systemctl cat sglang-weights.service sglang.service")
+    if first["rc"] != 0:
+        return
+    runs = [("client-flag-change-warm", "wc")] * 3 + [("levers-all", "wcx")] * 3 + [
+        ("lever-skip-warmup", "wcw"), ("lever-no-prefill-graphs", "wcp")]
+    for i, (name, stem) in enumerate(runs):
+        profile = f"profiles/{stem}-{'b' if i % 2 == 0 else 'a'}.toml"
+        run.step(name, sgd + ["apply", profile, "--json"], timeout=APPLY_TIMEOUT_S)
+    run.step("history-client", sgd + ["history", "profiles/wc-a.toml", "--json"], journal=False)
+
+
+def phase_ten(run: Run, sgd: list[str], out: str) -> None:
+    """Today's restart, as the unit was before sgdeploy turned SGLang's crash diagnostics off:
+    a cold apply (the daemon's pair goes), the flag change three times with the page cache warm
+    and three times with it dropped (no read-ahead)."""
+    run.step("today-cold", sgd + ["apply", "profiles/today-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    for i in range(6):
+        dropped = i >= 3
+        if dropped:
+            subprocess.run(DROP_PAGE_CACHE, check=False)
+        name = f"today-flag-change-{'dropped' if dropped else 'warm'}"
+        run.step(name, sgd + ["apply", f"profiles/today-{'b' if i % 2 == 0 else 'a'}.toml", "--json"]
+                 + (["--no-read-ahead"] if dropped else []), timeout=APPLY_TIMEOUT_S)
 
 
 def phase_three(run: Run, sgd: list[str], out: str) -> None:

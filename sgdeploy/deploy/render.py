@@ -37,6 +37,7 @@ from sgdeploy.sglang.argv import LAUNCH_MODULE
 from sgdeploy.sglang.catalog import Catalog, Flag
 from sgdeploy.sglang.flags import as_sglang_sees_it, removed_switch_off
 from sgdeploy.sglang.secrets import launch_secrets
+from sgdeploy.sglang.shutdown import stop_environment
 
 
 def _template_dir() -> Path:
@@ -136,13 +137,16 @@ def unit_path(python: str) -> str:
     return f"{bin_dir}:{SYSTEMD_DEFAULT_PATH}"
 
 
-def unit_environment(profile: Profile) -> list[tuple[str, str]]:
+def unit_environment(profile: Profile, sglang_version: str | None = None) -> list[tuple[str, str]]:
+    """The unit's Environment=: sgdeploy's own, then `[env]`, then what keeps a stop of
+    `sglang_version` short (sgdeploy.sglang.shutdown)."""
     env = [("PYTHONUNBUFFERED", "1")]
     if "PATH" not in profile.env:
         env.append(("PATH", unit_path(profile.deploy.python)))
     if profile.deploy.gpus:
         env.append(("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in profile.deploy.gpus)))
     env.extend(profile.env.items())
+    env.extend(stop_environment(sglang_version, profile.env))
     return env
 
 
@@ -247,7 +251,7 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
     argv = [word for group in groups for word in group]
     # ExecStart= may run SGLang's launch through the launcher that keeps secrets out of its log
     exec_groups = [[groups[0][0], *secrets.launcher, *groups[0][1:]], *groups[1:]]
-    environment = unit_environment(profile)
+    environment = unit_environment(profile, catalog.version)
     sandbox = unit_sandbox(profile)
     daemon = None
     # sgdeploy places the daemons' sockets: its templates win
@@ -274,6 +278,7 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
         exec_groups=exec_groups,
         timeout_start_s=profile.deploy.ready_timeout_s,
         timeout_stop_s=STOP_TIMEOUT_S,
+        quiet_stop=[k for k, _ in stop_environment(catalog.version, profile.env)],
         weights_unit=daemon.unit if daemon else None,
         shared_tmp=bool(daemon) and shares_private_tmp(catalog.version),
     )

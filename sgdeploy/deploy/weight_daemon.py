@@ -30,6 +30,7 @@ from sgdeploy.sglang.rules.weight_cache import (
     WEIGHT_CACHE,
     WEIGHT_FIELDS,
 )
+from sgdeploy.sglang.shutdown import CRASH_DIAGNOSTICS_ENV
 from sgdeploy.sglang.versions import VersionRange, parse_version
 
 if TYPE_CHECKING:  # the plan's records name the daemon's unit without loading pydantic
@@ -116,11 +117,13 @@ def ranks_on_node(profile: Profile) -> int:
 
 def daemon_environment(environment: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The server unit's environment as the daemon gets it: without an allocator setting that
-    asks for expandable segments, which SGLang's daemon refuses (SGD542)."""
+    asks for expandable segments, which SGLang's daemon refuses (SGD542), and without the crash
+    diagnostics of the server's stop (sgdeploy.sglang.shutdown), which the daemon does not run:
+    its unit stays the same text, and its weights kept, whatever they say."""
     return [
         (k, v)
         for k, v in environment
-        if not (
+        if k not in CRASH_DIAGNOSTICS_ENV and not (
             k in _ALLOCATOR_VARIABLES and "expandable_segments:true" in v.replace(" ", "").lower()
         )
     ]

@@ -176,7 +176,7 @@ def _launch(loaded: LoadedProfile, verdict: TargetVerdict, host_name: str) -> La
         host=host_name,
         facts=facts,
         server=dict(profile.server),
-        environment=dict(unit_environment(profile)),
+        environment=dict(unit_environment(profile, verdict.version)),
         deploy=profile.deploy.model_dump(exclude_none=True),
         diagnostics=verdict.diagnostics,
         unit_text=unit_text,

@@ -65,6 +65,13 @@ DEFAULT_SETTINGS = {
 VERSION = importlib.metadata.version("sglang")
 V = tuple(int(x) for x in VERSION.split(".")[:3] if x.isdigit())
 NEW = V >= (0, 5, 20)  # 0.5.2x wording and behaviour; older = 0.5.10/0.5.11
+CRASH_DIAGNOSTICS = (0, 5, 13)  # TokenizerManager.dump_requests_before_crash's py-spy and coredump
+
+
+def crash_diagnostics_on() -> bool:
+    """Either variable true, as SGLang's EnvBool reads it (both default to true)."""
+    return any(os.environ.get(name, "true").lower() in ("true", "1", "yes", "y")
+               for name in ("SGLANG_PYSPY_DUMP_BEFORE_CRASH", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH"))
 
 
 # ------------------------------------------------------------------------ logging
@@ -2037,11 +2044,17 @@ def main(argv: list[str], entry: str) -> None:
     def stop_at_once() -> None:
         """SIGTERM to the whole control group at once (systemd's KillMode=control-group), as the real
         0.5.11 showed it: with no request running the watchdog's first look ends it; with one, a
-        scheduler's own SIGTERM is seen first and SIGQUIT ends it, cutting the request."""
-        if State.in_flight:
+        scheduler's own SIGTERM is seen first and SIGQUIT ends it, cutting the request. 0.5.17 (on an
+        H100, tests/fixtures/h200-real/weight-cache) took the scheduler's death for a crash at every
+        stop, and its crash diagnostics (0.5.13+) slept 5 s unless both were turned off."""
+        if State.in_flight or V >= CRASH_DIAGNOSTICS:
             log(f"Subprocess scheduler_0 (pid={SCHEDULERS[0] if SCHEDULERS else os.getpid() + 1}) crashed with "
                 "exit code -15. Triggering SIGQUIT for cleanup...")
             log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+            if V >= CRASH_DIAGNOSTICS and crash_diagnostics_on():
+                log("Sleeping 5 seconds before crash diagnostics to let GPU activity settle.")
+                time.sleep(5.0)
+                log("No live scheduler processes found; skipping py-spy and CUDA coredump.")
         else:
             log(remaining_line(0))
         kill_own_tree()
