@@ -187,7 +187,7 @@ def check(unit: RenderedUnit, model: Any, dump: Dump, catalog_version: str) -> N
     argv = launch_argv(model, load_catalog(catalog_version))
     assert dump.argv == argv
     assert list(unit.argv) == argv
-    expected_env = dict(unit_environment(model))
+    expected_env = dict(unit_environment(model, catalog_version))
     sandbox = unit_sandbox(model)  # a strict unit also points every cache at its cache folder
     expected_env.update({k: v for k, v in (sandbox.environment if sandbox else ()) if k not in SYSTEMD_ENV})
     # the unit sets PATH itself (the interpreter's bin directory first): the process sees exactly it

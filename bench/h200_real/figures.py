@@ -88,6 +88,12 @@ def outage(rows: list[dict], kind: str, start: float, end: float) -> float | Non
     return round(max(gaps), 1) if gaps else None
 
 
+def step_file(run: Path, step: dict, suffix: str) -> Path:
+    """A step's file in a run's fixtures: numbered where the run repeats a step (PHASE=9, 10)."""
+    numbered = run / f"{step['n']:02d}-{step['step']}{suffix}"
+    return numbered if numbered.exists() else run / f"{step['step']}{suffix}"
+
+
 def weight_cache_table(folder: Path) -> str:
     """PHASE=8 (docs/weight-cache.md): each apply of each run, the old server's stop, the new
     start's phases (seconds after systemd's `Started`) and the outage a client saw."""
@@ -99,7 +105,7 @@ def weight_cache_table(folder: Path) -> str:
         for step in map(json.loads, (run / "steps.jsonl").read_text().splitlines()):
             if step["argv"][1] != "apply" or step["step"] == "client-first":
                 continue  # the first apply starts from nothing: no outage to measure
-            journal = run / f"{step['step']}.journal"
+            journal = step_file(run, step, ".journal")
             _, ends = phases(journal)
             cells = [stop_s(journal), *(ends.get(c) for c, _ in MARKS),
                      outage(rows, "generate", step["start"], step["end"]),
