@@ -255,6 +255,12 @@ def test_health_path(version: str | None, path: str) -> None:
     assert health_path(version) == path
 
 
+@pytest.mark.parametrize("version", ["0.5.11", "0.5.23", None])
+def test_a_launch_without_sglangs_warmup_is_ready_once_a_token_was_generated(version: str | None) -> None:
+    assert health_path(version, {"skip_server_warmup": True}) == "/health_generate"
+    assert health_path(version, {"skip_server_warmup": False}) == health_path(version)
+
+
 def status_output(sections: list[tuple[str, str]], **meta_fields: Any) -> str:
     """What `status_files_command` prints: ID_MID's history, then each (section, body)."""
     history = wire(ID_MID, {ID_MID: json.dumps(meta(ID_MID, **meta_fields))}).replace(f"{MARK}end@@\n", "")

@@ -235,7 +235,7 @@ def launch(loaded: LoadedProfile, catalog: Catalog, cluster: ClusterEntry, name:
 # --------------------------------------------------------------------------- probes and drain
 def probes(profile: Profile, version: str, port: int) -> dict[str, Any]:
     """startupProbe, readinessProbe and livenessProbe of a serving container."""
-    ready = health_path(version)
+    ready = health_path(version, profile.server)
     start_failures = max(math.ceil(profile.deploy.ready_timeout_s / PROBE_PERIOD_S), 1)
     return {
         # failureThreshold x periodSeconds >= deploy.ready_timeout_s: loading, KV cache, CUDA graphs

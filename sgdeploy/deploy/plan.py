@@ -12,6 +12,7 @@ import enum
 import getpass
 import hashlib
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -131,12 +132,18 @@ class Deployment:
 
     @property
     def health_path(self) -> str:
-        return "/ready" if parse_version(self.sglang_version) >= READY_ENDPOINT_SINCE else "/health"
+        return health_path(self.sglang_version, self.server)
 
 
-def health_path(sglang_version: str | None) -> str:
+def health_path(sglang_version: str | None, server: Mapping[str, Any] | None = None) -> str:
     """The endpoint that says a server is ready: `/ready` from SGLang 0.5.20 on
-    (READY_ENDPOINT_SINCE), `/health` before (and when the version is unknown)."""
+    (READY_ENDPOINT_SINCE), `/health` before (and when the version is unknown). A launch with
+    `skip_server_warmup` says it is ready before any request has run, and `/ready` (or `/health`
+    with SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION off) answers without one: `/health_generate`,
+    which every release serves and which always runs one token through the scheduler, makes
+    readiness count a request that succeeded."""
+    if server and server.get("skip_server_warmup"):
+        return "/health_generate"
     try:
         return (
             "/ready"
