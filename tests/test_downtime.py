@@ -10,7 +10,7 @@ import pytest
 
 from sgdeploy.deploy.journal import StartupResult, journal_entry
 from sgdeploy.deploy.session import swap_times
-from sgdeploy.deploy.transaction import downtime
+from sgdeploy.deploy.downtime import downtime
 from sgdeploy.review.report import downtime_text
 
 # llama-20b's second run, client-flag-change-warm: Stopping 21:57:50.439, Stopped 21:57:55.817,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdeploy.core.diagnostics import Diagnostic
+from sgdeploy.deploy.downtime import downtime
 from sgdeploy.deploy.journal import Reporter, StartupResult
 from sgdeploy.deploy.plan import Deployment, Plan, Takeover, deployment_meta
 from sgdeploy.deploy.prestop import BeforeStop
@@ -408,26 +409,6 @@ def result_from(startup: StartupResult, result: ApplyResult) -> ApplyResult:
 def timings(startup: StartupResult, began: float) -> dict[str, float]:
     total = time.monotonic() - began
     return {"total_s": round(total, 3), "startup_s": round(startup.seconds, 3)}
-
-
-def downtime(startup: StartupResult) -> dict[str, float]:
-    """Where the downtime went, on the host's clock: the old server's stop (and a replaced
-    weight-cache daemon's), the GPUs' release, systemd's start, the server's own start to its
-    first journal line (Python importing SGLang) and from there to ready. Only the spans whose
-    ends are known; `downtime_s` from the stop (or a first start) to the ready line."""
-    t = dict(startup.host_times)
-    if startup.first_line_at is not None:
-        t["first_line"] = startup.first_line_at
-    if startup.ready and startup.ready_at is not None:
-        t["ready"] = startup.ready_at
-    spans = (("stop_s", "stop", "stopped"), ("gpu_release_s", "stopped", "gpus_idle"),
-             ("unit_start_s", "gpus_idle", "started"), ("to_first_line_s", "started", "first_line"),
-             ("to_ready_s", "first_line", "ready"))
-    out = {name: round(t[b] - t[a], 3) for name, a, b in spans if a in t and b in t}
-    begin = t.get("stop", t.get("gpus_idle"))
-    if begin is not None and "ready" in t:
-        out["downtime_s"] = round(t["ready"] - begin, 3)
-    return out
 
 
 def connect(name: str, entry: HostEntry) -> RemoteHost:

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sgdeploy.core.diagnostics import Diagnostic, finding_line
+from sgdeploy.deploy.downtime import DOWNTIME_SPANS
 from sgdeploy.profile.validate import ValidationResult
 from sgdeploy.sglang.secrets import redact, redact_data
 
@@ -70,14 +71,9 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-DOWNTIME_SPANS = (("stop_s", "old server's stop"), ("gpu_release_s", "GPUs released"),
-                  ("unit_start_s", "systemd start"), ("to_first_line_s", "to SGLang's first line"),
-                  ("to_ready_s", "to ready"))
-
-
 def downtime_text(spans: dict[str, float]) -> str:
     """`downtime 39.7 s: old server's stop 5.4 s, GPUs released 0.1 s, ...` (the host's clock)."""
-    parts = ", ".join(f"{label} {spans[key]:.1f} s" for key, label in DOWNTIME_SPANS
+    parts = ", ".join(f"{label} {spans[key]:.1f} s" for key, _, _, label in DOWNTIME_SPANS
                       if key in spans)
     total = spans.get("downtime_s")
     return (f"downtime {total:.1f} s: " if total is not None else "downtime: ") + parts
