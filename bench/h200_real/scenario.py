@@ -150,15 +150,15 @@ def main() -> None:
     poller = subprocess.Popen([sys.executable, __file__, "--poll", f"http://127.0.0.1:{PORT}",
                                os.path.join(out, "client.jsonl")])
     try:
-        if phase in ("1", "4", "5", "6", "7", "8", "9", "10") or not os.path.exists(os.path.join(out, "NO-SERVER")):
+        if phase in ("1", "4", "5", "6", "7", "8", "9", "10", "bar") or not os.path.exists(os.path.join(out, "NO-SERVER")):
             {"1": phase_one, "2": phase_two, "3": phase_three, "4": phase_four, "5": phase_five,
              "6": phase_six, "7": phase_seven, "8": phase_eight, "9": phase_nine, "10": phase_ten,
-             "short": phase_short}[phase](run, sgd, out)
+             "bar": phase_bar, "short": phase_short}[phase](run, sgd, out)
     finally:
         poller.kill()
         run.capture(f"journal.all.{phase}.txt", "journalctl -u sglang.service -o short-precise --no-pager")
         run.capture(f"journal.boot.{phase}.txt", "journalctl -b -o short-precise --no-pager | tail -400")
-        if phase in ("8", "9"):
+        if phase in ("8", "9", "bar"):
             run.capture(f"journal.weights.{phase}.txt", "journalctl -u sglang-weights.service -o short-precise --no-pager")
 
 
@@ -366,6 +366,22 @@ def phase_ten(run: Run, sgd: list[str], out: str) -> None:
         name = f"today-flag-change-{'dropped' if dropped else 'warm'}"
         run.step(name, sgd + ["apply", f"profiles/today-{'b' if i % 2 == 0 else 'a'}.toml", "--json"]
                  + (["--no-read-ahead"] if dropped else []), timeout=APPLY_TIMEOUT_S)
+
+
+def phase_bar(run: Run, sgd: list[str], out: str) -> None:
+    """Issue #37's bar alone, for a session short of device time (prepare+scenario, one call): the
+    client's first apply, the daemon with sgdeploy's stop once, with all levers twice; then
+    today's restart, cold and twice with the page cache dropped."""
+    first = run.step("client-first", sgd + ["apply", "profiles/wc-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
+    if first["rc"] != 0:
+        return
+    for name, profile in (("client-flag-change-warm", "wc-b"), ("levers-all", "wcx-a"), ("levers-all", "wcx-b"),
+                          ("today-cold", "today-a"), ("today-flag-change-dropped", "today-b"),
+                          ("today-flag-change-dropped", "today-a")):
+        if name.endswith("dropped"):
+            subprocess.run(DROP_PAGE_CACHE, check=False)
+        run.step(name, sgd + ["apply", f"profiles/{profile}.toml", "--json"]
+                 + (["--no-read-ahead"] if name.endswith("dropped") else []), timeout=APPLY_TIMEOUT_S)
 
 
 def phase_three(run: Run, sgd: list[str], out: str) -> None:
