@@ -29,7 +29,8 @@ CRASH_DIAGNOSTICS_ENV = ("SGLANG_PYSPY_DUMP_BEFORE_CRASH", "SGLANG_CUDA_COREDUMP
 
 def stop_environment(sglang_version: str | None, env: Mapping[str, str]) -> list[tuple[str, str]]:
     """The variables a unit of `sglang_version` adds so that its stop does not sleep: each crash
-    diagnostic `env` (the profile's) does not set, off. None for an unknown release."""
+    diagnostic `env` (the profile's) does not set, off; none for a release unknown or before
+    0.5.13."""
     if sglang_version is None or parse_version(sglang_version) not in CRASH_DIAGNOSTICS:
         return []
     return [(name, "0") for name in CRASH_DIAGNOSTICS_ENV if name not in env]
