@@ -10,14 +10,15 @@
 #                        bench/h200_check_real_install.sh's setup); sgdeploy's venv /opt/sgd; the
 #                        models (bench/h200_real/models.py); boots the systemd host
 #                        (bench/h200_real/host.sh); writes the inventory and profiles to /opt/h200run
-#   STAGE=scenario PHASE=1|2|...|8|short ...   runs sgdeploy as a user would (bench/h200_real/scenario.py);
+#   STAGE=swap ...       MODEL_SET's models in place of the machine's (the units stopped first)
+#   STAGE=scenario PHASE=1|2|...|10|bar|rest|small|short ...   runs sgdeploy as a user would (bench/h200_real/scenario.py);
 #                        SGLANG_RELEASE names the carried release in the inventory (PHASE=8, the
 #                        weight-cache daemon, needs 0.5.17+: build the parts with the same variable)
 # Every stage starts over where a marker says it has not finished, so a machine given back is
 # rebuilt by running the stages again. What each stage saw goes to $OUT as one tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-STAGE=${STAGE:?STAGE=carry|prepare|scenario}
+STAGE=${STAGE:?STAGE=carry|prepare|swap|scenario}
 CARRY=/opt/carry RUN=/opt/h200run MODELS=/opt/models SGL=/opt/sgl SGD=/opt/sgd
 PARTIAL_OF=${PARTIAL_OF:-llama-8b}  # the model whose partial download PHASE=4 applies
 LOG=$RUN/out; mkdir -p "$CARRY/parts" "$LOG"
@@ -191,17 +192,27 @@ prepare() {
     ssh_check
 }
 
-ssh_check() {
-    "$SGD/bin/python3" - "$RUN" <<'PY'
+on_host() {  # each argument a command on the systemd host, over SSH as sgdeploy goes there
+    "$SGD/bin/python3" - "$RUN" "$@" <<'PY'
 import paramiko, sys
 run = sys.argv[1]
 c = paramiko.SSHClient(); c.load_host_keys(f"{run}/known_hosts")
 c.connect("127.0.0.1", 2222, "root", key_filename=f"{run}/key", timeout=10)
-for cmd in ("systemctl is-system-running", "nvidia-smi -L", "flock --version | head -1",
-            "/opt/sgl/bin/python3 -c 'import torch; print(torch.cuda.get_device_name())'"):
+for cmd in sys.argv[2:]:
     _, o, e = c.exec_command(cmd)
     print(f"host$ {cmd}\n{o.read().decode()}{e.read().decode()}", end="")
 PY
+}
+
+ssh_check() {
+    on_host "systemctl is-system-running" "nvidia-smi -L" "flock --version | head -1" \
+        "/opt/sgl/bin/python3 -c 'import torch; print(torch.cuda.get_device_name())'"
+}
+
+swap() {  # MODEL_SET's models in place of those on the machine (PHASE=small after llama-20b's
+          # phases: the disk holds one of them beside the closure): the units stopped first
+    on_host "systemctl stop sglang.service sglang-weights.service; systemctl reset-failed" || return 1
+    rm -rf "${MODELS:?}"/* "$MODELS/.done" && timed models && df -h /
 }
 
 scenario() {
@@ -220,6 +231,7 @@ for stage in ${STAGE//+/ }; do
     case $stage in
         carry) carry || rc=$? ;;
         prepare) prepare 2>&1 | tee "$LOG/prepare.txt"; rc=${PIPESTATUS[0]} ;;
+        swap) swap 2>&1 | tee -a "$LOG/swap.txt"; rc=${PIPESTATUS[0]} ;;
         scenario) scenario 2>&1 | tee -a "$LOG/scenario.txt"; rc=${PIPESTATUS[0]} ;;
         *) echo "unknown STAGE $stage"; exit 2 ;;
     esac

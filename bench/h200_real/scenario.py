@@ -9,8 +9,10 @@
                                                  today's beside it (SGLANG_RELEASE 0.5.17+);
                                                  9: the daemon's restart with each lever, three
                                                  times with all; 10: today's restart, three
-                                                 times warm and three dropped; each within one
-                                                 call)
+                                                 times warm and three dropped; bar: issue #37's
+                                                 bar alone; rest: what bar leaves for three runs
+                                                 of each; small: the levers with llama-8b; each
+                                                 within one call)
     python scenario.py --poll URL LOG           (the client: /health every 0.1 s, /generate every 1 s)
 
 RUN_DIR holds inventory.toml, profiles/, the SSH key and known_hosts. Each step's command line,
@@ -145,20 +147,22 @@ print(json.dumps({"used_before_mib": before, "systemctl_stop_s": stop_s, "sample
 def main() -> None:
     run_dir, out, phase = sys.argv[1], sys.argv[2], sys.argv[3]
     run = Run(run_dir, out)
-    run.n = {"1": 0, "2": 20, "3": 40, "4": 60, "5": 80, "6": 90, "7": 100, "8": 110, "short": 0}[phase]
+    run.n = {"1": 0, "2": 20, "3": 40, "4": 60, "5": 80, "6": 90, "7": 100, "8": 110, "9": 120,
+             "10": 140, "bar": 160, "rest": 180, "small": 200, "short": 0}[phase]
     sgd = ["sgdeploy"]
     poller = subprocess.Popen([sys.executable, __file__, "--poll", f"http://127.0.0.1:{PORT}",
                                os.path.join(out, "client.jsonl")])
     try:
-        if phase in ("1", "4", "5", "6", "7", "8", "9", "10", "bar") or not os.path.exists(os.path.join(out, "NO-SERVER")):
+        if phase in ("1", "4", "5", "6", "7", "8", "9", "10", "bar", "rest", "small") \
+                or not os.path.exists(os.path.join(out, "NO-SERVER")):
             {"1": phase_one, "2": phase_two, "3": phase_three, "4": phase_four, "5": phase_five,
              "6": phase_six, "7": phase_seven, "8": phase_eight, "9": phase_nine, "10": phase_ten,
-             "bar": phase_bar, "short": phase_short}[phase](run, sgd, out)
+             "bar": phase_bar, "rest": phase_rest, "small": phase_small, "short": phase_short}[phase](run, sgd, out)
     finally:
         poller.kill()
         run.capture(f"journal.all.{phase}.txt", "journalctl -u sglang.service -o short-precise --no-pager")
         run.capture(f"journal.boot.{phase}.txt", "journalctl -b -o short-precise --no-pager | tail -400")
-        if phase in ("8", "9", "bar"):
+        if phase in ("8", "9", "bar", "rest", "small"):
             run.capture(f"journal.weights.{phase}.txt", "journalctl -u sglang-weights.service -o short-precise --no-pager")
 
 
@@ -375,13 +379,41 @@ def phase_bar(run: Run, sgd: list[str], out: str) -> None:
     first = run.step("client-first", sgd + ["apply", "profiles/wc-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
     if first["rc"] != 0:
         return
-    for name, profile in (("client-flag-change-warm", "wc-b"), ("levers-all", "wcx-a"), ("levers-all", "wcx-b"),
-                          ("today-cold", "today-a"), ("today-flag-change-dropped", "today-b"),
-                          ("today-flag-change-dropped", "today-a")):
-        if name.endswith("dropped"):
+    applies(run, sgd, (("client-flag-change-warm", "wc-b"), ("levers-all", "wcx-a"), ("levers-all", "wcx-b"),
+                       ("today-cold", "today-a"), ("today-flag-change-dropped", "today-b"),
+                       ("today-flag-change-dropped", "today-a")))
+
+
+def applies(run: Run, sgd: list[str], runs: tuple[tuple[str, str], ...]) -> None:
+    """Each (step name, profile) in turn; a name ending in `dropped` drops the page cache first
+    and applies without the read-ahead."""
+    for name, profile in runs:
+        dropped = name.endswith("dropped")
+        if dropped:
             subprocess.run(DROP_PAGE_CACHE, check=False)
         run.step(name, sgd + ["apply", f"profiles/{profile}.toml", "--json"]
-                 + (["--no-read-ahead"] if name.endswith("dropped") else []), timeout=APPLY_TIMEOUT_S)
+                 + (["--no-read-ahead"] if dropped else []), timeout=APPLY_TIMEOUT_S)
+
+
+def phase_rest(run: Run, sgd: list[str], out: str) -> None:
+    """What PHASE=bar leaves for three runs of each (its call's limit allows no more): from
+    bar's last server (today-a), today's restart twice warm and once dropped, then the daemon's
+    first apply, its restart with sgdeploy's stop, each lever alone and all of them once more."""
+    applies(run, sgd, (("today-flag-change-warm", "today-b"), ("today-flag-change-warm", "today-a"),
+                       ("today-flag-change-dropped", "today-b"), ("client-first", "wc-a"),
+                       ("client-flag-change-warm", "wc-b"), ("lever-skip-warmup", "wcw-a"),
+                       ("lever-no-prefill-graphs", "wcp-b"), ("levers-all", "wcx-a")))
+    run.step("history-client", sgd + ["history", "profiles/wc-a.toml", "--json"], journal=False)
+
+
+def phase_small(run: Run, sgd: list[str], out: str) -> None:
+    """The levers with the 8B model (BIG_MODEL=llama-8b after STAGE=swap), once each, most
+    telling first: the daemon's first apply, all levers, each alone, the daemon with sgdeploy's
+    stop; then today's restart cold, warm and twice dropped."""
+    applies(run, sgd, (("client-first", "wc-a"), ("levers-all", "wcx-b"), ("lever-skip-warmup", "wcw-a"),
+                       ("lever-no-prefill-graphs", "wcp-b"), ("client-flag-change-warm", "wc-a"),
+                       ("today-cold", "today-b"), ("today-flag-change-warm", "today-a"),
+                       ("today-flag-change-dropped", "today-b"), ("today-flag-change-dropped", "today-a")))
 
 
 def phase_three(run: Run, sgd: list[str], out: str) -> None:
