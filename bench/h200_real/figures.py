@@ -2,7 +2,8 @@
 as a Markdown table for docs/real-gpu.md, and the downtime a client saw during the changed flag.
 
     python bench/h200_real/figures.py [FIXTURES]
-    python bench/h200_real/figures.py --weight-cache [FIXTURES/weight-cache]   # PHASE=8's runs
+    python bench/h200_real/figures.py --weight-cache [FIXTURES/weight-cache]   # the daemon's runs
+    python bench/h200_real/figures.py --levers [FIXTURES/weight-cache]   # the same, medians by kind
 
 Times come from the journal's own stamps (`-o short-precise`, microseconds) of the last start in
 each window: systemd's `Started`, SGLang's first output (Python has imported the entry point),
@@ -16,8 +17,10 @@ import itertools
 import json
 import re
 import sys
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from statistics import median
 
 STAMP = re.compile(r"^(\w{3} \d\d \d\d:\d\d:\d\d\.\d{6}) \S+ (\S+?)(?:\[\d+\])?: (.*)$")
 MARKS = (  # (column, what ends it: one line of any release), in the order a start passes them
@@ -94,11 +97,13 @@ def step_file(run: Path, step: dict, suffix: str) -> Path:
     return numbered if numbered.exists() else run / f"{step['step']}{suffix}"
 
 
-def weight_cache_table(folder: Path) -> str:
-    """PHASE=8 (docs/weight-cache.md): each apply of each run, the old server's stop, the new
-    start's phases (seconds after systemd's `Started`) and the outage a client saw."""
-    columns = ["stop", *(c for c, _ in MARKS), "/generate outage", "/health outage"]
-    out = ["| run | apply | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+WEIGHT_CACHE_COLUMNS = ["stop", *(c for c, _ in MARKS), "/generate outage", "/health outage"]
+
+
+def restarts(folder: Path) -> Iterator[tuple[str, str, list[float | None]]]:
+    """Each restart of each run (run folder, step, the cells of WEIGHT_CACHE_COLUMNS): the old
+    server's stop, the new start's phases (seconds after systemd's `Started`) and the outage a
+    client saw."""
     for run in sorted(p for p in folder.iterdir() if p.is_dir()):
         with gzip.open(run / "client.jsonl.gz", "rt") as f:
             rows = [json.loads(line) for line in f if line.strip()]
@@ -107,18 +112,46 @@ def weight_cache_table(folder: Path) -> str:
                 continue  # the first apply starts from nothing: no outage to measure
             journal = step_file(run, step, ".journal")
             _, ends = phases(journal)
-            cells = [stop_s(journal), *(ends.get(c) for c, _ in MARKS),
-                     outage(rows, "generate", step["start"], step["end"]),
-                     outage(rows, "health", step["start"], step["end"])]
-            out.append(f"| {run.name} | {step['step']} | "
-                       + " | ".join("-" if c is None else f"{c}" for c in cells) + " |")
+            yield run.name, step["step"], [
+                stop_s(journal), *(ends.get(c) for c, _ in MARKS),
+                outage(rows, "generate", step["start"], step["end"]),
+                outage(rows, "health", step["start"], step["end"])]
+
+
+def cell(value: float | None) -> str:
+    return "-" if value is None else f"{value}"
+
+
+def weight_cache_table(folder: Path) -> str:
+    """PHASE=8, 9, 10, bar, rest, small (docs/weight-cache.md): every restart of every run."""
+    out = ["| run | apply | " + " | ".join(WEIGHT_CACHE_COLUMNS) + " |",
+           "|---" * (len(WEIGHT_CACHE_COLUMNS) + 2) + "|"]
+    for run, step, cells in restarts(folder):
+        out.append(f"| {run} | {step} | " + " | ".join(map(cell, cells)) + " |")
+    return "\n".join(out)
+
+
+def lever_table(folder: Path) -> str:
+    """The same restarts by model and kind (the run folder's name less its `-N`): how many, and
+    the median of each column over them."""
+    groups: dict[tuple[str, str], list[list[float | None]]] = {}
+    for run, step, cells in restarts(folder):
+        groups.setdefault((re.sub(r"-\d+$", "", run), step), []).append(cells)
+    out = ["| model | apply | runs | " + " | ".join(WEIGHT_CACHE_COLUMNS) + " |",
+           "|---" * (len(WEIGHT_CACHE_COLUMNS) + 3) + "|"]
+    for (model, step), rows in groups.items():
+        medians = [median(v) if (v := [r[i] for r in rows if r[i] is not None]) else None
+                   for i in range(len(WEIGHT_CACHE_COLUMNS))]
+        out.append(f"| {model} | {step} | {len(rows)} | "
+                   + " | ".join(cell(None if m is None else round(m, 1)) for m in medians) + " |")
     return "\n".join(out)
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--weight-cache"]:
+    if sys.argv[1:2] in (["--weight-cache"], ["--levers"]):
         default = Path(__file__).parents[2] / "tests/fixtures/h200-real/weight-cache"
-        print(weight_cache_table(Path(sys.argv[2]) if len(sys.argv) > 2 else default))
+        table = weight_cache_table if sys.argv[1] == "--weight-cache" else lever_table
+        print(table(Path(sys.argv[2]) if len(sys.argv) > 2 else default))
         return
     fixtures = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parents[2] / "tests/fixtures/h200-real")
     columns = [c for c, _ in MARKS]
