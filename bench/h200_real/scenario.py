@@ -398,11 +398,13 @@ def applies(run: Run, sgd: list[str], runs: tuple[tuple[str, str], ...]) -> None
 def phase_rest(run: Run, sgd: list[str], out: str) -> None:
     """What PHASE=bar leaves for three runs of each (its call's limit allows no more): from
     bar's last server (today-a), today's restart twice warm and once dropped, then the daemon's
-    first apply, its restart with sgdeploy's stop, each lever alone and all of them once more."""
+    first apply, all levers with the prefill graphs capped rather than off, each lever alone, the
+    daemon with sgdeploy's stop and all levers once more."""
     applies(run, sgd, (("today-flag-change-warm", "today-b"), ("today-flag-change-warm", "today-a"),
                        ("today-flag-change-dropped", "today-b"), ("client-first", "wc-a"),
-                       ("client-flag-change-warm", "wc-b"), ("lever-skip-warmup", "wcw-a"),
-                       ("lever-no-prefill-graphs", "wcp-b"), ("levers-all", "wcx-a")))
+                       ("levers-prefill-graphs-512", "wcs-b"), ("lever-skip-warmup", "wcw-a"),
+                       ("lever-no-prefill-graphs", "wcp-b"), ("client-flag-change-warm", "wc-a"),
+                       ("levers-all", "wcx-b")))
     run.step("history-client", sgd + ["history", "profiles/wc-a.toml", "--json"], journal=False)
 
 
