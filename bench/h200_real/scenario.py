@@ -412,10 +412,11 @@ def phase_small(run: Run, sgd: list[str], out: str) -> None:
     """The levers with the 8B model (BIG_MODEL=llama-8b after STAGE=swap), once each, most
     telling first: the daemon's first apply, all levers, each alone, the daemon with sgdeploy's
     stop; then today's restart cold, warm and twice dropped."""
-    applies(run, sgd, (("client-first", "wc-a"), ("levers-all", "wcx-b"), ("lever-skip-warmup", "wcw-a"),
-                       ("lever-no-prefill-graphs", "wcp-b"), ("client-flag-change-warm", "wc-a"),
-                       ("today-cold", "today-b"), ("today-flag-change-warm", "today-a"),
-                       ("today-flag-change-dropped", "today-b"), ("today-flag-change-dropped", "today-a")))
+    applies(run, sgd, (("client-first", "wc-a"), ("levers-all", "wcx-b"), ("levers-prefill-graphs-512", "wcs-a"),
+                       ("lever-skip-warmup", "wcw-b"), ("lever-no-prefill-graphs", "wcp-a"),
+                       ("client-flag-change-warm", "wc-b"), ("today-cold", "today-a"),
+                       ("today-flag-change-warm", "today-b"), ("today-flag-change-dropped", "today-a"),
+                       ("today-flag-change-dropped", "today-b")))
 
 
 def phase_three(run: Run, sgd: list[str], out: str) -> None:
