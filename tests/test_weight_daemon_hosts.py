@@ -161,6 +161,28 @@ def test_a_change_of_weights_replaces_the_daemon_and_rollback_restores_the_pair(
     assert f'"{MODEL}"' in unit and daemon_pid(host) not in ("", "0", replaced)
 
 
+def test_a_change_of_weights_that_fails_rolls_back_to_the_old_pair(
+        host: HostSet, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The new daemon loads the other weights, the new server dies at its start: apply brings back
+    the daemon of the last good deployment (its weights, its unit) and a server that maps them."""
+    broken = tmp_path / "other-broken.toml"
+    broken.write_text(client_profile(11, OTHER))
+    host.configure_sim("wc23", failure="kv_cache_oom", fail_when_arg=["--max-running-requests=11"])
+    try:
+        code, result = sgdeploy(host, capsys, "apply", str(broken))
+    finally:
+        host.configure_sim("wc23", failure="", fail_when_arg=[])
+    assert (code, result["status"]) == (1, "rolled_back"), result.get("message")
+    assert result["rollback"]["ready"], result["rollback"]
+    unit = host.ssh("wc23", "systemctl cat sglang-wc-weights.service").stdout
+    assert f'"{MODEL}"' in unit and OTHER not in unit
+    for name in ("sglang-wc-weights.service", "sglang-wc.service"):
+        assert host.ssh("wc23", f"systemctl is-active {name}", check=False).stdout.strip() == "active", name
+    since = host.ssh("wc23", "systemctl show -p ActiveEnterTimestamp --value sglang-wc.service").stdout.strip()
+    served = host.ssh("wc23", f"journalctl -u sglang-wc -o cat --no-pager --since {shlex.quote(since)}").stdout
+    assert "[IpcModelLoader] Loaded model via IPC (mode=client)" in served
+
+
 def test_a_launch_without_the_cache_removes_the_daemon(
         host: HostSet, profiles: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     plain = tmp_path / "plain.toml"
