@@ -376,23 +376,27 @@ def phase_bar(run: Run, sgd: list[str], out: str) -> None:
     """Issue #37's bar alone, for a session short of device time (prepare+scenario, one call): the
     client's first apply, the daemon with sgdeploy's stop once, with all levers twice; then
     today's restart, cold and twice with the page cache dropped."""
-    first = run.step("client-first", sgd + ["apply", "profiles/wc-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
-    if first["rc"] != 0:
+    if applies(run, sgd, (("client-first", "wc-a"),))[0]["rc"] != 0:
         return
     applies(run, sgd, (("client-flag-change-warm", "wc-b"), ("levers-all", "wcx-a"), ("levers-all", "wcx-b"),
                        ("today-cold", "today-a"), ("today-flag-change-dropped", "today-b"),
                        ("today-flag-change-dropped", "today-a")))
 
 
-def applies(run: Run, sgd: list[str], runs: tuple[tuple[str, str], ...]) -> None:
+def applies(run: Run, sgd: list[str], runs: tuple[tuple[str, str], ...]) -> list[dict]:
     """Each (step name, profile) in turn; a name ending in `dropped` drops the page cache first
-    and applies without the read-ahead."""
+    and applies without the read-ahead. APPLY_EXTRA adds apply options to each, e.g.
+    `--no-sglang-check --settle 1` where device time is short: both act before the stop or after
+    ready, outside the downtime measured."""
+    extra = os.environ.get("APPLY_EXTRA", "").split()
+    rows = []
     for name, profile in runs:
         dropped = name.endswith("dropped")
         if dropped:
             subprocess.run(DROP_PAGE_CACHE, check=False)
-        run.step(name, sgd + ["apply", f"profiles/{profile}.toml", "--json"]
-                 + (["--no-read-ahead"] if dropped else []), timeout=APPLY_TIMEOUT_S)
+        rows.append(run.step(name, [*sgd, "apply", f"profiles/{profile}.toml", "--json", *extra]
+                             + (["--no-read-ahead"] if dropped else []), timeout=APPLY_TIMEOUT_S))
+    return rows
 
 
 def phase_rest(run: Run, sgd: list[str], out: str) -> None:
