@@ -104,3 +104,54 @@ def test_the_daemon_unit_on_the_host_decides_as_the_swap_does() -> None:
         "weights for the new server")
     assert as_the_swap_decides(cold, None, daemon) is cold  # no daemon yet: it loads them
     assert as_the_swap_decides(None, daemon, daemon) is None  # no weight cache named: nothing said
+
+
+def rendered(flags: str, release: str = "0.5.11", service: str = "") -> str:
+    """A unit as sgdeploy renders it: its header names the release."""
+    return f"# sglang.service\n# target: host h, SGLang {release}\n#\n" + unit(flags).replace(
+        "[Service]\n", "[Service]\n" + service)
+
+
+def test_a_restart_that_loads_the_weights_again_finds_the_running_servers_kernels() -> None:
+    from sgdeploy.deploy.restart_kind import CACHES_WARM, compile_cache_restart
+
+    flags = "--model-path /models/Qwen3-8B --tp-size 2"
+    warm = compile_cache_restart(rendered(flags), rendered(flags + " --max-running-requests 64"))
+    assert warm.kind == CACHES_WARM and "the weights load again" in warm.why
+    assert compile_cache_restart(None, rendered(flags)).kind == COLD
+    upgrade = compile_cache_restart(rendered(flags), rendered(flags, "0.5.17"))
+    assert upgrade.kind == COLD and "SGLang 0.5.11 -> 0.5.17" in upgrade.why
+    strict = rendered(flags, service='User=sglang\nEnvironment="HOME=/var/cache/sgdeploy/sglang"\n')
+    moved = compile_cache_restart(rendered(flags), strict)
+    assert moved.kind == COLD and "User= root -> sglang" in moved.why and "env.HOME" in moved.why
+    by_hand = compile_cache_restart(unit(flags), rendered(flags))
+    assert by_hand.kind == COLD and "does not name it" in by_hand.why
+
+
+def test_plan_names_the_kind_of_every_restart() -> None:
+    from sgdeploy.deploy.plan import Deployment, StepKind, make_plan
+    from sgdeploy.host.facts import HostFacts
+
+    flags = "--model-path /models/Qwen3-8B --tp-size 2"
+    deployment = Deployment(id="d1", unit="sglang", unit_text=rendered(flags + " --max-running-requests 64"),
+                            profile_name="p", profile_sha256="0" * 64, profile_text="", sglang_version="0.5.11",
+                            server={"model_path": "/models/Qwen3-8B", "tp_size": 2}, gpus=(0, 1),
+                            ready_timeout_s=600)
+    for running, said in ((rendered(flags), "restart: caches warm (the same SGLang release"),
+                          (None, "restart: cold (nothing runs yet")):
+        plan = make_plan("h", deployment, HostFacts(), running, [])
+        start = next(step for step in plan.steps if step.kind is StepKind.START)
+        assert said in start.why, start.why
+
+
+def test_a_change_of_weights_with_the_same_release_keeps_the_caches_warm() -> None:
+    from sgdeploy.deploy.restart_kind import CACHES_WARM, compile_cache_restart, restart_of
+
+    flags = "--model-path /models/Qwen3-8B --tp-size 2 --weight-cache-mode client"
+    old, new = rendered(flags, "0.5.23"), rendered(flags.replace("Qwen3-8B", "Qwen3-14B"), "0.5.23")
+    weights = restart_for(old, new, "0.5.23")
+    assert weights is not None and weights.kind == COLD
+    restart = restart_of(weights, compile_cache_restart(old, new))
+    assert restart.kind == CACHES_WARM and "model_path changed" in restart.why
+    kept = restart_for(old, rendered(flags + " --max-running-requests 64", "0.5.23"), "0.5.23")
+    assert kept is not None and restart_of(kept, compile_cache_restart(old, old)) is kept

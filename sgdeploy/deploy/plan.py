@@ -19,7 +19,13 @@ from typing import Any
 
 from sgdeploy import __version__
 from sgdeploy.core.diagnostics import Diagnostic
-from sgdeploy.deploy.restart_kind import Restart, as_the_swap_decides, restart_for
+from sgdeploy.deploy.restart_kind import (
+    Restart,
+    as_the_swap_decides,
+    compile_cache_restart,
+    restart_for,
+    restart_of,
+)
 from sgdeploy.deploy.weight_daemon import DaemonFiles, daemon_unit_name
 from sgdeploy.host.facts import GpuHolder, HostFacts, state_dir
 from sgdeploy.logs import expected_phases
@@ -215,7 +221,7 @@ class Plan:
     sglang_check: HostVerdict | None = None  # SGLang's own verdict on the host (plan runs it too)
     # processes outside the unit on its GPUs (--wait-for-gpus)
     strangers: tuple[GpuHolder, ...] = ()
-    restart: Restart | None = None  # weights kept or cold, when a launch uses the weight cache
+    restart: Restart | None = None  # weights kept, caches warm or cold
 
     @property
     def refused(self) -> bool:
@@ -287,16 +293,18 @@ def make_plan(host: str, deployment: Deployment, facts: HostFacts, current_unit_
             )
         )
     gpus = ", ".join(str(g) for g in deployment.gpus)
-    restart = as_the_swap_decides(
-        restart_for(current_unit_text, deployment.unit_text, deployment.sglang_version),
-        before.daemon_text, deployment.daemon_text)
+    restart = restart_of(
+        as_the_swap_decides(
+            restart_for(current_unit_text, deployment.unit_text, deployment.sglang_version),
+            before.daemon_text, deployment.daemon_text),
+        compile_cache_restart(current_unit_text, deployment.unit_text))
     steps += [
         Step(StepKind.WAIT_GPUS_IDLE, f"GPUs {gpus} must have no compute process and memory back "
                                       "at baseline"),
         Step(StepKind.INSTALL, f"write {deployment.unit_path} atomically, daemon-reload"
              + (f"; {deployment.sandbox}" if deployment.sandbox else "")),
         Step(StepKind.START, f"systemctl start {deployment.unit}.service"
-             + (f"; restart: {restart.kind} ({restart.why})" if restart else "")),
+             + f"; restart: {restart.kind} ({restart.why})"),
         Step(StepKind.WAIT_READY, "follow the journal until "
              f"{', '.join(deployment.expected_phases)} (deadline {deployment.ready_timeout_s} s)"),
         Step(StepKind.CHECK_HEALTH, f"GET {deployment.health_path} on 127.0.0.1:{deployment.port} "

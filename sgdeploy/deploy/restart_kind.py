@@ -1,5 +1,6 @@
-"""Which kind of restart a change of launch needs: the weights kept by the weight-cache daemon, or
-cold.
+"""Which kind of restart a change of launch needs: the weights kept by the weight-cache daemon,
+the compile caches warm (the weights load again, the kernels the running server compiled are
+reused), or cold.
 
 SGLang's weight-cache daemon (0.5.17+, docs/weight-cache.md) keeps a launch's post-quantization,
 TP-sharded weights resident on the GPUs; a server started with `weight_cache_mode = "client"`
@@ -13,6 +14,7 @@ the GPUs or to the SGLang release needs a new daemon, hence a cold start. Pure: 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,9 +23,13 @@ from sgdeploy.host.unitfile import UnitFileError, parse_service
 from sgdeploy.sglang.argv import launch_entry, parse_server_argv
 from sgdeploy.sglang.catalog import Catalog, UnknownVersionError, load_catalog
 from sgdeploy.sglang.rules.weight_cache import WEIGHT_FIELDS
+from sgdeploy.sglang.sandbox import CACHE_ENV
 
 WEIGHTS_KEPT = "weights kept"
+CACHES_WARM = "caches warm"
 COLD = "cold"
+# The header line of every unit sgdeploy renders (templates/sglang.service.j2)
+_RELEASE_LINE = re.compile(r"^# target: host .*, SGLang (\S+)$", re.MULTILINE)
 
 # Environment the daemon and the client must agree on (where a rank finds its daemon).
 # and which physical GPUs the ranks land on (a daemon serves the GPU it runs on).
@@ -32,7 +38,7 @@ WEIGHT_ENV = ("SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE", "CUDA_VISIBLE_DEVICES")
 
 @dataclass(frozen=True)
 class Restart:
-    kind: str  # WEIGHTS_KEPT or COLD
+    kind: str  # WEIGHTS_KEPT, CACHES_WARM or COLD
     why: str
 
     @property
@@ -152,3 +158,51 @@ def as_the_swap_decides(
         return Restart(WEIGHTS_KEPT, "the daemon's unit stays as it is on the host: the running "
                        "daemon keeps its weights for the new server")
     return predicted
+
+
+def unit_release(text: str) -> str | None:
+    """The SGLang release a unit sgdeploy rendered names in its header; None for any other unit."""
+    found = _RELEASE_LINE.search(text)
+    return found[1] if found else None
+
+
+def compile_cache_restart(old_text: str | None, new_text: str) -> Restart:
+    """Whether the new server finds the kernels the running one compiled: Triton, TorchInductor,
+    FlashInfer and DeepGEMM key their caches by release and put them under the user's home or the
+    folders CACHE_ENV names, so the same release, interpreter, user and cache folders reuse them."""
+    if old_text is None:
+        return Restart(COLD, "nothing runs yet: the first start loads the weights and compiles "
+                       "what no earlier server of this release and user left in its cache folders")
+    try:
+        old, new = parse_service(old_text), parse_service(new_text)
+    except UnitFileError:
+        return Restart(COLD, "the unit on the host cannot be read: its compile caches are not "
+                       "known")
+    changed = []
+    old_release, new_release = unit_release(old_text), unit_release(new_text)
+    if old_release is None:
+        changed.append("the SGLang release (the unit on the host does not name it)")
+    elif old_release != new_release:
+        changed.append(f"SGLang {old_release} -> {new_release}")
+    if old.exec_start[:1] != new.exec_start[:1]:
+        changed.append("the interpreter")
+    if old.user != new.user:
+        changed.append(f"User= {old.user or 'root'} -> {new.user or 'root'}")
+    changed += [f"env.{name}" for name in CACHE_ENV
+                if old.environment.get(name) != new.environment.get(name)]
+    if changed:
+        return Restart(COLD, f"{', '.join(changed)}: the kernels the running server compiled may "
+                       "not be the new one's, so they compile again, and the weights load again")
+    return Restart(CACHES_WARM, "the same SGLang release, interpreter, user and cache folders as "
+                   "the running server: the kernels it compiled are reused; the weights load again")
+
+
+def restart_of(weights: Restart | None, caches: Restart) -> Restart:
+    """The one kind plan names: weights kept, else caches warm (why the weights load again, where
+    the weight cache says), else cold."""
+    if weights is None:
+        return caches
+    if weights.keeps_weights or caches.kind != CACHES_WARM:
+        return weights
+    return Restart(CACHES_WARM, f"{caches.why}; {weights.why}")
+
