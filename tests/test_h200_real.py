@@ -233,3 +233,70 @@ def test_the_documented_weight_cache_table_is_the_fixtures_table() -> None:
 
     doc = (Path(__file__).parents[1] / "docs" / "weight-cache.md").read_text(encoding="utf-8")
     assert weight_cache_table(WEIGHT_CACHE) in doc
+
+
+# ------------------------------------------------------- the levers of a restart that keeps the weights
+H200_8B = WEIGHT_CACHE / "llama-8b-h200"
+LEVERS = {  # PHASE=small's steps on an H200 (2026-12-06) and the [server] keys each added to the client
+    "202-levers-all": {"skip_server_warmup": True, "disable_prefill_cuda_graph": True},
+    "203-levers-prefill-graphs-512": {"skip_server_warmup": True, "cuda_graph_max_bs_prefill": 512},
+    "204-lever-skip-warmup": {"skip_server_warmup": True},
+}
+
+
+def lever_launch(step: str) -> dict[str, Any]:
+    return {"model_path": "/opt/models/llama-8b", "attention_backend": "triton", "sampling_backend": "pytorch",
+            "mem_fraction_static": 0.8, "cuda_graph_max_bs": 32, "weight_cache_mode": "client", **LEVERS[step]}
+
+
+@pytest.mark.parametrize("step", sorted(LEVERS))
+def test_each_lever_on_the_gpu_was_read_as_apply_read_it(step: str) -> None:
+    """The start after each lever's apply is ready with apply's phase times; a launch without
+    SGLang's warm-up was judged ready on /health_generate (one token through the scheduler)."""
+    from bench.h200_real.figures import stop_s
+
+    applied = json.loads((H200_8B / f"{step}.out").read_text(encoding="utf-8"))
+    report = read_log((H200_8B / f"{step}.log").read_text(encoding="utf-8").splitlines(), lever_launch(step),
+                      "0.5.17")
+    assert applied["status"] == "ready" and report.ready and report.failure is None
+    assert report.phase_times() == applied["phase_times"]
+    health = next(s["why"] for s in applied["steps"] if s["step"] == "check_health")
+    assert health.startswith("GET /health_generate "), health
+    # sgdeploy's unit turns SGLang's crash diagnostics off: the old server stops in under a second
+    # (5.1-6.1 s on the H100 with them on: the 0.5.17 runs above)
+    stop = stop_s(H200_8B / f"{step}.journal")
+    assert stop is not None and stop < 1.0, stop
+    assert applied["downtime"]["stop_s"] < 1.0, applied["downtime"]
+    journal = (H200_8B / f"{step}.journal").read_text(encoding="utf-8")
+    assert "before crash diagnostics" not in journal
+
+
+def test_a_prefill_graph_the_launch_turned_off_is_no_adjustment_of_sglang() -> None:
+    """0.5.17 logs "Disable prefill CUDA graph because cuda_graph_config resolved
+    prefill.backend='disabled' (... or auto-disable rules)" for --disable-prefill-cuda-graph too;
+    the apply of that run reported it as SGLang's own change (with the value None, the dump's
+    unset flag). The launch asked for it: nothing to report; without the flag it is SGLang's."""
+    lines = (H200_8B / "202-levers-all.log").read_text(encoding="utf-8").splitlines()
+    recorded = json.loads((H200_8B / "202-levers-all.out").read_text(encoding="utf-8"))["auto_adjusted"]
+    assert [a["field"] for a in recorded] == ["cuda_graph_backend_prefill"]  # what the run printed
+    assert read_log(lines, lever_launch("202-levers-all"), "0.5.17").auto_adjusted == ()
+    for asked in ({"cuda_graph_backend_prefill": "disabled"}, {"cuda_graph_config": '{"prefill": {"backend": "disabled"}}'}):
+        launch = {k: v for k, v in lever_launch("202-levers-all").items() if k != "disable_prefill_cuda_graph"}
+        assert read_log(lines, {**launch, **asked}, "0.5.17").auto_adjusted == (), asked
+    launch = {k: v for k, v in lever_launch("202-levers-all").items() if k != "disable_prefill_cuda_graph"}
+    adjusted = read_log(lines, launch, "0.5.17").auto_adjusted
+    assert ("cuda_graph_backend_prefill", "disabled") in [(a.field, a.value) for a in adjusted]
+
+
+def test_the_prefill_graphs_are_the_largest_lever_left_after_the_weights() -> None:
+    """From the KV cache to ready on the same H200: all prefill graphs (0.5.17's 58 sizes up to
+    8,192 tokens), those up to 512 tokens, none."""
+    from bench.h200_real.figures import phases
+
+    def kv_to_ready(step: str) -> float:
+        _, ends = phases(H200_8B / f"{step}.journal")
+        return ends["ready"] - ends["KV cache"]
+
+    full, capped, off = (kv_to_ready(s) for s in ("204-lever-skip-warmup", "203-levers-prefill-graphs-512",
+                                                  "202-levers-all"))
+    assert off < capped < full and full - off > 8, (full, capped, off)

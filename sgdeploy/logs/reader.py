@@ -31,7 +31,7 @@ from sgdeploy.logs.settings import (
     FIELD_ALIASES,
     FROM_GROUP,
     _literal,
-    _same,
+    launch_asks_for,
     parse_server_args,
     settings_changed,
 )
@@ -326,12 +326,12 @@ class LogReader:
         events.append(LogEvent("adjusted", adj.field, self._n, None, adj.as_dict()))
 
     def _profile_agrees(self, adj: Adjustment) -> bool:
-        server = self.server or {}
-        return adj.field in server and _same(server[adj.field], adj.value)
+        return launch_asks_for(self.server or {}, adj.field, adj.value)
 
     def _resolved(self, adj: Adjustment) -> Adjustment:
-        """A line's adjustment with the value the dump shows, when the dump has the field."""
-        if self._dump is not None and adj.field in self._dump:
+        """A line's adjustment with the value the dump shows, when the dump has the field set (a
+        None there is the flag left alone, not what SGLang resolved)."""
+        if self._dump is not None and self._dump.get(adj.field) is not None:
             return Adjustment(adj.field, self._dump[adj.field], adj.reason, adj.line)
         return adj
 

@@ -159,6 +159,42 @@ BEHAVIOUR_FIELDS: Final[Mapping[str, tuple[Any, str]]] = {
     "disable_radix_cache": (True, "SGLang turned the radix (prefix) cache off"),
 }
 
+# Settings a launch can ask for in more than one way, where SGLang's line or dump names another
+# of them: 0.5.17-0.5.20 log "Disable prefill CUDA graph because cuda_graph_config resolved
+# prefill.backend='disabled'" for --disable-prefill-cuda-graph too (seen on a GPU). Each request,
+# and the launch settings that make it.
+_PREFILL_OFF, _DECODE_OFF, _GRAPHS_OFF = (
+    ("cuda_graph_backend_prefill", "disabled"), ("disable_prefill_cuda_graph", True)), (
+    ("cuda_graph_backend_decode", "disabled"), ("disable_decode_cuda_graph", True)), (
+    ("disable_cuda_graph", True),)
+IMPLIED_BY: Final[Mapping[tuple[str, Any], tuple[tuple[str, Any], ...]]] = {
+    request: (*_PREFILL_OFF, *_GRAPHS_OFF) for request in _PREFILL_OFF
+} | {request: (*_DECODE_OFF, *_GRAPHS_OFF) for request in _DECODE_OFF}
+_CONFIG_PHASES: Final[Mapping[str, str]] = {
+    "cuda_graph_backend_prefill": "prefill", "disable_prefill_cuda_graph": "prefill",
+    "cuda_graph_backend_decode": "decode", "disable_decode_cuda_graph": "decode",
+}
+
+
+def launch_asks_for(server: Mapping[str, Any], name: str, value: Any) -> bool:
+    """Whether the launch itself sets `name` to `value`, in any of the ways SGLang accepts: the
+    field, an equivalent flag, or the phase's backend in `cuda_graph_config`'s JSON."""
+    if name in server and _same(server[name], value):
+        return True
+    if any(other in server and _same(server[other], wanted)
+           for other, wanted in IMPLIED_BY.get((name, value), ())):
+        return True
+    config = server.get("cuda_graph_config")
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except ValueError:
+            return False
+    phase = config.get(_CONFIG_PHASES.get(name, "")) if isinstance(config, Mapping) else None
+    return (isinstance(phase, Mapping) and phase.get("backend") == "disabled"
+            and (name, value) in IMPLIED_BY)
+
+
 # --------------------------------------------------------------------------------------------
 # The server_args dump.
 
@@ -295,7 +331,7 @@ def settings_changed(
                 )
                 out.append(Adjustment(name, resolved[name], reason, line))
     for name, (value, why) in BEHAVIOUR_FIELDS.items():
-        if server is not None and name in server:
+        if server is not None and (name in server or launch_asks_for(server, name, value)):
             continue
         if name in resolved and _same(value, resolved[name]):
             how = "the profile does not set it" if server is not None else "no profile given"
