@@ -185,6 +185,22 @@ def test_a_change_of_weights_that_fails_rolls_back_to_the_old_pair(
     assert "[IpcModelLoader] Loaded model via IPC (mode=client)" in served
 
 
+def test_the_levers_of_a_fast_restart_are_the_launchs_own_settings(
+        host: HostSet, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Without SGLang's warm-up and the prefill CUDA graph (the levers measured on the H200):
+    ready on /health_generate, and SGLang's "Disable prefill CUDA graph because cuda_graph_config
+    resolved ..." line is the launch's own request, not a setting SGLang changed."""
+    fast = tmp_path / "fast.toml"
+    fast.write_text(client_profile(16) + "skip_server_warmup = true\ndisable_prefill_cuda_graph = true\n")
+    code, result = sgdeploy(host, capsys, "apply", str(fast))
+    assert (code, result["status"]) == (0, "ready"), result.get("message")
+    assert result["auto_adjusted"] == [], result["auto_adjusted"]
+    health = next(s["why"] for s in result["steps"] if s["step"] == "check_health")
+    assert health.startswith("GET /health_generate "), health
+    assert "restart: weights kept" in next(s["why"] for s in result["steps"] if s["step"] == "start")
+    assert "Disable prefill CUDA graph because cuda_graph_config resolved" in journal(host, "sglang-wc")
+
+
 def test_a_launch_without_the_cache_removes_the_daemon(
         host: HostSet, profiles: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     plain = tmp_path / "plain.toml"

@@ -1125,6 +1125,15 @@ class Rank:
         if NEW:
             kind = "verify" if spec else "decode"
             ntpr = (a.get("speculative_num_draft_tokens") or 4) if spec else 1
+            prefill = a.get("cuda_graph_backend_prefill")
+            prefill_off = bool(a.get("disable_prefill_cuda_graph")) or prefill == "disabled"
+            if prefill_off:
+                # 0.5.14+ (cuda_graph_setup.py), whichever flag turned it off, before any capture
+                log(
+                    "Disable prefill CUDA graph because cuda_graph_config resolved "
+                    "prefill.backend='disabled' (e.g. via --cuda-graph-backend-prefill=disabled "
+                    "or auto-disable rules)."
+                )
             log(
                 f"Capture target {kind} CUDA graph begin. backend=full, num_tokens_per_req={ntpr}, "
                 f"avail mem={gb(avail)} GB"
@@ -1138,15 +1147,7 @@ class Rank:
                 f"{time.monotonic() - t0:.2f} s, mem usage={gb(graph_mib / 2)} GB, "
                 f"avail mem={gb(self.avail())} GB."
             )
-            prefill = a.get("cuda_graph_backend_prefill")
-            if a.get("disable_prefill_cuda_graph") or prefill == "disabled":
-                reason = (
-                    "--disable-prefill-cuda-graph is set"
-                    if a.get("disable_prefill_cuda_graph")
-                    else "--cuda-graph-backend-prefill=disabled"
-                )
-                log(f"Disable prefill CUDA graph because {reason}")
-            else:
+            if not prefill_off:
                 t0 = time.monotonic()
                 toks = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
                 log(
