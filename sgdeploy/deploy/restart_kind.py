@@ -205,4 +205,3 @@ def restart_of(weights: Restart | None, caches: Restart) -> Restart:
     if weights.keeps_weights or caches.kind != CACHES_WARM:
         return weights
     return Restart(CACHES_WARM, f"{caches.why}; {weights.why}")
-

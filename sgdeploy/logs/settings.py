@@ -160,16 +160,15 @@ BEHAVIOUR_FIELDS: Final[Mapping[str, tuple[Any, str]]] = {
 }
 
 # Settings a launch can ask for in more than one way, where SGLang's line or dump names another
-# of them: 0.5.17-0.5.20 log "Disable prefill CUDA graph because cuda_graph_config resolved
+# of them: 0.5.14+ logs "Disable prefill CUDA graph because cuda_graph_config resolved
 # prefill.backend='disabled'" for --disable-prefill-cuda-graph too (seen on a GPU). Each request,
 # and the launch settings that make it.
-_PREFILL_OFF, _DECODE_OFF, _GRAPHS_OFF = (
-    ("cuda_graph_backend_prefill", "disabled"), ("disable_prefill_cuda_graph", True)), (
-    ("cuda_graph_backend_decode", "disabled"), ("disable_decode_cuda_graph", True)), (
-    ("disable_cuda_graph", True),)
+_PREFILL_OFF = (("cuda_graph_backend_prefill", "disabled"), ("disable_prefill_cuda_graph", True))
+_DECODE_OFF = (("cuda_graph_backend_decode", "disabled"), ("disable_decode_cuda_graph", True))
+_ALL_GRAPHS_OFF = ("disable_cuda_graph", True)
 IMPLIED_BY: Final[Mapping[tuple[str, Any], tuple[tuple[str, Any], ...]]] = {
-    request: (*_PREFILL_OFF, *_GRAPHS_OFF) for request in _PREFILL_OFF
-} | {request: (*_DECODE_OFF, *_GRAPHS_OFF) for request in _DECODE_OFF}
+    request: (*phase, _ALL_GRAPHS_OFF) for phase in (_PREFILL_OFF, _DECODE_OFF) for request in phase
+}
 _CONFIG_PHASES: Final[Mapping[str, str]] = {
     "cuda_graph_backend_prefill": "prefill", "disable_prefill_cuda_graph": "prefill",
     "cuda_graph_backend_decode": "decode", "disable_decode_cuda_graph": "decode",
