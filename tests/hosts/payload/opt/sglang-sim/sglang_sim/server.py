@@ -1127,16 +1127,29 @@ class Rank:
             ntpr = (a.get("speculative_num_draft_tokens") or 4) if spec else 1
             prefill = a.get("cuda_graph_backend_prefill")
             prefill_off = bool(a.get("disable_prefill_cuda_graph")) or prefill == "disabled"
-            if prefill_off:
-                # 0.5.14+ (cuda_graph_setup.py), whichever flag turned it off, before any capture
+            # 0.5.14+ (cuda_graph_setup.py: "prefill before decode"; the H200 journals of 0.5.17)
+            if prefill_off:  # whichever flag turned it off
                 log(
                     "Disable prefill CUDA graph because cuda_graph_config resolved "
                     "prefill.backend='disabled' (e.g. via --cuda-graph-backend-prefill=disabled "
                     "or auto-disable rules)."
                 )
+            else:
+                toks = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+                log(
+                    f"Capture target prefill CUDA graph begin. backend={prefill or 'breakable'}, "
+                    f"num_tokens={toks}, avail mem={gb(avail)} GB"
+                )
+                self.phase_sleep(per)
+                self.hold(self.used + graph_mib // 4)
+                log(
+                    f"Capture target prefill CUDA graph end. elapsed={time.monotonic() - t0:.2f} s, "
+                    f"mem usage={gb(graph_mib / 4)} GB, avail mem={gb(self.avail())} GB."
+                )
+                t0 = time.monotonic()
             log(
                 f"Capture target {kind} CUDA graph begin. backend=full, num_tokens_per_req={ntpr}, "
-                f"avail mem={gb(avail)} GB"
+                f"avail mem={gb(self.avail())} GB"
             )
             self.phase_sleep(per)
             if fail:
@@ -1147,19 +1160,6 @@ class Rank:
                 f"{time.monotonic() - t0:.2f} s, mem usage={gb(graph_mib / 2)} GB, "
                 f"avail mem={gb(self.avail())} GB."
             )
-            if not prefill_off:
-                t0 = time.monotonic()
-                toks = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
-                log(
-                    f"Capture target prefill CUDA graph begin. backend={prefill or 'breakable'}, "
-                    f"num_tokens={toks}, avail mem={gb(self.avail())} GB"
-                )
-                self.phase_sleep(per)
-                self.hold(self.used + graph_mib // 4)
-                log(
-                    f"Capture target prefill CUDA graph end. elapsed={time.monotonic() - t0:.2f} s, "
-                    f"mem usage={gb(graph_mib / 4)} GB, avail mem={gb(self.avail())} GB."
-                )
             if spec:
                 t0 = time.monotonic()
                 topk = a.get("speculative_eagle_topk") or 1
