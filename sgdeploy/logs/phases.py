@@ -135,20 +135,25 @@ def _truthy(v: Any) -> bool:
     return bool(v)
 
 
+def graph_config_backend(server: Mapping[str, Any], phase: str) -> Any:
+    """The backend a launch's `cuda_graph_config` (a table, or its JSON) gives `phase` ("decode",
+    "prefill"); None where it gives none."""
+    config = server.get("cuda_graph_config")
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except ValueError:
+            return None
+    settings = config.get(phase) if isinstance(config, Mapping) else None
+    return settings.get("backend") if isinstance(settings, Mapping) else None
+
+
 def decode_graph_disabled(server: Mapping[str, Any], sglang_version: str | None) -> bool:
     """Whether a launch runs decode without CUDA graphs (0.5.23 precedence: JSON config >
     per-phase flags > --disable-decode-cuda-graph > --disable-cuda-graph)."""
     version = _version(sglang_version)
     if version is None or version >= _PER_PHASE_GRAPH_FLAGS_SINCE:
-        backend: Any = None
-        config = server.get("cuda_graph_config")
-        if isinstance(config, str):
-            try:
-                config = json.loads(config)
-            except ValueError:
-                config = None
-        if isinstance(config, Mapping) and isinstance(config.get("decode"), Mapping):
-            backend = config["decode"].get("backend")
+        backend = graph_config_backend(server, "decode")
         if backend is None:
             backend = server.get("cuda_graph_backend_decode")
         if backend is not None:

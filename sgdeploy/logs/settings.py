@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sgdeploy.logs.phases import _truthy
+from sgdeploy.logs.phases import _truthy, graph_config_backend
 from sgdeploy.logs.report import Adjustment
 
 _MESSAGE_MAX = 400
@@ -183,15 +183,9 @@ def launch_asks_for(server: Mapping[str, Any], name: str, value: Any) -> bool:
     if any(other in server and _same(server[other], wanted)
            for other, wanted in IMPLIED_BY.get((name, value), ())):
         return True
-    config = server.get("cuda_graph_config")
-    if isinstance(config, str):
-        try:
-            config = json.loads(config)
-        except ValueError:
-            return False
-    phase = config.get(_CONFIG_PHASES.get(name, "")) if isinstance(config, Mapping) else None
-    return (isinstance(phase, Mapping) and phase.get("backend") == "disabled"
-            and (name, value) in IMPLIED_BY)
+    phase = _CONFIG_PHASES.get(name)
+    return (phase is not None and (name, value) in IMPLIED_BY
+            and graph_config_backend(server, phase) == "disabled")
 
 
 # --------------------------------------------------------------------------------------------
