@@ -339,50 +339,6 @@ def phase_eight(run: Run, sgd: list[str], out: str) -> None:
     run.step("history-client", sgd + ["history", "profiles/wc-a.toml", "--json"], journal=False)
 
 
-def phase_nine(run: Run, sgd: list[str], out: str) -> None:
-    """Issue #37's levers on the daemon's restart, each a flag change that keeps the weights
-    (max_running_requests 64 <-> 128): the first client apply, then the daemon with sgdeploy's
-    stop (crash diagnostics off) three times, all levers three times (+ skip_server_warmup,
-    + disable_prefill_cuda_graph), each of those two alone once."""
-    first = run.step("client-first", sgd + ["apply", "profiles/wc-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
-    run.capture("client.units.service", "systemctl cat sglang-weights.service sglang.service")
-    if first["rc"] != 0:
-        return
-    times = int(os.environ.get("RUNS_EACH", "3"))  # fewer where the device time is short
-    runs = [("client-flag-change-warm", "wc")] * times + [("levers-all", "wcx")] * 3 + [
-        ("lever-skip-warmup", "wcw"), ("lever-no-prefill-graphs", "wcp")]
-    for i, (name, stem) in enumerate(runs):
-        profile = f"profiles/{stem}-{'b' if i % 2 == 0 else 'a'}.toml"
-        run.step(name, sgd + ["apply", profile, "--json"], timeout=APPLY_TIMEOUT_S)
-    run.step("history-client", sgd + ["history", "profiles/wc-a.toml", "--json"], journal=False)
-
-
-def phase_ten(run: Run, sgd: list[str], out: str) -> None:
-    """Today's restart, as the unit was before sgdeploy turned SGLang's crash diagnostics off:
-    a cold apply (the daemon's pair goes), the flag change three times with the page cache warm
-    and three times with it dropped (no read-ahead)."""
-    run.step("today-cold", sgd + ["apply", "profiles/today-a.toml", "--json"], timeout=APPLY_TIMEOUT_S)
-    warm = int(os.environ.get("RUNS_EACH", "3"))  # fewer where the device time is short
-    for i in range(warm + 3):
-        dropped = i >= warm
-        if dropped:
-            subprocess.run(DROP_PAGE_CACHE, check=False)
-        name = f"today-flag-change-{'dropped' if dropped else 'warm'}"
-        run.step(name, sgd + ["apply", f"profiles/today-{'b' if i % 2 == 0 else 'a'}.toml", "--json"]
-                 + (["--no-read-ahead"] if dropped else []), timeout=APPLY_TIMEOUT_S)
-
-
-def phase_bar(run: Run, sgd: list[str], out: str) -> None:
-    """Issue #37's bar alone, for a session short of device time (prepare+scenario, one call): the
-    client's first apply, the daemon with sgdeploy's stop once, with all levers twice; then
-    today's restart, cold and twice with the page cache dropped."""
-    if applies(run, sgd, (("client-first", "wc-a"),))[0]["rc"] != 0:
-        return
-    applies(run, sgd, (("client-flag-change-warm", "wc-b"), ("levers-all", "wcx-a"), ("levers-all", "wcx-b"),
-                       ("today-cold", "today-a"), ("today-flag-change-dropped", "today-b"),
-                       ("today-flag-change-dropped", "today-a")))
-
-
 def applies(run: Run, sgd: list[str], runs: tuple[tuple[str, str], ...]) -> list[dict]:
     """Each (step name, profile) in turn; a name ending in `dropped` drops the page cache first
     and applies without the read-ahead. APPLY_EXTRA adds apply options to each, e.g.
@@ -397,6 +353,47 @@ def applies(run: Run, sgd: list[str], runs: tuple[tuple[str, str], ...]) -> list
         rows.append(run.step(name, [*sgd, "apply", f"profiles/{profile}.toml", "--json", *extra]
                              + (["--no-read-ahead"] if dropped else []), timeout=APPLY_TIMEOUT_S))
     return rows
+
+
+def alternating(runs: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """(step name, profile stem) as (step name, profile): b, a, b, ... so each apply changes a
+    flag (max_running_requests 128 <-> 64)."""
+    return tuple((name, f"{stem}-{'b' if i % 2 == 0 else 'a'}") for i, (name, stem) in enumerate(runs))
+
+
+def phase_nine(run: Run, sgd: list[str], out: str) -> None:
+    """Issue #37's levers on the daemon's restart, each a flag change that keeps the weights
+    (max_running_requests 64 <-> 128): the first client apply, then the daemon with sgdeploy's
+    stop (crash diagnostics off) three times, all levers three times (+ skip_server_warmup,
+    + disable_prefill_cuda_graph), each of those two alone once."""
+    first = applies(run, sgd, (("client-first", "wc-a"),))[0]
+    run.capture("client.units.service", "systemctl cat sglang-weights.service sglang.service")
+    if first["rc"] != 0:
+        return
+    times = int(os.environ.get("RUNS_EACH", "3"))  # fewer where the device time is short
+    applies(run, sgd, alternating([("client-flag-change-warm", "wc")] * times + [("levers-all", "wcx")] * 3
+                                  + [("lever-skip-warmup", "wcw"), ("lever-no-prefill-graphs", "wcp")]))
+    run.step("history-client", sgd + ["history", "profiles/wc-a.toml", "--json"], journal=False)
+
+
+def phase_ten(run: Run, sgd: list[str], out: str) -> None:
+    """Today's restart, as the unit was before sgdeploy turned SGLang's crash diagnostics off:
+    a cold apply (the daemon's pair goes), the flag change three times with the page cache warm
+    and three times with it dropped (no read-ahead)."""
+    warm = int(os.environ.get("RUNS_EACH", "3"))  # fewer where the device time is short
+    applies(run, sgd, (("today-cold", "today-a"),) + alternating(
+        [("today-flag-change-warm", "today")] * warm + [("today-flag-change-dropped", "today")] * 3))
+
+
+def phase_bar(run: Run, sgd: list[str], out: str) -> None:
+    """Issue #37's bar alone, for a session short of device time (prepare+scenario, one call): the
+    client's first apply, the daemon with sgdeploy's stop once, with all levers twice; then
+    today's restart, cold and twice with the page cache dropped."""
+    if applies(run, sgd, (("client-first", "wc-a"),))[0]["rc"] != 0:
+        return
+    applies(run, sgd, (("client-flag-change-warm", "wc-b"), ("levers-all", "wcx-a"), ("levers-all", "wcx-b"),
+                       ("today-cold", "today-a"), ("today-flag-change-dropped", "today-b"),
+                       ("today-flag-change-dropped", "today-a")))
 
 
 def phase_rest(run: Run, sgd: list[str], out: str) -> None:
