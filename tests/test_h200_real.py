@@ -300,3 +300,72 @@ def test_the_prefill_graphs_are_the_largest_lever_left_after_the_weights() -> No
     full, capped, off = (kv_to_ready(s) for s in ("204-lever-skip-warmup", "203-levers-prefill-graphs-512",
                                                   "202-levers-all"))
     assert off < capped < full and full - off > 8, (full, capped, off)
+
+
+# ------------------------------------------------------------------ issue #37's bar, on one machine
+BAR_RUNS = {"llama-20b-bar": WEIGHT_CACHE / "llama-20b-bar", "llama-8b-bar": WEIGHT_CACHE / "llama-8b-bar"}
+
+
+def outages_by_kind(run: str) -> dict[str, list[float]]:
+    """The /generate outage of each restart of one run of the same machine, by kind of apply."""
+    from bench.h200_real.figures import WEIGHT_CACHE_COLUMNS, restarts
+
+    column = WEIGHT_CACHE_COLUMNS.index("/generate outage")
+    kinds: dict[str, list[float]] = {}
+    for name, step, cells in restarts(WEIGHT_CACHE):
+        if name == run and cells[column] is not None:
+            kinds.setdefault(step, []).append(cast(float, cells[column]))
+    return kinds
+
+
+def test_a_change_that_keeps_38_gb_of_weights_restarts_in_under_half_of_todays_cold_restart() -> None:
+    """Issue #37's bar, on one H100 in one run (2026-12-06, SGLang 0.5.17, llama-20b: 38.2 GB): the
+    flag change that keeps the weights, with all levers, against today's restart of the same change
+    with the page cache dropped (at most half) and warm (below it), three runs of each but warm."""
+    from statistics import median
+
+    kinds = outages_by_kind("llama-20b-bar")
+    kept, dropped, warm = (kinds[k] for k in ("levers-all", "today-flag-change-dropped", "today-flag-change-warm"))
+    assert (len(kept), len(dropped), len(warm)) == (3, 3, 2)
+    assert median(kept) <= 0.5 * median(dropped), (kept, dropped)
+    assert max(kept) < min(warm), (kept, warm)
+
+
+@pytest.mark.parametrize("run", sorted(BAR_RUNS))
+def test_every_restart_of_the_bar_run_was_ready_and_read_as_apply_read_it(run: str) -> None:
+    """Each apply of the run: ready, its phase times those of the log read whole; sgdeploy's unit
+    stops the old server in about a second, today's (crash diagnostics on) after their 5 s sleep;
+    the daemon's clients map the weights, today's read them."""
+    for step in map(json.loads, (BAR_RUNS[run] / "steps.jsonl").read_text(encoding="utf-8").splitlines()):
+        if step["argv"][1] != "apply":
+            continue
+        stem = BAR_RUNS[run] / f"{step['n']}-{step['step']}"
+        applied = json.loads(stem.with_suffix(".out").read_text(encoding="utf-8"))
+        lines = stem.with_suffix(".log").read_text(encoding="utf-8").splitlines()
+        report = read_log(lines, None, "0.5.17")
+        assert applied["status"] == "ready" and report.ready and report.failure is None, stem.name
+        assert report.phase_times() == applied["phase_times"], stem.name
+        assert applied["auto_adjusted"] == [], stem.name
+        today = step["step"].startswith("today-")
+        assert any("[IpcModelLoader] Loaded model via IPC (mode=client)" in line for line in lines) is not today
+        if "stop_s" in applied["downtime"] and step["step"] != "today-cold":  # today-cold stops a client
+            assert (applied["downtime"]["stop_s"] > 5.0) is today, (stem.name, applied["downtime"])
+
+
+def test_the_first_start_on_a_fresh_host_compiles_what_later_starts_find_cached() -> None:
+    """The daemon's first client on the fresh host against the same launch later in the run:
+    SGLang's own startup timings put the difference in the prefill graphs' capture."""
+    def prefill_capture(step: str) -> float:
+        text = (BAR_RUNS["llama-20b-bar"] / f"{step}.journal").read_text(encoding="utf-8")
+        return float(text.split("cuda_graph={prefill=")[1].split(",")[0])
+
+    first, later = prefill_capture("161-client-first"), prefill_capture("184-client-first")
+    assert first - later > 20, (first, later)
+
+
+def test_the_documented_bar_table_is_the_fixtures_medians() -> None:
+    from bench.h200_real.figures import lever_table
+
+    doc = (Path(__file__).parents[1] / "docs" / "weight-cache.md").read_text(encoding="utf-8")
+    rows = [r for r in lever_table(WEIGHT_CACHE).splitlines() if r.split("|")[1].strip() in BAR_RUNS]
+    assert len(rows) == 16 and all(row in doc for row in rows)

@@ -9,7 +9,7 @@
 #   sgd-wheels/  sgdeploy's dependencies and its build backend, for the operator's side
 #   debian.tar.gz  a Debian bookworm minbase tree with systemd, systemd-container, openssh-server
 #                and dbus: the systemd host booted there with systemd-nspawn
-#   parts/       all of it as one tar split into 54 MiB parts, one part per call of the device
+#   parts/       all of it as one tar split into 50 MiB parts, one part per call of the device
 #                tool (64 MiB per call, the repository included)
 # Run from the repository root as root: bash bench/h200_real/build_parts.sh
 set -euo pipefail
@@ -80,6 +80,6 @@ SH
 fi
 
 rm -f $D/parts/*
-tar -C $D -cf - debian.tar.gz sgd-wheels wheels | split -b 54M -d -a 2 - $D/parts/carry.tar.
+tar -C $D -cf - debian.tar.gz sgd-wheels wheels | split -b 50M -d -a 2 - $D/parts/carry.tar.
 ls -l $D/parts
 du -sh $D/wheels $D/sgd-wheels $D/debian.tar.gz
