@@ -11,7 +11,7 @@
 #                        models (bench/h200_real/models.py); boots the systemd host
 #                        (bench/h200_real/host.sh); writes the inventory and profiles to /opt/h200run
 #   STAGE=swap ...       MODEL_SET's models in place of the machine's (the units stopped first)
-#   STAGE=scenario PHASE=1|2|...|10|bar|rest|small|short ...   runs sgdeploy as a user would (bench/h200_real/scenario.py);
+#   STAGE=scenario PHASE=1|2|...|10|bar|rest|small|readahead|short ...   runs sgdeploy as a user would (bench/h200_real/scenario.py);
 #                        SGLANG_RELEASE names the carried release in the inventory (PHASE=8, the
 #                        weight-cache daemon, needs 0.5.17+: build the parts with the same variable)
 # Every stage starts over where a marker says it has not finished, so a machine given back is

@@ -11,7 +11,9 @@
                                                  times with all; 10: today's restart, three
                                                  times warm and three dropped; bar: issue #37's
                                                  bar alone; rest: what bar leaves for three runs
-                                                 of each; small: the levers with llama-8b; each
+                                                 of each; small: the levers with llama-8b;
+                                                 readahead: today's restart with the page cache
+                                                 dropped, with and without the read-ahead; each
                                                  within one call)
     python scenario.py --poll URL LOG           (the client: /health every 0.1 s, /generate every 1 s)
 
@@ -148,16 +150,17 @@ def main() -> None:
     run_dir, out, phase = sys.argv[1], sys.argv[2], sys.argv[3]
     run = Run(run_dir, out)
     run.n = {"1": 0, "2": 20, "3": 40, "4": 60, "5": 80, "6": 90, "7": 100, "8": 110, "9": 120,
-             "10": 140, "bar": 160, "rest": 180, "small": 200, "short": 0}[phase]
+             "10": 140, "bar": 160, "rest": 180, "small": 200, "readahead": 220, "short": 0}[phase]
     sgd = ["sgdeploy"]
     poller = subprocess.Popen([sys.executable, __file__, "--poll", f"http://127.0.0.1:{PORT}",
                                os.path.join(out, "client.jsonl")])
     try:
-        if phase in ("1", "4", "5", "6", "7", "8", "9", "10", "bar", "rest", "small") \
+        if phase in ("1", "4", "5", "6", "7", "8", "9", "10", "bar", "rest", "small", "readahead") \
                 or not os.path.exists(os.path.join(out, "NO-SERVER")):
             {"1": phase_one, "2": phase_two, "3": phase_three, "4": phase_four, "5": phase_five,
              "6": phase_six, "7": phase_seven, "8": phase_eight, "9": phase_nine, "10": phase_ten,
-             "bar": phase_bar, "rest": phase_rest, "small": phase_small, "short": phase_short}[phase](run, sgd, out)
+             "bar": phase_bar, "rest": phase_rest, "small": phase_small, "readahead": phase_readahead,
+             "short": phase_short}[phase](run, sgd, out)
     finally:
         poller.kill()
         run.capture(f"journal.all.{phase}.txt", "journalctl -u sglang.service -o short-precise --no-pager")
@@ -340,18 +343,17 @@ def phase_eight(run: Run, sgd: list[str], out: str) -> None:
 
 
 def applies(run: Run, sgd: list[str], runs: tuple[tuple[str, str], ...]) -> list[dict]:
-    """Each (step name, profile) in turn; a name ending in `dropped` drops the page cache first
-    and applies without the read-ahead. APPLY_EXTRA adds apply options to each, e.g.
+    """Each (step name, profile) in turn; a name with `dropped` drops the page cache first, and
+    applies without the read-ahead where it ends there. APPLY_EXTRA adds apply options to each, e.g.
     `--no-sglang-check --settle 1` where device time is short: both act before the stop or after
     ready, outside the downtime measured."""
     extra = os.environ.get("APPLY_EXTRA", "").split()
     rows = []
     for name, profile in runs:
-        dropped = name.endswith("dropped")
-        if dropped:
+        if "dropped" in name:
             subprocess.run(DROP_PAGE_CACHE, check=False)
         rows.append(run.step(name, [*sgd, "apply", f"profiles/{profile}.toml", "--json", *extra]
-                             + (["--no-read-ahead"] if dropped else []), timeout=APPLY_TIMEOUT_S))
+                             + (["--no-read-ahead"] if name.endswith("dropped") else []), timeout=APPLY_TIMEOUT_S))
     return rows
 
 
@@ -418,6 +420,14 @@ def phase_small(run: Run, sgd: list[str], out: str) -> None:
                        ("client-flag-change-warm", "wc-b"), ("today-cold", "today-a"),
                        ("today-flag-change-warm", "today-b"), ("today-flag-change-dropped", "today-a"),
                        ("today-flag-change-dropped", "today-b")))
+
+
+def phase_readahead(run: Run, sgd: list[str], out: str) -> None:
+    """The read-ahead's share with the model of BIG_MODEL, right after prepare (one call): today's
+    restart cold (the first start on the fresh host), then the flag change with the page cache
+    dropped, twice read ahead before the stop and once without."""
+    applies(run, sgd, (("today-cold", "today-a"), ("today-flag-change-dropped-read-ahead", "today-b"),
+                       ("today-flag-change-dropped", "today-a"), ("today-flag-change-dropped-read-ahead", "today-b")))
 
 
 def phase_three(run: Run, sgd: list[str], out: str) -> None:
