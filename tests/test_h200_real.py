@@ -369,3 +369,16 @@ def test_the_documented_bar_table_is_the_fixtures_medians() -> None:
     doc = (Path(__file__).parents[1] / "docs" / "weight-cache.md").read_text(encoding="utf-8")
     rows = [r for r in lever_table(WEIGHT_CACHE).splitlines() if r.split("|")[1].strip() in BAR_RUNS]
     assert len(rows) == 16 and all(row in doc for row in rows)
+
+
+def test_read_without_its_profile_a_graph_the_launch_turned_off_is_still_the_launchs() -> None:
+    """A user's log read alone (`logcheck` without --profile): 0.5.14+ resolves CUDA graphs into
+    cuda_graph_config and dumps the launch's own switches as given, so a dump with
+    disable_prefill_cuda_graph=True is the launch's request; the same start with the switch off
+    in the dump is SGLang's own doing."""
+    lines = (BAR_RUNS["llama-20b-bar"] / "163-levers-all.log").read_text(encoding="utf-8").splitlines()
+    assert read_log(lines, None, "0.5.17").auto_adjusted == ()
+    unasked = [line.replace("disable_prefill_cuda_graph=True", "disable_prefill_cuda_graph=False")
+               for line in lines]
+    adjusted = read_log(unasked, None, "0.5.17").auto_adjusted
+    assert [(a.field, a.value) for a in adjusted] == [("cuda_graph_backend_prefill", "disabled")]

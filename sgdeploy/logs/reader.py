@@ -33,6 +33,7 @@ from sgdeploy.logs.settings import (
     _literal,
     launch_asks_for,
     parse_server_args,
+    requests_in_dump,
     settings_changed,
 )
 
@@ -77,6 +78,7 @@ class LogReader:
         self._context_len: int | None = None
         self._dump: dict[str, Any] | None = None
         self._dump_line: int | None = None
+        self._dump_requests: dict[str, Any] = {}  # the graph switches the dump shows the launch set
         self._adjust_lines: dict[str, Adjustment] = {}
         self._capturing: dict[tuple[str | None, str], int] = {}  # (stream, rank) -> capture begin
         # first line any rank began dist init / weights / read all shards
@@ -289,6 +291,7 @@ class LogReader:
     def _read_dump(self, p: ParsedLine, events: list[LogEvent]) -> None:
         self._dump = parse_server_args(p.text)
         self._dump_line = self._n
+        self._dump_requests = requests_in_dump(p.text, self._dump or {})
         if self._dump is not None:
             self._book.settings = self._dump  # what SGLang resolved, rather than the profile
         if self._dump is None:
@@ -326,7 +329,10 @@ class LogReader:
         events.append(LogEvent("adjusted", adj.field, self._n, None, adj.as_dict()))
 
     def _profile_agrees(self, adj: Adjustment) -> bool:
-        return launch_asks_for(self.server or {}, adj.field, adj.value)
+        """The launch asked for it: in its profile, or (read without one) in the dump's requests."""
+        if self.server is not None:
+            return launch_asks_for(self.server, adj.field, adj.value)
+        return launch_asks_for(self._dump_requests, adj.field, adj.value)
 
     def _resolved(self, adj: Adjustment) -> Adjustment:
         """A line's adjustment with the value the dump shows, when the dump has the field set (a
@@ -336,7 +342,8 @@ class LogReader:
         return adj
 
     def _dump_adjustments(self) -> list[Adjustment]:
-        return settings_changed(self.server, self._dump or {}, "server_args dump", self._dump_line)
+        return settings_changed(self.server, self._dump or {}, "server_args dump", self._dump_line,
+                                self._dump_requests)
 
     def _auto_adjusted(self) -> list[Adjustment]:
         merged: dict[str, Adjustment] = {}

@@ -175,6 +175,25 @@ _CONFIG_PHASES: Final[Mapping[str, str]] = {
 }
 
 
+# 0.5.14+ resolves CUDA graphs into cuda_graph_config and leaves these flags as the launch gave
+# them (server_args.py, _parse_cuda_graph_config; SGLang itself writes only a prefill backend of
+# "full" for one architecture), and its `ServerArgs(...)` repr dumps them so: they are the
+# launch's own requests there. The dict dump of later releases (`resolved_dict()`) shows them
+# resolved instead.
+_GRAPH_REQUESTS: Final = ("disable_prefill_cuda_graph", "disable_decode_cuda_graph",
+                          "cuda_graph_backend_prefill", "cuda_graph_backend_decode")
+
+
+def requests_in_dump(text: str, dump: Mapping[str, Any]) -> dict[str, Any]:
+    """The CUDA graph switches the launch set itself, read from its server_args dump line (for a
+    log read without its profile); none where the dump shows them resolved, or the release
+    writes them itself (before 0.5.14, whose dump has no `cuda_graph_backend_prefill`)."""
+    repr_dump = text.lstrip().startswith("server_args=ServerArgs(")
+    if not repr_dump or "cuda_graph_backend_prefill" not in dump:
+        return {}
+    return {name: dump[name] for name in _GRAPH_REQUESTS if dump.get(name) not in (None, False)}
+
+
 def launch_asks_for(server: Mapping[str, Any], name: str, value: Any) -> bool:
     """Whether the launch itself sets `name` to `value`, in any of the ways SGLang accepts: the
     field, an equivalent flag, or the phase's backend in `cuda_graph_config`'s JSON."""
@@ -307,12 +326,14 @@ def settings_changed(
     resolved: Mapping[str, Any],
     source: str = "server_args dump",
     line: int | None = None,
+    requests: Mapping[str, Any] | None = None,
 ) -> list[Adjustment]:
     """What SGLang resolved differently from the profile, given its resolved arguments.
 
     `resolved` is the server_args dump of a log, or `/server_info` of a running server. Fields
     the profile set and SGLang changed are reported, and fields the profile left alone whose
     resolved value changes behaviour (BEHAVIOUR_FIELDS: a graph or cache turned off, ...).
+    Without a profile, `requests` are what the launch is known to have asked for itself.
     """
     out: list[Adjustment] = []
     if server is not None:
@@ -323,8 +344,9 @@ def settings_changed(
                     f"SGLang resolved it to {_show(resolved[name])} ({source})"
                 )
                 out.append(Adjustment(name, resolved[name], reason, line))
+    asked = server if server is not None else requests or {}
     for name, (value, why) in BEHAVIOUR_FIELDS.items():
-        if server is not None and (name in server or launch_asks_for(server, name, value)):
+        if (server is not None and name in server) or launch_asks_for(asked, name, value):
             continue
         if name in resolved and _same(value, resolved[name]):
             how = "the profile does not set it" if server is not None else "no profile given"
