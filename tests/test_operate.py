@@ -577,3 +577,11 @@ def test_read_status_shows_the_daemon_beside_the_server() -> None:
     down = read_status(FakeRemote(files_out("failed", "failed"), facts_out(), 200), "sglang")  # type: ignore[arg-type]
     assert not down.healthy and "sglang-weights.service is not running" in down.problems[0]
     assert "NOT HEALTHY" in report.status_text(down)
+
+
+def test_logcheck_without_a_profile_says_a_listed_setting_may_be_the_launchs(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["logcheck", str(CORPUS / "ok-0.5.11-qwen36-mtp-tp2.log")], capsys)
+    assert code == 0
+    assert "settings SGLang changed on its own, or the launch set (--profile tells them apart):" in out
+    assert "disable_piecewise_cuda_graph = true" in out

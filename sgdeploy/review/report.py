@@ -160,9 +160,9 @@ def _since(start: str | None, t: str | None) -> str:
         return ""
 
 
-def logcheck_text(report: LogReport, source: str) -> str:
+def logcheck_text(report: LogReport, source: str, profile_given: bool = True) -> str:
     """`sgdeploy logcheck`: verdict, phases with times, KV cache, the failure and its lines,
-    changes."""
+    changes (read without the launch's profile, a flag it set itself can look like one)."""
     lines = [f"{source}: {report.verdict}"]
     lines.extend("an earlier start in this log failed: "
                  f"{f.headline}" for f in report.earlier_failures)
@@ -191,7 +191,8 @@ def logcheck_text(report: LogReport, source: str) -> str:
             lines.append("the log lines that explain it:")
             lines.extend(f"  {number:>6} | {text}" for number, text in f.context)
     if report.auto_adjusted:
-        lines.append("settings SGLang changed on its own:")
+        lines.append("settings SGLang changed on its own" + (
+            ":" if profile_given else ", or the launch set (--profile tells them apart):"))
         lines.extend(f"  {a.field} = {json.dumps(a.value, default=str)}  ({a.reason})"
                      for a in report.auto_adjusted)
     return redact("\n".join(lines) + "\n")

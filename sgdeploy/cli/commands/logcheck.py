@@ -50,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         out(
             redact_known(
-                report.logcheck_text(log, "<stdin>" if args.logfile == "-" else args.logfile), known
+                report.logcheck_text(log, "<stdin>" if args.logfile == "-" else args.logfile,
+                                     profile_given=server is not None),
+                known,
             )
         )
     return EXIT_OK if log.ready else EXIT_FAILED
