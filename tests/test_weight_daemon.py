@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from sgdeploy import __version__
 from sgdeploy.deploy.render import RenderedUnit, render_unit
 from sgdeploy.host.facts import GpuInfo, GpuProcess, gpus_idle, idle_check_sh
@@ -124,3 +126,29 @@ def test_a_kept_daemon_and_its_memory_do_not_make_the_gpus_busy(tmp_path: Path) 
     assert idle("g", "a", "k")
     (tmp_path / "a").write_text("41, python3, 16000, GPU-a\n77, python3, 400, GPU-a\n")
     assert not idle("g", "a", "k")
+
+
+def test_the_documented_fast_restart_profile_is_valid_and_keeps_the_weights_on_a_flag_change(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/weight-cache.md's "Fast restarts" profile, as a user copies it: valid for a 0.5.17 host,
+    rendered with its daemon, and a flag change of it restarts with the weights kept."""
+    from sgdeploy import cli
+    from sgdeploy.deploy.restart_kind import WEIGHTS_KEPT, restart_for
+
+    doc = (Path(__file__).parents[1] / "docs" / "weight-cache.md").read_text(encoding="utf-8")
+    profile = doc.split("<!-- fast-restart-profile -->\n```toml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "fast.toml").write_text(profile)
+    (tmp_path / "fast-b.toml").write_text(profile + "max_running_requests = 64\n")
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text('[hosts.h200-03]\naddress = "h200-03.example.com"\nuser = "root"\n'
+                         'gpu = "NVIDIA H200"\ncompute_capability = "9.0"\ngpu_count = 8\n'
+                         'gpu_memory_gib = 141\nsglang_version = "0.5.17"\n')
+    code = cli.main(["validate", str(tmp_path / "fast.toml"), "--inventory", str(inventory)])
+    assert code == 0, capsys.readouterr().out
+    catalog = load_catalog("0.5.17")
+    before, after = (render_unit(load_profile(tmp_path / name), catalog, "h200-03")
+                     for name in ("fast.toml", "fast-b.toml"))
+    assert before.daemon is not None and after.daemon is not None
+    assert before.daemon.text == after.daemon.text
+    restart = restart_for(before.text, after.text, "0.5.17")
+    assert restart is not None and restart.kind == WEIGHTS_KEPT
