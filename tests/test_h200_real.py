@@ -382,3 +382,29 @@ def test_read_without_its_profile_a_graph_the_launch_turned_off_is_still_the_lau
                for line in lines]
     adjusted = read_log(unasked, None, "0.5.17").auto_adjusted
     assert [(a.field, a.value) for a in adjusted] == [("cuda_graph_backend_prefill", "disabled")]
+
+
+@pytest.mark.parametrize("step", ["161-client-first", "163-levers-all", "185-levers-prefill-graphs-512",
+                                  "186-lever-skip-warmup", "166-today-flag-change-dropped"])
+def test_sglangs_own_startup_timings_are_read_and_agree_with_the_journal(step: str) -> None:
+    """0.5.17 logs `Engine startup timings (s): ...` once before ready: logcheck shows it in
+    SGLang's names; its graph seconds agree with the capture lines' own stamps, and the graph
+    phases SGLang did not capture (prefill with the prefill graphs off) are left out."""
+    from bench.h200_real.figures import phases
+
+    lines = (BAR_RUNS["llama-20b-bar"] / f"{step}.log").read_text(encoding="utf-8").splitlines()
+    report = read_log(lines, None, "0.5.17")
+    timings = cast(dict[str, Any], report.engine_timings)
+    assert set(timings) == {"load_weight", "kv_cache_allocation", "scheduler_e2e", "tokenizer_e2e", "cuda_graph"}
+    graphs = timings["cuda_graph"]
+    _, ends = phases(BAR_RUNS["llama-20b-bar"] / f"{step}.journal")
+    if "piecewise graphs" in ends:  # prefill captured first, from the KV cache on
+        assert set(graphs) == {"prefill", "decode"}
+        assert abs(graphs["prefill"] - (ends["piecewise graphs"] - ends["KV cache"])) < 1.0, (graphs, ends)
+    else:
+        assert set(graphs) == {"decode"}
+    assert report.as_json()["engine_timings"] == timings
+    text = logcheck_text(report, f"{step}.log", profile_given=False)
+    assert "SGLang's own timings: load_weight " in text and f"decode {graphs['decode']:.2f} s" in text
+    weights_from_disk = step.endswith("dropped")
+    assert (timings["load_weight"] > 10) is weights_from_disk, timings

@@ -139,6 +139,8 @@ class ApplyResult:
     # where the downtime went, on the host's clock (`downtime`): stop_s, gpu_release_s,
     # unit_start_s, to_first_line_s, to_ready_s, downtime_s; the spans that are known
     downtime: dict[str, float] = field(default_factory=dict)
+    # SGLang's own seconds per phase of the start, where its log says them (0.5.17+)
+    engine_timings: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
     # SGLang's own verdict on the host, its prediction and what differed
     sglang_check: CheckReport | None = None
@@ -166,6 +168,7 @@ class ApplyResult:
             "steps": [s.as_dict() for s in self.plan.steps] if self.plan else [],
             "timings": self.timings,
             "downtime": self.downtime,
+            "engine_timings": self.engine_timings,
             "ssh": self.stats,
             "sglang_check": self.sglang_check.as_dict() if self.sglang_check else None,
             "disagreements": [d.as_dict() for d in self.disagreements],
@@ -352,6 +355,7 @@ class Transaction:
             host=self.host,
             startup_s=round(startup.seconds, 2),
             downtime=downtime(startup),
+            engine_timings=dict(report.engine_timings or {}) if report else {},
             phases=[p.as_dict() for p in report.phases] if report else [],
             phase_times=report.phase_times() if report else {},
             kv_cache_tokens=report.kv_cache_tokens if report else None,
@@ -403,6 +407,7 @@ def result_from(startup: StartupResult, result: ApplyResult) -> ApplyResult:
         explain=startup.explain,
         probe=startup.probe,
         downtime=downtime(startup),
+        engine_timings=dict(report.engine_timings or {}) if report else {},
     )
 
 

@@ -73,9 +73,16 @@ PHASE_RULES: Final[tuple[PhaseRule, ...]] = (
     ),
 )
 
+# SGLang's own account of its start, logged once before ready (0.5.17's engine.py
+# `_set_startup_time`): seconds per phase, each the slowest rank's.
+ENGINE_TIMINGS: Final = "Engine startup timings (s):"
+_TIMING = re.compile(r"(?P<name>\w+)=(?P<value>\d+(?:\.\d+)?)")
+_GRAPH_TIMINGS = re.compile(r"cuda_graph=\{(?P<inner>[^}]*)\}")
+
 _PHASE_STARTS: Final = (
     *sorted({r.trigger for r in PHASE_RULES if not r.anywhere}),
     "max_total_num_tokens=",
+    ENGINE_TIMINGS,
 )
 _PHASE_ANYWHERE: Final = tuple(sorted({r.trigger for r in PHASE_RULES if r.anywhere}))
 # Frequent lines that never matter: skipped before any other check.
@@ -116,6 +123,21 @@ FIGURES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("kv_size_gb", re.compile(r"KV size: (\d+(?:\.\d+)?) GB")),
     ("model_class", re.compile(r"\btype=(\w+)")),
 )
+
+
+
+def engine_timings(text: str) -> dict[str, Any]:
+    """`Engine startup timings (s): load_weight=0.07, ..., cuda_graph={prefill=36.13,
+    decode=3.06, ...}, tokenizer_e2e=52.81` as {"load_weight": 0.07, ..., "cuda_graph":
+    {"prefill": 36.13, "decode": 3.06}}: the graph phases SGLang did not capture (0.00) left out."""
+    graphs = _GRAPH_TIMINGS.search(text)
+    rest = text[: graphs.start()] + text[graphs.end():] if graphs else text
+    out: dict[str, Any] = {m["name"]: float(m["value"]) for m in _TIMING.finditer(rest)}
+    if graphs:
+        out["cuda_graph"] = {m["name"]: float(m["value"]) for m in _TIMING.finditer(graphs["inner"])
+                             if float(m["value"]) > 0}
+    return out
+
 
 # --------------------------------------------------------------------------------------------
 # Which phases a launch must produce.

@@ -17,10 +17,12 @@ from sgdeploy.logs.phases import (
     _PHASE_ANYWHERE,
     _PHASE_STARTS,
     _SCHED_SUMMARY,
+    ENGINE_TIMINGS,
     PHASE_RULES,
     QUIET_STARTS,
     SHARDS_DONE,
     _figures,
+    engine_timings,
 )
 from sgdeploy.logs.report import Adjustment, Failure, LogEvent, LogReport, Phase
 from sgdeploy.logs.segment import CONTEXT_FRAMES, Segmenter, clip
@@ -76,6 +78,7 @@ class LogReader:
         self._kv_tokens: int | None = None
         self._sched_tokens: int | None = None
         self._context_len: int | None = None
+        self._engine_timings: dict[str, Any] | None = None
         self._dump: dict[str, Any] | None = None
         self._dump_line: int | None = None
         self._dump_requests: dict[str, Any] = {}  # the graph switches the dump shows the launch set
@@ -177,6 +180,7 @@ class LogReader:
             server_args=dict(self._dump) if self._dump is not None else None,
             context_len=self._context_len,
             earlier_failures=tuple(self._earlier),
+            engine_timings=self._engine_timings,
         )
 
     def _stamp(self, t: str) -> None:
@@ -216,6 +220,10 @@ class LogReader:
             if hit and rule.pattern.search(text):
                 self._reach(rule.phase, p, events)
                 return True
+        if text.startswith(ENGINE_TIMINGS):
+            if p.is_primary:
+                self._engine_timings = engine_timings(text)
+            return True
         if text.startswith("max_total_num_tokens="):
             if self._sched_tokens is None:
                 sm = _SCHED_SUMMARY.search(text)

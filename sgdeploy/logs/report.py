@@ -98,6 +98,7 @@ class LogReport:
     server_args: Mapping[str, Any] | None = None  # the parsed server_args dump
     context_len: int | None = None  # the longest request, as the scheduler's summary line says
     earlier_failures: tuple[Failure, ...] = ()  # how earlier starts in the same log ended
+    engine_timings: Mapping[str, Any] | None = None  # SGLang's own seconds per phase (0.5.17+)
 
     @property
     def kv_cache_below_context(self) -> bool:
@@ -169,6 +170,7 @@ class LogReport:
                 if self.earlier_failures
                 else {}
             ),
+            **({"engine_timings": dict(self.engine_timings)} if self.engine_timings else {}),
         }
 
 

@@ -6,7 +6,7 @@ secret that reached a finding, a log line or a unit diff is shown as `<redacted>
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +79,16 @@ def downtime_text(spans: dict[str, float]) -> str:
     return (f"downtime {total:.1f} s: " if total is not None else "downtime: ") + parts
 
 
+def engine_timings_text(timings: Mapping[str, Any]) -> str:
+    """SGLang's own account of its start, in its own names (`Engine startup timings`)."""
+    parts = [f"{name} {value:.2f} s" for name, value in timings.items() if name != "cuda_graph"]
+    graphs = timings.get("cuda_graph") or {}
+    if graphs:
+        parts.insert(2, "cuda_graph " + " + ".join(f"{phase} {value:.2f} s"
+                                                   for phase, value in graphs.items()))
+    return "SGLang's own timings: " + ", ".join(parts)
+
+
 def apply_text(result: ApplyResult) -> str:
     """The end-of-apply summary: outcome, phase times, what SGLang changed, why it failed."""
     lines = [f"{result.status.upper()}: {result.message}"]
@@ -96,6 +106,8 @@ def apply_text(result: ApplyResult) -> str:
         lines.append("apply: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items()))
     if result.downtime:
         lines.append(downtime_text(result.downtime))
+    if result.engine_timings:
+        lines.append(engine_timings_text(result.engine_timings))
     if result.probe:
         lines.append(f"throughput: {result.probe.text}")
     if result.auto_adjusted:
@@ -180,6 +192,8 @@ def logcheck_text(report: LogReport, source: str, profile_given: bool = True) ->
                                                        f"{_seconds(v)}" for k, v in times.items()))
     else:
         lines.append("phases: none recognised")
+    if report.engine_timings:
+        lines.append(engine_timings_text(report.engine_timings))
     if report.kv_cache_tokens is not None:
         lines.append(f"KV cache: {report.kv_cache_tokens} tokens" + (
             f", fewer than one request of the context length {report.context_len} (SGD714)"
