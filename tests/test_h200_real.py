@@ -9,6 +9,7 @@ PATH; the unit had systemd's PATH, without the venv's bin directory, so the serv
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any, cast
@@ -350,6 +351,24 @@ def test_every_restart_of_the_bar_run_was_ready_and_read_as_apply_read_it(run: s
         assert any("[IpcModelLoader] Loaded model via IPC (mode=client)" in line for line in lines) is not today
         if "stop_s" in applied["downtime"] and step["step"] != "today-cold":  # today-cold stops a client
             assert (applied["downtime"]["stop_s"] > 5.0) is today, (stem.name, applied["downtime"])
+
+
+@pytest.mark.parametrize("run", sorted(BAR_RUNS))
+def test_each_real_0_5_17_stop_is_no_failure(run: str) -> None:
+    """How SGLang 0.5.17 stopped each server of the run on the H100: "Draining", then a scheduler
+    "crashed with exit code -15" and SIGQUIT (after 5 s of crash diagnostics where they were on) or
+    the watchdog's "Gracefully exiting", and always "kill_process_tree called" (0.5.13+) before
+    systemd saw status=9/KILL. Read after the server's own start: a ready server, no failure."""
+    for this, after in itertools.pairwise(sorted(BAR_RUNS[run].glob("*.log"))):
+        own = this.read_text(encoding="utf-8").splitlines()
+        nxt = after.read_text(encoding="utf-8").splitlines()
+        start = max(i for i, line in enumerate(own) if line.startswith("Started sglang.service"))
+        stop = nxt[:min(i for i, line in enumerate(nxt) if line.startswith("Starting sglang.service"))]
+        said = [line for line in stop if "kill_process_tree called" in line or "Sleeping 5 seconds" in line
+                or "Gracefully exiting" in line or "Triggering SIGQUIT" in line]
+        assert "kill_process_tree called" in said[-1], (after.name, said)
+        report = read_log(own[start:] + stop, None, "0.5.17")
+        assert report.ready and report.failure is None, (this.name, report.failure)
 
 
 def test_the_first_start_on_a_fresh_host_compiles_what_later_starts_find_cached() -> None:

@@ -10,6 +10,7 @@ change of the weights replaces the daemon, and a rollback brings the recorded pa
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.hosts
 
 PORT = free_port()
 PORT_0517 = free_port()
+PORT_PLAIN = free_port()
 MODEL = "/srv/models/Qwen3-8B"
 OTHER = "/srv/models/Qwen3-8B-other"
 DEPLOYED: dict[str, str] = {}  # profile name -> the deployment id its apply recorded
@@ -218,6 +220,85 @@ def host_0517() -> Iterator[HostSet]:
     with booted_or_skipped([HostSpec.like("a6000-new", "wc17", sim=fast, sglang_version="0.5.17")]) as hs:
         hs.make_model("wc17", MODEL, "Qwen3ForCausalLM", sim_weights_mib=16000)
         yield hs
+
+
+# The lines that mark each step of a start of SGLang 0.5.17, and of its stop, in the order the real
+# server logged them on the H100 (tests/fixtures/h200-real/weight-cache/), numbers as N.
+REAL_0517_START = (
+    r"UserWarning: 'python -m sglang\.launch_server' is still supported, but 'sglang serve' is the "
+    r"recommended entrypoint\.",
+    r"^  Example: sglang serve --model-path <model> \[options\]$",
+    r"^Multimodal feature transport auto-resolved to cuda_ipc \(single-node CUDA\)\. Pass "
+    r"--mm-feature-transport=cpu to opt out\.$",
+    r"^Using CUDA IPC for multimodal features: reserving up to N MiB on base GPU N across N tokenizer worker",
+    r"^CUDA IPC pool-handle caching is enabled\. ",
+    r"^server_args=ServerArgs\(model_path=",
+    r"^Init torch distributed begin\.$",
+    r"^Init torch distributed ends\. elapsed=N s, mem usage=N GB$",
+    r"^Load weight begin\. avail mem=N GB$",
+    r"^Load weight end\. elapsed=N s, type=\w+, avail mem=N GB, mem usage=N GB\.$",
+    r"^KV Cache is allocated\. dtype: torch\.bfloatN, #tokens: N, K size: N GB, V size: N GB$",
+    r"^Memory pool end\. avail mem=N GB$",
+    r"^Capture target prefill CUDA graph begin\. backend=breakable, num_tokens=\[[N, ]+\], avail mem=N GB$",
+    r"^Capture target prefill CUDA graph end\. elapsed=N s, mem usage=N GB, avail mem=N GB\.$",
+    r"^Capture target decode CUDA graph begin\. backend=full, num_tokens_per_req=N, bs=\[[N, ]+\], avail mem=N GB$",
+    r"^Capture target decode CUDA graph end\. elapsed=N s, mem usage=N GB, avail mem=N GB\.$",
+    r"^max_total_num_tokens=N, chunked_prefill_size=N, max_prefill_tokens=N, max_running_requests=N, "
+    r"context_len=N, available_gpu_mem=N GB$",
+    r"^Tree cache initialized: source=default impl=RadixCache hybrid_swa=False hybrid_ssm=False "
+    r"hierarchical=False streaming_wrapped=False$",
+    r"^Engine startup timings \(s\): load_weight=N, kv_cache_allocation=N, scheduler_eNe=N, cuda_graph=\{"
+    r"prefill=N, decode=N, target_verify=N, draft_prefill=N, draft_decode=N, draft_extend=N\}, tokenizer_eNe=N$",
+    r"^INFO:     Started server process \[N\]$",
+    r"^INFO:     Application startup complete\.$",
+    r"^INFO:     Uvicorn running on http://[N.]+:N \(Press CTRL\+C to quit\)$",
+    r'"GET /model_info HTTP/N" N OK$',
+    r"^The server is fired up and ready to roll!$",
+)
+REAL_0517_STOP = (  # crash diagnostics off, as sgdeploy's unit has them
+    r"^SIGTERM received\. signum=None frame=None\. Draining requests and shutting down\.\.\.$",
+    r"^Subprocess scheduler_N \(pid=N\) crashed with exit code -N\. Triggering SIGQUIT for cleanup\.\.\.$",
+    r"^SIGQUIT received\. signum=None, frame=None\. It usually means one child failed\.$",
+    r"^kill_process_tree called: parent_pid=N, include_parent=True, pid=N$",
+)
+
+
+def shape_positions(log: str, shapes: tuple[str, ...]) -> list[int | None]:
+    """Where each of `shapes` first appears in `log` (line index; None: never)."""
+    lines = [re.sub(r"\d+(?:\.\d+)?", "N", re.sub(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: TP\d+)?\] ", "", line))
+             for line in log.split("\n")]
+    return [next((i for i, line in enumerate(lines) if re.search(shape, line)), None) for shape in shapes]
+
+
+def test_on_0_5_17_a_start_and_a_stop_log_the_real_lines_in_the_real_order(host_0517: HostSet) -> None:
+    """A plain launch on the simulated 0.5.17 logs every line that marks a step of the real 0.5.17's
+    start and stop on the H100, in the same order (the fixture is held to the same lists)."""
+    real = (Path(__file__).parent / "fixtures" / "h200-real" / "weight-cache" / "llama-8b-bar" /
+            "207-today-cold.log").read_text(encoding="utf-8")
+    started = real.rindex("Started sglang.service")
+    for text, shapes in ((real[started:], REAL_0517_START), (real[:started], REAL_0517_STOP)):
+        at = shape_positions(text, shapes)
+        assert None not in at and at == sorted(at), list(zip(shapes, at, strict=True))
+    unit = ("[Service]\nType=exec\nEnvironment=SGLANG_PYSPY_DUMP_BEFORE_CRASH=0\n"
+            "Environment=SGLANG_CUDA_COREDUMP_BEFORE_CRASH=0\nExecStart=/root/ml-env/bin/python3 -m "
+            f"sglang.launch_server --model-path {MODEL} --port {PORT_PLAIN}\n")
+    hs = host_0517
+    hs.ssh("wc17", "cat > /etc/systemd/system/sgl-shape.service && systemctl daemon-reload && "
+           "systemctl start sgl-shape", input=unit)
+    deadline = time.monotonic() + 30
+    while "ready to roll" not in (log := hs.journal("wc17", "sgl-shape")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    hs.ssh("wc17", "systemctl stop sgl-shape; systemctl reset-failed sgl-shape; true")
+    log = hs.journal("wc17", "sgl-shape")
+    positions = []
+    for shapes in (REAL_0517_START, REAL_0517_STOP):
+        at = shape_positions(log, shapes)
+        missing = [shape for shape, i in zip(shapes, at, strict=True) if i is None]
+        assert not missing, (missing, log[-3000:])
+        assert at == sorted(at), [s for s, _ in sorted(zip(shapes, at, strict=True), key=lambda x: x[1])]
+        positions += at
+    assert positions == sorted(positions)
+    hs.wait_gpus_free("wc17", 10)  # the next tests' server needs them
 
 
 def test_on_0_5_17_the_pair_meets_in_a_private_tmp_of_its_own(

@@ -64,8 +64,26 @@ DEFAULT_SETTINGS = {
 
 VERSION = importlib.metadata.version("sglang")
 V = tuple(int(x) for x in VERSION.split(".")[:3] if x.isdigit())
-NEW = V >= (0, 5, 20)  # 0.5.2x wording and behaviour; older = 0.5.10/0.5.11
+NEW = V >= (0, 5, 20)  # 0.5.2x behaviour not split by release below (endpoints, tracebacks)
 CRASH_DIAGNOSTICS = (0, 5, 13)  # TokenizerManager.dump_requests_before_crash's py-spy and coredump
+
+# The release where each line of a start or a stop took its wording (read in the released wheels;
+# paths under sglang/srt/). Before each, the 0.5.10/0.5.11 wording.
+KV_DTYPE_INLINE = (0, 5, 13)  # mem_cache/memory_pool.py: "KV Cache is allocated. dtype: ..."; no "Using KV cache dtype"
+TREE_CACHE_LINE = (0, 5, 13)  # mem_cache/registry.py create_tree_cache: "Tree cache initialized: ..."
+KILL_TREE_LINE = (0, 5, 13)  # utils/common.py kill_process_tree: "kill_process_tree called: ..."
+PER_PHASE_GRAPHS = (0, 5, 14)  # model_executor/model_runner.py: "Capture target prefill|decode CUDA graph", prefill first
+TOKENS_PER_REQ = (0, 5, 16)  # model_runner_components/cuda_graph_setup.py: num_tokens_per_req (was num_tokens_per_bs)
+STARTUP_TIMINGS = (0, 5, 17)  # entrypoints/engine.py _set_startup_time: "Engine startup timings (s): ..."
+MM_IPC_AUTO = ((0, 5, 17), (0, 5, 18))  # server_args.py: 0.5.17 alone picks cuda_ipc for multimodal features
+SERVER_ARGS_DICT = (0, 5, 19)  # entrypoints/engine.py: server_args={resolved_dict()} (was the dataclass repr)
+INIT_PARALLEL = (0, 5, 21)  # distributed/bootstrap.py: "Init parallel ends." (was "Init torch distributed", mem usage)
+DECODE_BS_AT_END = (0, 5, 22)  # cuda_graph_setup.py: bs= on the decode graph's end line (was on its begin line)
+TOKENS_PER = "num_tokens_per_req" if V >= TOKENS_PER_REQ else "num_tokens_per_bs"
+GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
+# launch_server.py: the line of its warnings.warn, by release
+LAUNCH_WARNING_LINES = (((0, 5, 20), 71), ((0, 5, 19), 63), ((0, 5, 18), 57), ((0, 5, 16), 56), ((0, 5, 14), 55),
+                        ((0, 0, 0), 54))
 
 
 def crash_diagnostics_on() -> bool:
@@ -611,7 +629,34 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
             "--language-only is set without --encoder-urls; the encoder can register "
             "later via --encoder-register-urls."
         )
+    early.extend(mm_transport_lines(args))
     return changes
+
+
+def mm_transport_lines(args: dict) -> list[str]:
+    """What 0.5.17's ServerArgs says of the multimodal feature transport: on one CUDA node it picks
+    cuda_ipc by itself, for text models too (the H100's journals; 0.5.18 keeps it opt-in)."""
+    if not MM_IPC_AUTO[0] <= V < MM_IPC_AUTO[1]:
+        return []
+    asked = args.get("mm_feature_transport")
+    single = int(args.get("nnodes") or 1) == 1 and (args.get("disaggregation_mode") or "null") == "null"
+    if args.get("encoder_only") or asked == "cpu" or (asked is None and not single):
+        return []
+    lines = [] if asked else [
+        "Multimodal feature transport auto-resolved to cuda_ipc (single-node CUDA). Pass "
+        "--mm-feature-transport=cpu to opt out."
+    ]
+    mib = int(os.environ.get("SGLANG_MM_FEATURE_CACHE_MB") or 1024)
+    cached = os.environ.get("SGLANG_USE_IPC_POOL_HANDLE_CACHE", "1").lower() in ("1", "true", "yes", "y")
+    return [
+        *lines,
+        f"Using CUDA IPC for multimodal features: reserving up to {mib} MiB on base GPU "
+        f"{int(args.get('base_gpu_id') or 0)} across {int(args.get('tokenizer_worker_num') or 1)} "
+        "tokenizer worker(s). This reduces KV cache headroom; a full pool falls back to CPU transport.",
+        f"CUDA IPC pool-handle caching is {'enabled' if cached else 'disabled'}. It reuses mappings to the "
+        "existing bounded pool without reserving another pool; set SGLANG_USE_IPC_POOL_HANDLE_CACHE=0 to "
+        "disable it.",
+    ]
 
 
 def args_repr(args: dict) -> str:
@@ -620,7 +665,7 @@ def args_repr(args: dict) -> str:
     keys = first + [k for k in args if k not in first]
     # Like SGLang, api_key and admin_api_key are printed with the rest (0.5.23 redacts only the
     # watermark keys; 0.5.1x prints the dataclass as it is).
-    if NEW:
+    if V >= SERVER_ARGS_DICT:
         return "server_args=" + repr({k: args[k] for k in keys})
     return "server_args=ServerArgs(" + ", ".join(f"{k}={args[k]!r}" for k in keys) + ")"
 
@@ -679,6 +724,9 @@ class Rank:
         self.used = 0
         self.slot = 0
         self.initialized = False  # Scheduler() done; in the event loop
+        self.started = time.monotonic()
+        self.timings = {"load_weight": 0.0, "kv_cache_allocation": 0.0, "scheduler_e2e": 0.0}
+        self.graph_s = dict.fromkeys(GRAPH_PHASES, 0.0)  # model_executor/graph_memory_usage.py's keys
 
     def phase_sleep(self, frac: float) -> None:
         time.sleep(max(0.0, self.ctx["startup_s"] * frac) + self.rank * 0.003)
@@ -905,10 +953,7 @@ class Rank:
         weights = int(self.ctx["weights_mib"])
         graph_mib = min(900, max(64, int(target * 0.03)))
         self.phase_sleep(0.05)
-        if NEW:
-            log("Init parallel begin.")
-        else:
-            log("Init torch distributed begin.")
+        log(f"Init {'parallel' if V >= INIT_PARALLEL else 'torch distributed'} begin.")
         if slot >= len(visible):
             self.hit_exception(
                 [
@@ -940,10 +985,11 @@ class Rank:
             if not os.read(self.ctx["dist_r"], 1):
                 os._exit(0)
         # 0.5.11 on an H200: "Init torch distributed ends. elapsed=0.22 s, mem usage=0.09 GB"
-        log(
-            f"Init {'parallel' if NEW else 'torch distributed'} ends. "
-            f"elapsed={time.monotonic() - t0 + 0.1:.2f} s" + ("" if NEW else ", mem usage=0.09 GB")
-        )
+        elapsed = f"elapsed={time.monotonic() - t0 + 0.1:.2f} s"
+        if V >= INIT_PARALLEL:
+            log(f"Init parallel ends. {elapsed}")
+        else:
+            log(f"Init torch distributed ends. {elapsed}, mem usage=0.09 GB")
         avail0 = self.avail()
         log(f"Load weight begin. avail mem={gb(avail0)} GB")
         if self.failure == "hang" and s.get("hang_at", "load") == "load":
@@ -991,9 +1037,11 @@ class Rank:
         if not mapped:
             self.hold(self.used + weights)
         arch = self.ctx["arch"]
+        self.timings["load_weight"] = time.monotonic() - t0
+        # mapped weights are the daemon's memory: 0.5.17's client says "mem usage=0.00 GB"
         log(
-            f"Load weight end. elapsed={time.monotonic() - t0:.2f} s, type={arch}, "
-            f"avail mem={gb(self.avail())} GB, mem usage={gb(weights)} GB."
+            f"Load weight end. elapsed={self.timings['load_weight']:.2f} s, type={arch}, "
+            f"avail mem={gb(self.avail())} GB, mem usage={gb(0 if mapped else weights)} GB."
         )
         self.phase_sleep(0.05)
         kv = target - self.used - graph_mib - (weights if mapped else 0)  # the daemon's weights count (0.5.19+)
@@ -1020,14 +1068,10 @@ class Rank:
             )
         tokens = int(kv * 1024 * 1024 / self.ctx["kv_bytes_per_token"])
         self.ctx["tokens"] = tokens
+        t0 = time.monotonic()
         self.hold(self.used + kv)
-        dtype = "dtype: torch.bfloat16, " if NEW else ""
-        if not NEW:  # 0.5.11 names the dtype on a line of its own (tests/fixtures/h200-real/)
-            log("Using KV cache dtype: torch.bfloat16")
-        log(
-            f"KV Cache is allocated. {dtype}#tokens: {tokens}, K size: {gb(kv / 2)} GB, "
-            f"V size: {gb(kv / 2)} GB"
-        )
+        self.log_kv_cache(tokens, kv)
+        self.timings["kv_cache_allocation"] = time.monotonic() - t0
         if V >= (0, 5, 11):  # seen on 0.5.11 and 0.5.2x
             log(f"Memory pool end. avail mem={gb(self.avail())} GB")
         self.capture_graphs(graph_mib, target)
@@ -1039,161 +1083,152 @@ class Rank:
                 f"max_running_requests={mrr}, context_len={a['context_length']}, "
                 f"available_gpu_mem={gb(self.avail())} GB"
             )
+        if V >= TREE_CACHE_LINE:  # every rank, once its model worker is up
+            self.log_tree_cache()
+        self.timings["scheduler_e2e"] = time.monotonic() - self.started
+
+    def log_kv_cache(self, tokens: int, kv: float) -> None:
+        sizes = f"#tokens: {tokens}, K size: {gb(kv / 2)} GB, V size: {gb(kv / 2)} GB"
+        if V >= KV_DTYPE_INLINE:
+            log(f"KV Cache is allocated. dtype: torch.bfloat16, {sizes}")
+        else:  # 0.5.11 names the dtype on a line of its own (tests/fixtures/h200-real/)
+            log("Using KV cache dtype: torch.bfloat16")
+            log(f"KV Cache is allocated. {sizes}")
+
+    def log_tree_cache(self) -> None:
+        a = self.args
+        impl = "ChunkCache" if a.get("disable_radix_cache") else (
+            "HiRadixCache" if a.get("enable_hierarchical_cache") else "RadixCache")
+        log(f"Tree cache initialized: source=default impl={impl} hybrid_swa=False hybrid_ssm=False "
+            f"hierarchical={bool(a.get('enable_hierarchical_cache'))} streaming_wrapped=False")
+
+    CAPTURE_BS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
 
     def capture_graphs(self, graph_mib: int, target: int) -> None:
         a = self.args
+        if a.get("disable_cuda_graph"):
+            return
         spec = bool(a.get("speculative_algorithm"))
-        disable_all = bool(a.get("disable_cuda_graph"))
-        per = 0.25 / (3 if spec else 2)
         max_bs = a.get("cuda_graph_max_bs") or a.get("cuda_graph_max_bs_decode") or 32
-        bs = [
-            b
-            for b in (
-                1,
-                2,
-                4,
-                8,
-                12,
-                16,
-                24,
-                32,
-                40,
-                48,
-                56,
-                64,
-                80,
-                96,
-                112,
-                128,
-                160,
-                192,
-                224,
-                256,
-            )
-            if b <= int(max_bs)
-        ] or [1]
+        bs = [b for b in self.CAPTURE_BS if b <= int(max_bs)] or [1]
         over = self.avail() < 0  # mem fraction beyond the GPU
         fail = self.failure == "graph_capture" or over or target > self.gpu_total - self.reserved
-
-        def fail_capture() -> None:
-            if NEW:
-                sol = (
-                    "Possible solutions:\n"
-                    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-                    "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
-                    "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
-                    "(Not recommended. Huge performance loss)\n"
-                )
-            else:
-                sol = (
-                    "Possible solutions:\n"
-                    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-                    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
-                    "3. disable torch compile by not using --enable-torch-compile\n"
-                    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge "
-                    "performance loss)\n"
-                )
-            sol += (
-                "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
-            )
-            self.hit_exception(
-                [
-                    (
-                        f"{PKG}/sglang/srt/model_executor/model_runner.py",
-                        2450 if not NEW else 1580,
-                        "init_device_graphs",
-                        "self.graph_runner = graph_runners[self.device](self)",
-                    ),
-                    (
-                        f"{PKG}/sglang/srt/model_executor/cuda_graph_runner.py"
-                        if not NEW
-                        else f"{PKG}/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
-                        390 if not NEW else 603,
-                        "__init__",
-                        "raise Exception(",
-                    ),
-                ],
-                f"Exception: Capture cuda graph failed: "
-                f"{self.oom(2048.0, None if self.failure == 'graph_capture' else max(0.0, self.avail()))}"
-                f"\n{sol}",
-            )
-
-        if disable_all:
-            return
-        avail = self.avail()
-        t0 = time.monotonic()
-        if NEW:
-            kind = "verify" if spec else "decode"
-            ntpr = (a.get("speculative_num_draft_tokens") or 4) if spec else 1
-            prefill = a.get("cuda_graph_backend_prefill")
-            prefill_off = bool(a.get("disable_prefill_cuda_graph")) or prefill == "disabled"
-            # 0.5.14+ (cuda_graph_setup.py: "prefill before decode"; the H200 journals of 0.5.17)
-            if prefill_off:  # whichever flag turned it off
-                log(
-                    "Disable prefill CUDA graph because cuda_graph_config resolved "
-                    "prefill.backend='disabled' (e.g. via --cuda-graph-backend-prefill=disabled "
-                    "or auto-disable rules)."
-                )
-            else:
-                toks = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
-                log(
-                    f"Capture target prefill CUDA graph begin. backend={prefill or 'breakable'}, "
-                    f"num_tokens={toks}, avail mem={gb(avail)} GB"
-                )
-                self.phase_sleep(per)
-                self.hold(self.used + graph_mib // 4)
-                log(
-                    f"Capture target prefill CUDA graph end. elapsed={time.monotonic() - t0:.2f} s, "
-                    f"mem usage={gb(graph_mib / 4)} GB, avail mem={gb(self.avail())} GB."
-                )
-                t0 = time.monotonic()
-            log(
-                f"Capture target {kind} CUDA graph begin. backend=full, num_tokens_per_req={ntpr}, "
-                f"avail mem={gb(self.avail())} GB"
-            )
-            self.phase_sleep(per)
-            if fail:
-                fail_capture()
-            self.hold(self.used + graph_mib // 2)
-            log(
-                f"Capture target {kind} CUDA graph end. bs={bs}, elapsed="
-                f"{time.monotonic() - t0:.2f} s, mem usage={gb(graph_mib / 2)} GB, "
-                f"avail mem={gb(self.avail())} GB."
-            )
+        per = 0.25 / (3 if spec else 2)  # of startup_s, for each capture
+        if V >= PER_PHASE_GRAPHS:
+            self.capture_prefill(graph_mib, per)
+            self.capture_decode(graph_mib, bs, per, fail, spec)
             if spec:
-                t0 = time.monotonic()
-                topk = a.get("speculative_eagle_topk") or 1
-                log(
-                    f"Capture draft decode CUDA graph begin. backend=full, num_tokens_per_req={topk}, "
-                    f"bs={bs}, avail mem={gb(self.avail())} GB"
-                )
-                self.phase_sleep(per)
-                self.hold(self.used + graph_mib // 8)
-                log(
-                    f"Capture draft decode CUDA graph end. elapsed={time.monotonic() - t0:.2f} s, "
-                    f"mem usage={gb(graph_mib / 8)} GB, avail mem={gb(self.avail())} GB."
-                )
-                if self.rank == 0:
-                    t0 = time.monotonic()
-                    log(
-                        f"Capture draft extend CUDA graph begin. backend=full, "
-                        f"num_tokens_per_req={a.get('speculative_num_draft_tokens') or 4}, "
-                        f"bs={bs}, avail mem={gb(self.avail())} GB"
-                    )
-                    log(
-                        f"Capture draft extend CUDA graph end. elapsed="
-                        f"{time.monotonic() - t0 + 0.05:.2f} s, mem usage=0.05 GB, "
-                        f"avail mem={gb(self.avail())} GB."
-                    )
-            return
-        # 0.5.10 / 0.5.11 wording
+                self.capture_draft(graph_mib, bs, per)
+        else:
+            self.capture_legacy(graph_mib, bs, per, fail, spec)
+
+    def fail_capture(self) -> None:
+        if V >= PER_PHASE_GRAPHS:  # model_executor/runner_backend_utils/__init__.py
+            sol = (
+                "Possible solutions:\n"
+                "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+                "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
+                "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
+                "(Not recommended. Huge performance loss)\n"
+            )
+        else:
+            sol = (
+                "Possible solutions:\n"
+                "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+                "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+                "3. disable torch compile by not using --enable-torch-compile\n"
+                "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge "
+                "performance loss)\n"
+            )
+        sol += (
+            "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+        )
+        self.hit_exception(
+            [
+                (
+                    f"{PKG}/sglang/srt/model_executor/model_runner.py",
+                    2450 if not NEW else 1580,
+                    "init_device_graphs",
+                    "self.graph_runner = graph_runners[self.device](self)",
+                ),
+                (
+                    f"{PKG}/sglang/srt/model_executor/cuda_graph_runner.py"
+                    if not NEW
+                    else f"{PKG}/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
+                    390 if not NEW else 603,
+                    "__init__",
+                    "raise Exception(",
+                ),
+            ],
+            f"Exception: Capture cuda graph failed: "
+            f"{self.oom(2048.0, None if self.failure == 'graph_capture' else max(0.0, self.avail()))}"
+            f"\n{sol}",
+        )
+
+    def capture(self, name: str, begin: str, mib: int, sleep: float, *, end: str = "",
+                key: str = "", fail: bool = False) -> None:
+        """One 0.5.14+ capture: its begin line, the time it takes, its memory, its end line; `key`
+        names its entry in the engine's startup timings."""
+        t0 = time.monotonic()
+        log(f"Capture {name} CUDA graph begin. {begin}avail mem={gb(self.avail())} GB")
+        self.phase_sleep(sleep)
+        if fail:
+            self.fail_capture()
+        self.hold(self.used + mib)
+        elapsed = time.monotonic() - t0
+        if key:
+            self.graph_s[key] = elapsed
         log(
-            f"Capture cuda graph begin. This can take up to several minutes. avail mem={gb(avail)} GB"
+            f"Capture {name} CUDA graph end. {end}elapsed={elapsed:.2f} s, "
+            f"mem usage={gb(mib)} GB, avail mem={gb(self.avail())} GB."
+        )
+
+    def capture_prefill(self, graph_mib: int, per: float) -> None:
+        """0.5.14+ captures the prefill graph before the decode one (cuda_graph_setup.py: "prefill
+        before decode"; the H100's journals of 0.5.17)."""
+        prefill = self.args.get("cuda_graph_backend_prefill")
+        if self.args.get("disable_prefill_cuda_graph") or prefill == "disabled":  # either flag
+            log(
+                "Disable prefill CUDA graph because cuda_graph_config resolved "
+                "prefill.backend='disabled' (e.g. via --cuda-graph-backend-prefill=disabled "
+                "or auto-disable rules)."
+            )
+            return
+        toks = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+        self.capture("target prefill", f"backend={prefill or 'breakable'}, num_tokens={toks}, ",
+                     graph_mib // 4, per, key="prefill")
+
+    def capture_decode(self, graph_mib: int, bs: list[int], per: float, fail: bool, spec: bool) -> None:
+        a = self.args
+        ntpr = (a.get("speculative_num_draft_tokens") or 4) if spec else 1
+        listed = f"bs={bs}, "
+        at_end = V >= DECODE_BS_AT_END
+        self.capture(f"target {'verify' if spec else 'decode'}",
+                     f"backend=full, {TOKENS_PER}={ntpr}, {'' if at_end else listed}",
+                     graph_mib // 2, per, end=listed if at_end else "",
+                     key="target_verify" if spec else "decode", fail=fail)
+
+    def capture_draft(self, graph_mib: int, bs: list[int], per: float) -> None:
+        a = self.args
+        topk = a.get("speculative_eagle_topk") or 1
+        self.capture("draft decode", f"backend=full, {TOKENS_PER}={topk}, bs={bs}, ", graph_mib // 8,
+                     per, key="draft_decode")
+        if self.rank == 0:
+            draft = a.get("speculative_num_draft_tokens") or 4
+            self.capture("draft extend", f"backend=full, {TOKENS_PER}={draft}, bs={bs}, ", 51, 0.0,
+                         key="draft_extend")
+
+    def capture_legacy(self, graph_mib: int, bs: list[int], per: float, fail: bool, spec: bool) -> None:
+        """Before 0.5.14: the decode graph, the draft's, then the piecewise (prefill) graph."""
+        a = self.args
+        t0 = time.monotonic()
+        log(
+            f"Capture cuda graph begin. This can take up to several minutes. avail mem={gb(self.avail())} GB"
         )
         log(f"Capture cuda graph bs {bs}")
         self.phase_sleep(per)
         if fail:
-            fail_capture()
+            self.fail_capture()
         self.hold(self.used + graph_mib // 2)
         log(
             f"Capture cuda graph end. Time elapsed: {time.monotonic() - t0:.2f} s. "
@@ -1244,8 +1279,10 @@ def scheduler_main(rank: int, ctx: dict, ready_w: int, ctl_r: int) -> None:
     try:
         r.run()
         r.initialized = True
+        startup = {**r.timings, "cuda_graph": r.graph_s}
         os.write(
-            ready_w, json.dumps({"rank": rank, "tokens": ctx.get("tokens", 0)}).encode() + b"\n"
+            ready_w,
+            json.dumps({"rank": rank, "tokens": ctx.get("tokens", 0), "startup": startup}).encode() + b"\n",
         )
         # wait for the server to be ready (or the parent to go away)
         data = os.read(ctl_r, 1)
@@ -1777,10 +1814,32 @@ def kill_children() -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def on_sigquit(signum: int, frame: object) -> None:
-    log("Received sigquit from a child process. It usually means the child failed.")
+def kill_process_tree() -> None:
+    """SGLang's kill_process_tree(os.getpid()): the children, then the process itself (SIGKILL)."""
+    if V >= KILL_TREE_LINE:
+        log(f"kill_process_tree called: parent_pid={os.getpid()}, include_parent=True, pid={os.getpid()}")
     kill_children()
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def on_sigquit(signum: int, frame: object) -> None:
+    log("Received sigquit from a child process. It usually means the child failed.")
+    kill_process_tree()
+
+
+def log_startup_timings(ranks: dict[int, dict], began: float) -> None:
+    """Engine._set_startup_time: each figure is the slowest rank's (observability/startup_time.py)."""
+    steps = {"load_weight": 0.0, "kv_cache_allocation": 0.0, "scheduler_e2e": 0.0}
+    graphs = dict.fromkeys(GRAPH_PHASES, 0.0)
+    for msg in ranks.values():
+        startup = msg.get("startup") or {}
+        for key in steps:
+            steps[key] = max(steps[key], float(startup.get(key, 0.0)))
+        for key in graphs:
+            graphs[key] = max(graphs[key], float(startup.get("cuda_graph", {}).get(key, 0.0)))
+    log("Engine startup timings (s): " + ", ".join(f"{k}={v:.2f}" for k, v in steps.items())
+        + ", cuda_graph={" + ", ".join(f"{k}={v:.2f}" for k, v in graphs.items())
+        + f"}}, tokenizer_e2e={time.monotonic() - began:.2f}")
 
 
 def bind_http(host: str, port: int, handler: type) -> ThreadingHTTPServer:
@@ -1824,17 +1883,16 @@ def serve_dummy_health(args: dict, dist: Dist) -> None:
 
 
 def main(argv: list[str], entry: str) -> None:
-    if entry == "launch_server" and V >= (0, 5, 11):  # seen on 0.5.11 (the H200) and 0.5.2x
+    began = time.monotonic()
+    if entry == "launch_server" and V >= (0, 5, 11):  # seen on 0.5.11 (the H200) and 0.5.17 (the H100)
         import warnings
 
         warnings.warn_explicit(
             "'python -m sglang.launch_server' is still supported, but 'sglang serve' is the "
-            "recommended entrypoint.\n  Example: sglang serve --model-path <model> [options]"
-            if not NEW else "'python -m sglang.launch_server' is still supported, but 'sglang serve' is "
-            "the recommended entrypoint.",
+            "recommended entrypoint.\n  Example: sglang serve --model-path <model> [options]",
             UserWarning,
             f"{PKG}/sglang/launch_server.py",
-            70 if NEW else 54,
+            next(line for since, line in LAUNCH_WARNING_LINES if since <= V),
         )
     settings = load_settings()
     global _WRAPPER
@@ -1981,6 +2039,8 @@ def main(argv: list[str], entry: str) -> None:
     State.tokens_per_s = float(settings["tokens_per_s"])
     State.ready_endpoint = NEW and bool(settings["ready_endpoint"])
     State.max_total_tokens = ready_ranks.get(0, {}).get("tokens", 0)
+    if node_rank == 0 and V >= STARTUP_TIMINGS:
+        log_startup_timings(ready_ranks, began)
     if node_rank >= 1:
         serve_dummy_health(args, dist)
     if nnodes > 1:
@@ -2028,8 +2088,7 @@ def main(argv: list[str], entry: str) -> None:
         # SGLang ends every stop with kill_process_tree(include_parent=True): the main process dies
         # by SIGKILL, and systemd records "code=killed, status=9/KILL", "Failed with result 'signal'"
         # (0.5.11 on an H200: tests/fixtures/h200-real/restart.journal)
-        kill_children()
-        os.kill(os.getpid(), signal.SIGKILL)
+        kill_process_tree()
 
     def drain_then_exit() -> None:
         # TokenizerManager.sigterm_watchdog: it looks every 5 s, and exits once no request remains

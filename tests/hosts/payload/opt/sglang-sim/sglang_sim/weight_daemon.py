@@ -74,9 +74,21 @@ def daemon_log(gpu: int, tp_rank: int, msg: str) -> None:
     print(f"{stamp} [Daemon gpu={gpu} tp_rank={tp_rank}] INFO {msg}", file=sys.stderr, flush=True)
 
 
-def serve(gpu: int, tp_rank: int, model: str, weights_mib: int, load_s: float, tp: int = 1) -> None:
+def server_args_lines(args: dict) -> list[str]:
+    """What the 0.5.17 daemon's own ServerArgs logs (arg_groups/overrides.py, server_args.py), as on
+    the H100: it never has an attention backend of its own."""
+    cc = float(sim_gpu.config().get("compute_capability", "9.0"))
+    backend = "flashinfer" if cc < 9 else ("fa3" if cc < 10 else "trtllm_mha")
+    return [f"Attention backend not specified. Use {backend} backend by default.",
+            *server.mm_transport_lines(args)]
+
+
+def serve(gpu: int, tp_rank: int, model: str, weights_mib: int, load_s: float, tp: int = 1,
+          args: dict | None = None) -> None:
     """One daemon: load (hold the memory), bind, write ready, serve until SIGTERM."""
     if not keyed_by_uuid():
+        for line in server_args_lines(args or {}):
+            daemon_log(gpu, tp_rank, line)
         daemon_log(gpu, tp_rank, f"[WeightCacheDaemon gpu={gpu} tp_rank={tp_rank}] Distributed backend "
                    f"initialized (tp_size={tp}, pp_size=1, world_size={tp})")
     daemon_log(gpu, tp_rank, f"[WeightCacheDaemon gpu={gpu} tp_rank={tp_rank}] Loading model from disk: {model}")
@@ -157,7 +169,7 @@ def main(argv: list[str]) -> None:
         slot = base + rank * step
         pid = os.fork()
         if pid == 0:
-            serve(visible[slot], rank, args["model_path"], weights_mib, load_s, tp)
+            serve(visible[slot], rank, args["model_path"], weights_mib, load_s, tp, args)
         children.append(pid)
         if keyed_by_uuid():  # 0.5.17 on the H100 printed no launcher lines
             server.log(f"Launched weight cache daemon gpu={visible[slot]} pp_rank=0 tp_rank={rank} pid={pid}")
