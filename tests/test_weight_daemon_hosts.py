@@ -336,6 +336,10 @@ def test_on_0_5_17_the_pair_meets_in_a_private_tmp_of_its_own(
     assert "crashed with exit code -15" in server_log
     assert "Sleeping 5 seconds before crash diagnostics" not in server_log
     assert result["downtime"]["stop_s"] < 3, result["downtime"]
+    # SGLang's own account of the start (its `Engine startup timings` line), read by apply
+    timings = result["engine_timings"]
+    assert {"load_weight", "kv_cache_allocation", "scheduler_e2e", "tokenizer_e2e"} <= set(timings), timings
+    assert "decode" in timings["cuda_graph"], timings
     verified = hs.ssh("wc17", "systemd-analyze verify /etc/systemd/system/sglang-wc-weights.service "
                       "/etc/systemd/system/sglang-wc.service 2>&1; true").stdout
     assert "sglang-wc" not in verified, verified

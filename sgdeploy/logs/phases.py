@@ -125,7 +125,6 @@ FIGURES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 )
 
 
-
 def engine_timings(text: str) -> dict[str, Any]:
     """`Engine startup timings (s): load_weight=0.07, ..., cuda_graph={prefill=36.13,
     decode=3.06, ...}, tokenizer_e2e=52.81` as {"load_weight": 0.07, ..., "cuda_graph":
