@@ -1333,6 +1333,7 @@ class State:
     max_total_tokens = 0
     started = time.time()
     ready_endpoint = NEW  # /ready exists from 0.5.20; a build may still lack it (ready_endpoint = false)
+    shutting_down = False  # after the first SIGTERM (TokenizerManager.gracefully_exit)
     in_flight = 0  # generation requests being answered now (what /v1/loads and /get_load count)
     in_flight_lock = threading.Lock()
 
@@ -1407,6 +1408,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, FLUSHED, "text/plain")
         a = State.args
         if path in ("/health", "/health_generate"):
+            if State.shutting_down:  # http_server.py's health_generate says so at every call
+                log("Health check request received during shutdown. Returning 503.")
             return self._send(200 if State.ready else 503, b"", "text/plain")
         if path == "/ready" and State.ready_endpoint:
             return self._send(
@@ -2124,7 +2127,7 @@ def main(argv: list[str], entry: str) -> None:
             exit_now()
         if not draining:  # the first SIGTERM: /health answers 503 from now on, requests still run
             draining.append(True)
-            State.ready = False
+            State.ready, State.shutting_down = False, True
             log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
             if settings.get("sigterm_drain"):
                 threading.Thread(target=drain_then_exit, daemon=True).start()
