@@ -566,4 +566,8 @@ def test_the_simulated_start_has_the_real_lines_in_the_real_order(hosts: HostSet
     at = shape_positions(log)
     missing = [shape for shape, i in zip(REAL_0511_SHAPES, at, strict=True) if i is None]
     assert not missing, missing
+    # uvicorn's lines carry SGLang's stamp too (set_uvicorn_logging_configs), access lines included
+    for text in (real, log):
+        assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] INFO:     Uvicorn running on ", text, re.M)
+        assert re.search(r'^\[[\d :-]+\] INFO:     [\d.]+:\d+ - "GET /model_info HTTP/1\.1" 200 OK$', text, re.M)
     assert at == sorted(at), [s for s, _ in sorted(zip(REAL_0511_SHAPES, at, strict=True), key=lambda x: x[1])]

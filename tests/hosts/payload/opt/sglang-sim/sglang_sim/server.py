@@ -138,9 +138,12 @@ def engine_logger(args: dict) -> logging.Logger:
     return logging.getLogger("sglang.srt.entrypoints.engine")
 
 
-def uv(msg: str, level: str = "INFO") -> None:
-    """uvicorn's format: INFO:     message."""
-    _out(2, f"{(level + ':').ljust(9)} {msg}\n")
+def uv(msg: str, level: str = "INFO", stamped: bool = True) -> None:
+    """uvicorn's format as SGLang sets it (utils/common.py set_uvicorn_logging_configs, 0.5.11 and
+    0.5.17 on a GPU alike): [%Y-%m-%d %H:%M:%S] INFO:     message. `stamped=False`: uvicorn's own
+    format, which the dummy health server of node_rank >= 1 keeps."""
+    stamp = f"[{_now()}] " if stamped else ""
+    _out(2, f"{stamp}{(level + ':').ljust(9)} {msg}\n")
 
 
 def access(client: str, line: str, status: int) -> None:
@@ -151,7 +154,7 @@ def access(client: str, line: str, status: int) -> None:
         503: "Service Unavailable",
         400: "Bad Request",
     }.get(status, "")
-    _out(1, f'INFO:     {client} - "{line}" {status} {phrase}\n')
+    _out(1, f'[{_now()}] INFO:     {client} - "{line}" {status} {phrase}\n')
 
 
 def emit_raw(text: str) -> None:
@@ -1869,6 +1872,7 @@ def serve_dummy_health(args: dict, dist: Dist) -> None:
             f"[Errno {e.errno}] error while attempting to bind on address ('{host}', {port}): "
             f"{(e.strerror or '').lower()}",
             "ERROR",
+            stamped=False,
         )
         kill_children()
         sys.exit(1)
