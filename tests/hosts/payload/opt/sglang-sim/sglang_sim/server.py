@@ -2156,13 +2156,14 @@ def main(argv: list[str], entry: str) -> None:
             urllib.request.urlopen(
                 urllib.request.Request(base + "/model_info", headers=headers), timeout=10
             ).read()
-        if True:
-            rank0 = " TP0" if tp > 1 else ""
-            os.write(
-                2,
-                f"[{_now()}{rank0}] Prefill batch. #new-seq: 1, #new-token: 6, "
-                "#cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, \n".encode(),
-            )
+        # the scheduler's line for the warm-up's prefill (0.5.11 and 0.5.17 on a GPU alike)
+        graphs = not (args.get("disable_cuda_graph") or args.get("disable_prefill_cuda_graph"))
+        os.write(
+            2,
+            f"[{_now()}{' TP0' if tp > 1 else ''}] Prefill batch, #new-seq: 1, #new-token: 6, "
+            "#cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, "
+            f"cuda graph: {graphs}, input throughput (token/s): 0.00\n".encode(),
+        )
         with contextlib.suppress(Exception):
             req = urllib.request.Request(
                 base + "/generate",
