@@ -19,6 +19,7 @@ import sys
 import time
 
 import sim_gpu
+
 from sglang_sim import server
 
 SOCKET_TEMPLATE = "/tmp/sglang_weight_cache_{device_uuid}.sock"
