@@ -180,8 +180,7 @@ _CONFIG_PHASES: Final[Mapping[str, str]] = {
 # "full" for one architecture), and its `ServerArgs(...)` repr dumps them so: they are the
 # launch's own requests there. The dict dump of later releases (`resolved_dict()`) shows them
 # resolved instead.
-_GRAPH_REQUESTS: Final = ("disable_prefill_cuda_graph", "disable_decode_cuda_graph",
-                          "cuda_graph_backend_prefill", "cuda_graph_backend_decode")
+_GRAPH_REQUESTS: Final = tuple(_CONFIG_PHASES)
 
 
 def requests_in_dump(text: str, dump: Mapping[str, Any]) -> dict[str, Any]:
