@@ -151,6 +151,9 @@ def main() -> None:
     run = Run(run_dir, out)
     run.n = {"1": 0, "2": 20, "3": 40, "4": 60, "5": 80, "6": 90, "7": 100, "8": 110, "9": 120,
              "10": 140, "bar": 160, "rest": 180, "small": 200, "readahead": 220, "short": 0}[phase]
+    # a second run of a phase in the same out/ folder (another model after STAGE=swap) numbers
+    # its steps on from here, so keep.py tells the runs apart
+    run.n = int(os.environ.get("STEP_BASE", run.n))
     sgd = ["sgdeploy"]
     poller = subprocess.Popen([sys.executable, __file__, "--poll", f"http://127.0.0.1:{PORT}",
                                os.path.join(out, "client.jsonl")])
@@ -423,9 +426,14 @@ def phase_small(run: Run, sgd: list[str], out: str) -> None:
 
 
 def phase_readahead(run: Run, sgd: list[str], out: str) -> None:
-    """The read-ahead's share with the model of BIG_MODEL, right after prepare (one call): today's
-    restart cold (the first start on the fresh host), then the flag change with the page cache
-    dropped, twice read ahead before the stop and once without."""
+    """The read-ahead's share with the model of BIG_MODEL, right after prepare or swap (one call):
+    today's restart cold (the first start on the fresh host), then the flag change with the page
+    cache dropped, twice read ahead before the stop and once without. READAHEAD_AGAIN=1, from the
+    server that run left: without, read ahead, without (three of each over the two calls)."""
+    if os.environ.get("READAHEAD_AGAIN"):
+        applies(run, sgd, (("today-flag-change-dropped", "today-a"), ("today-flag-change-dropped-read-ahead", "today-b"),
+                           ("today-flag-change-dropped", "today-a")))
+        return
     applies(run, sgd, (("today-cold", "today-a"), ("today-flag-change-dropped-read-ahead", "today-b"),
                        ("today-flag-change-dropped", "today-a"), ("today-flag-change-dropped-read-ahead", "today-b")))
 
