@@ -427,3 +427,61 @@ def test_sglangs_own_startup_timings_are_read_and_agree_with_the_journal(step: s
     assert "SGLang's own timings: load_weight " in text and f"decode {graphs['decode']:.2f} s" in text
     weights_from_disk = step.endswith("dropped")
     assert (timings["load_weight"] > 10) is weights_from_disk, timings
+
+
+# ------------------------------------------------------------- the read-ahead's share, on a slower disk
+READAHEAD_RUNS = {"llama-20b-readahead": WEIGHT_CACHE / "llama-20b-readahead",
+                  "llama-8b-readahead": WEIGHT_CACHE / "llama-8b-readahead"}
+
+
+def test_reading_38_gb_ahead_takes_the_disk_out_of_a_restart_from_a_cold_page_cache() -> None:
+    """Today's restart of the 20B model with the page cache dropped (2026-12-06, a second H100
+    whose disk reads ~1.4 GB/s), three with the read-ahead before the stop and three without:
+    every one with it was out for less than any without, by ~20 s at the median."""
+    from statistics import median
+
+    kinds = outages_by_kind("llama-20b-readahead")
+    ahead, without = kinds["today-flag-change-dropped-read-ahead"], kinds["today-flag-change-dropped"]
+    assert (len(ahead), len(without)) == (3, 3)
+    assert max(ahead) < min(without) and median(without) - median(ahead) > 15, (ahead, without)
+
+
+@pytest.mark.parametrize("run", sorted(READAHEAD_RUNS))
+def test_read_ahead_weights_load_at_page_cache_speed(run: str) -> None:
+    """SGLang's own `load_weight`: with the read-ahead as at the first start (the model written
+    just before, so in the page cache), without it the disk's several times that; the read ran
+    before the stop, while the old server still served."""
+    folder = READAHEAD_RUNS[run]
+    loads: dict[str, list[float]] = {}
+    for step in map(json.loads, (folder / "steps.jsonl").read_text(encoding="utf-8").splitlines()):
+        stem = folder / f"{step['n']}-{step['step']}"
+        applied = json.loads(stem.with_suffix(".out").read_text(encoding="utf-8"))
+        assert applied["status"] == "ready", stem.name
+        loads.setdefault(step["step"], []).append(applied["engine_timings"]["load_weight"])
+        if step["step"].endswith("read-ahead"):
+            journal = stem.with_suffix(".journal").read_text(encoding="utf-8")
+            assert "Stopping sglang.service" in journal
+    cached = max(loads["today-cold"] + loads["today-flag-change-dropped-read-ahead"])
+    assert 2.5 * cached < min(loads["today-flag-change-dropped"]), loads
+
+
+def test_the_8b_models_first_start_on_a_fresh_host_compiles_what_later_starts_find_cached() -> None:
+    """0.5.17 with the 8B model: its first start captured the graphs in ~3x the later starts'
+    time (SGLang's own startup timings), as the 20B model's did on the bar run."""
+    folder = READAHEAD_RUNS["llama-8b-readahead"]
+    captures = {}
+    for log in sorted(folder.glob("*.log")):
+        graphs = cast(dict[str, Any], read_log(log.read_text(encoding="utf-8").splitlines(), None,
+                                                "0.5.17").engine_timings)["cuda_graph"]
+        captures[log.stem] = graphs["prefill"] + graphs["decode"]
+    first, *later = captures.values()
+    assert next(iter(captures)) == "221-today-cold" and len(later) == 3
+    assert first > 2.5 * max(later) and first - max(later) > 30, captures
+
+
+def test_the_documented_read_ahead_table_is_the_fixtures_medians() -> None:
+    from bench.h200_real.figures import lever_table
+
+    doc = (Path(__file__).parents[1] / "docs" / "weight-cache.md").read_text(encoding="utf-8")
+    rows = [r for r in lever_table(WEIGHT_CACHE).splitlines() if r.split("|")[1].strip() in READAHEAD_RUNS]
+    assert len(rows) == 4 and all(row in doc for row in rows)

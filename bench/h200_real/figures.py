@@ -111,9 +111,12 @@ def restarts(folder: Path) -> Iterator[tuple[str, str, list[float | None]]]:
             if step["argv"][1] != "apply" or step["step"] == "client-first":
                 continue  # the first apply starts from nothing: no outage to measure
             journal = step_file(run, step, ".journal")
+            stop = stop_s(journal)
+            if stop is None:
+                continue  # the first start on a fresh host: no server before it
             _, ends = phases(journal)
             yield run.name, step["step"], [
-                stop_s(journal), *(ends.get(c) for c, _ in MARKS),
+                stop, *(ends.get(c) for c, _ in MARKS),
                 outage(rows, "generate", step["start"], step["end"]),
                 outage(rows, "health", step["start"], step["end"])]
 
