@@ -92,6 +92,10 @@ def test_the_strict_unit_runs_sandboxed_restarts_and_rolls_back(
     warmed = [e for e in first["events"] if e["event"] == "page_cache"]
     assert [e["outcome"] for e in warmed] == ["warmed"], warmed
     assert warmed[0]["text"].startswith("read 0.0 GiB of weights into the page cache in ")
+    # and apply's result and the deployment's record keep how the read went
+    assert first["read_ahead"]["outcome"] == "warmed" and first["read_ahead"]["bytes"] > 0, first["read_ahead"]
+    code, history = sgdeploy(host, capsys, "history", str(profiles["a"]))
+    assert history["deployments"][0]["read_ahead"] == first["read_ahead"], history["deployments"][0]
     shown = host.ssh("ct129", "systemctl show sglang-strict.service -p User,MainPID,ProtectSystem,DevicePolicy,"
                      "NoNewPrivileges,PrivateTmp").stdout
     props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)

@@ -44,3 +44,18 @@ def test_a_path_with_quotes_and_spaces_stays_one_argument(tmp_path: Path) -> Non
 
 def test_no_answer_is_a_failure() -> None:
     assert parse_warmth("").outcome == "failed" and parse_warmth("").reason == "no answer from the host"
+
+
+def test_apply_reports_and_keeps_how_the_read_went() -> None:
+    """The read is wall time before the stop, not downtime: apply's summary says it, its JSON and
+    the record keep it (`read_ahead`), and an apply that did not read ahead says nothing of it."""
+    from sgdeploy.deploy.transaction import ApplyResult
+    from sgdeploy.review.report import apply_text
+
+    warmth = parse_warmth("bytes=38235123712\noutcome=warmed\nseconds=26.81\n")
+    result = ApplyResult(0, "ready", "h200-03", "sglang", "ready", read_ahead=warmth)
+    assert "before the stop: read 35.6 GiB of weights into the page cache in 26.8 s" in apply_text(result)
+    assert result.as_dict()["read_ahead"] == {"outcome": "warmed", "bytes": 38235123712, "seconds": 26.81,
+                                              "reason": ""}
+    plain = ApplyResult(0, "ready", "h200-03", "sglang", "ready")
+    assert plain.as_dict()["read_ahead"] is None and "before the stop" not in apply_text(plain)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -65,6 +66,7 @@ from sgdeploy.deploy.transaction import (
     timings,
 )
 from sgdeploy.host.facts import HostFacts, state_dir
+from sgdeploy.host.pagecache import PageCacheWarmth
 from sgdeploy.host.remote import CommandResult, ConnectError, ConnectionLost
 from sgdeploy.logs.report import LogReport
 from sgdeploy.profile.inventory import HostEntry
@@ -294,15 +296,26 @@ def decide(session: HostSession, loaded: LoadedProfile, name: str, declared: Hos
     return Decided(plan, current_unit)
 
 
-def read_ahead(session: HostSession, deployment: Deployment) -> threading.Thread | None:
+def read_ahead(
+    session: HostSession, deployment: Deployment
+) -> Callable[[], PageCacheWarmth | None]:
     """The new launch's weights read into the page cache on a channel of their own, while the
-    old server still serves; None when the model is not a folder on the host."""
+    old server still serves; what it returns waits for the read and says how it went (None when
+    the model is not a folder on the host)."""
     model = deployment.server.get("model_path")
     if not isinstance(model, str) or not model.startswith("/"):
-        return None
-    reading = threading.Thread(target=session.warm_page_cache, args=(model,), daemon=True)
+        return lambda: None
+    read: list[PageCacheWarmth] = []
+    reading = threading.Thread(
+        target=lambda: read.append(session.warm_page_cache(model)), daemon=True
+    )
     reading.start()
-    return reading
+
+    def finished() -> PageCacheWarmth | None:
+        reading.join()
+        return read[0] if read else None
+
+    return finished
 
 
 def _run_transaction(
@@ -325,13 +338,13 @@ def _run_transaction(
         if expected:  # what the live progress counts down from
             session.report("expected", seconds=expected, deployment=plan.last_good)
     judged = [plan]
+    warmth: list[PageCacheWarmth | None] = [None]
 
     def gate() -> StartupResult | None:
         # beside the check's wait and --wait-for-gpus
-        reading = read_ahead(session, deployment) if options.read_ahead else None
+        reading = read_ahead(session, deployment) if options.read_ahead else lambda: None
         judged[0], refused = pre_stop(session, plan, check, loaded, options.wait_for_gpus_s)
-        if reading is not None:
-            reading.join()
+        warmth[0] = reading()
         handover = Handover(deployment, previous, running_port(current_unit, plan.previous_active))
         return refused or before_stop_gate(session, options.before_stop, handover)
 
@@ -342,6 +355,7 @@ def _run_transaction(
         gate=gate,
         staged=staged,
     )
+    startup.read_ahead = warmth[0]
     plan = judged[0]
     checked = check_report(plan, startup.auto_adjusted if startup.ready else None)
     disagreeing = tuple(disagreements_of(plan))

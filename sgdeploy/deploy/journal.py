@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from sgdeploy.deploy.plan import Deployment
 from sgdeploy.deploy.probe import ProbeOutcome
+from sgdeploy.host.pagecache import PageCacheWarmth
 from sgdeploy.host.remote import RemoteError, RemoteHost
 from sgdeploy.logs import LogReader, LogReport
 from sgdeploy.logs.report import Adjustment
@@ -49,6 +50,8 @@ class StartupResult:
     host_times: dict[str, float] = field(default_factory=dict)
     first_line_at: float | None = None
     ready_at: float | None = None
+    # the new launch's weights read into the page cache before the stop (wall time, not downtime)
+    read_ahead: PageCacheWarmth | None = None
 
 
 def follower_command(unit: str, invocation: str) -> str:

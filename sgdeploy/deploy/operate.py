@@ -174,6 +174,8 @@ class Record:
             "outcome": self.outcome,
             "startup_s": self._get("startup_s"),
             "downtime": self._get("downtime") or {},
+            "engine_timings": self._get("engine_timings") or {},
+            "read_ahead": self._get("read_ahead"),
             "deployed_by": self._get("deployed_by"),
             "rollback_of": self._get("rollback_of"),
             "failure": self._get("failure"),

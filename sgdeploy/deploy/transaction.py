@@ -27,6 +27,7 @@ from sgdeploy.deploy.prestop import BeforeStop
 from sgdeploy.deploy.probe import ProbeOutcome, compare, probe_remote
 from sgdeploy.deploy.secret_args import api_key_for
 from sgdeploy.deploy.session import SWAP_WINDOW_S, HostSession, Watched, healthy_now
+from sgdeploy.host.pagecache import PageCacheWarmth
 from sgdeploy.host.remote import (
     CommandResult,
     ConnectError,
@@ -141,6 +142,8 @@ class ApplyResult:
     downtime: dict[str, float] = field(default_factory=dict)
     # SGLang's own seconds per phase of the start, where its log says them (0.5.17+)
     engine_timings: dict[str, Any] = field(default_factory=dict)
+    # the weights read into the page cache before the stop: wall time the downtime did not pay
+    read_ahead: PageCacheWarmth | None = None
     stats: dict[str, int] = field(default_factory=dict)
     # SGLang's own verdict on the host, its prediction and what differed
     sglang_check: CheckReport | None = None
@@ -169,6 +172,7 @@ class ApplyResult:
             "timings": self.timings,
             "downtime": self.downtime,
             "engine_timings": self.engine_timings,
+            "read_ahead": self.read_ahead.as_dict() if self.read_ahead else None,
             "ssh": self.stats,
             "sglang_check": self.sglang_check.as_dict() if self.sglang_check else None,
             "disagreements": [d.as_dict() for d in self.disagreements],
@@ -364,6 +368,7 @@ class Transaction:
             if not startup.ready
             else None,
             probe=startup.probe.as_dict() if startup.probe else None,
+            **({"read_ahead": startup.read_ahead.as_dict()} if startup.read_ahead else {}),
             **({"sglang_check": check.as_dict()} if check else {}),
             **({"disagreements": [d.as_dict() for d in disagreements]} if disagreements else {}),
         )
@@ -408,6 +413,7 @@ def result_from(startup: StartupResult, result: ApplyResult) -> ApplyResult:
         probe=startup.probe,
         downtime=downtime(startup),
         engine_timings=dict(report.engine_timings or {}) if report else {},
+        read_ahead=startup.read_ahead,
     )
 
 

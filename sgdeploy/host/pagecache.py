@@ -30,6 +30,10 @@ class PageCacheWarmth:
     seconds: float = 0.0
     reason: str = ""
 
+    def as_dict(self) -> dict[str, object]:
+        return {"outcome": self.outcome, "bytes": self.bytes, "seconds": self.seconds,
+                "reason": self.reason}
+
     def describe(self) -> str:
         if self.outcome == "warmed":
             return (f"read {self.bytes / 2**30:.1f} GiB of weights into the page cache in "

@@ -104,6 +104,8 @@ def apply_text(result: ApplyResult) -> str:
         lines.append(f"KV cache: {result.kv_cache_tokens} tokens")
     if result.timings:
         lines.append("apply: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items()))
+    if result.read_ahead:
+        lines.append(f"before the stop: {result.read_ahead.describe()}")
     if result.downtime:
         lines.append(downtime_text(result.downtime))
     if result.engine_timings:
