@@ -459,3 +459,19 @@ def test_deepseek_example_uses_nextn_right() -> None:
     assert server["speculative_num_draft_tokens"] == server["speculative_num_steps"] + 1
     assert server["speculative_eagle_topk"] == 1 and "speculative_draft_model_path" not in server
     assert 0.7 <= server["mem_fraction_static"] <= 0.9
+
+
+def test_an_invalid_profile_still_has_its_flags_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A first profile missing deploy.python, with a misspelt flag and a port that is no number:
+    one run names all three, each at its line, and says what waits for the fix; a [server] value
+    whose own shape is wrong keeps the error it has, not a second one."""
+    path = tmp_path / "first.toml"
+    path.write_text('[deploy]\nhost = "a6000"\n\n[server]\nmodel_path = "/models/Qwen3-8B"\n'
+                    'port = "abc"\ntensor_paralel_size = 2\nattention_backend = { name = "fa3" }\n',
+                    encoding="utf-8")
+    code, out, _ = main(capsys, "validate", str(path), "--inventory", str(RULES_INVENTORY), "--sglang", "0.5.11")
+    found = [(m["rule"], m["line"]) for m in map(TEXT_LINE.match, out.splitlines()[:-1]) if m]
+    assert code == 1 and ("SGD003", "1") in found, out
+    assert ("SGD013", "6") in found and ("SGD010", "7") in found, out
+    assert [line for rule, line in found if line == "8"] == ["8"], out  # the table's shape error alone
+    assert "SGLang 0.5.11" in out and "every other check wait for the errors above" in out, out

@@ -201,7 +201,7 @@ def verdicts_by_target(
     cluster (`cluster`, or deploy.host naming one) is one target: a GPU node of it, with the
     image's SGLang, over which a launch of `nnodes` spans that many nodes."""
     if loaded.model is None:
-        return list(loaded.diagnostics), []
+        return [*loaded.diagnostics, *flags_alone(loaded, sglang)], []
     targets, found = _targets(loaded, inventory, cluster)
     config, about_config = profile_model_config(loaded, model_config)
     found.extend(about_config)
@@ -271,6 +271,38 @@ def check_launch(
             found.append(loaded.diagnostic(rule.id, finding.message, dotted=finding.field,
                                            hint=finding.hint or rule.hint, severity=rule.severity))
     return found
+
+
+def flags_alone(loaded: LoadedProfile, sglang: str | None = None) -> list[Diagnostic]:
+    """A profile invalid in its shape: its [server] flags against the catalog alone (the SGD01x
+    rules), so that one round of fixes sees them too, and a note that the other checks wait.
+    Keys whose own shape is wrong are left to the error already given for them."""
+    data = loaded.data if isinstance(loaded.data, dict) else {}
+    server, env = data.get("server"), data.get("env")
+    if not isinstance(server, dict) or not server:
+        return []
+    misshapen = {d.field.split(".")[1] for d in loaded.diagnostics
+                 if d.field and d.field.startswith("server.") and "." in d.field}
+    raw = {k: v for k, v in server.items() if k not in misshapen}
+    version = sglang or newest_version()
+    try:
+        catalog = load_catalog(version)
+    except UnknownVersionError:
+        return []  # --sglang names no bundled release: the shape errors come first
+    ctx = LaunchContext(
+        server=valid_server_values(raw, catalog),
+        raw_server=raw,
+        env={k: str(v) for k, v in env.items()} if isinstance(env, dict) else {},
+        catalog=catalog,
+    )
+    found = [loaded.diagnostic(rule.id, finding.message, dotted=finding.field,
+                               hint=finding.hint or rule.hint, severity=rule.severity)
+             for rule in RULES if rule.id.startswith("SGD01") for finding in rule.run(ctx)]
+    return [*found, loaded.diagnostic(
+        "SGD031", f"the profile is invalid, so its [server] flags alone were checked, against "
+                  f"SGLang {version}; the host's facts and every other check wait for the errors "
+                  "above", dotted=None, hint="fix the errors above and validate again",
+        severity=Severity.INFO)]
 
 
 def profile_model_config(
