@@ -560,7 +560,7 @@ def test_operate_commands_usage(tmp_path: Path, capsys: pytest.CaptureFixture[st
         assert code == 2 and "cannot connect" in (err + out), (command, err, out)
     code, _, err = run_cli(["history", "--host", "closed", "--unit", "sglang", "--inventory",
                             str(tmp_path / "none.toml")], capsys)
-    assert code == 2 and "inventory is needed" in err
+    assert code == 2 and "inventory is needed" in err and "sgdeploy init HOST --address ADDR" in err
 
 
 def test_read_status_shows_the_daemon_beside_the_server() -> None:

@@ -114,7 +114,7 @@ def load_for_hosts(args: argparse.Namespace, many: bool = False) -> ProfileOnHos
         sys.stderr.write(report.validation_text([result]))
         raise RefusedError(f"{args.profile} is not valid; nothing was changed")
     if inventory.inventory is None:
-        raise UsageError(f"{inventory.path}: an inventory is needed to reach the host")
+        raise UsageError(inventory.needed_to_reach_hosts())
     try:
         targets = select_hosts(loaded.model.deploy.host, inventory, hosts_wanted(args))
     except LookupError as exc:

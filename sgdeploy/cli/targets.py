@@ -75,8 +75,7 @@ def unit_targets(args: argparse.Namespace) -> list[UnitTarget]:
 
     inventory = inventory_context(args.inventory)
     if inventory.inventory is None:
-        raise UsageError(f"{inventory.unusable() or inventory.path}; an inventory is needed to "
-                         "reach the host")
+        raise UsageError(inventory.needed_to_reach_hosts())
     loaded = None
     if args.profile:
         loaded = load_valid_profile(args.profile)

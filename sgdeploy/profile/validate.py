@@ -89,6 +89,12 @@ class InventoryContext:
             return cls(str(path), None)
         return cls(str(path), load_inventory(path))
 
+    def needed_to_reach_hosts(self) -> str:
+        """Why a command that goes to a host cannot, and how to give it an inventory."""
+        fix = (" (describe the host with `sgdeploy init HOST --address ADDR`, or pass --inventory "
+               "FILE or set SGDEPLOY_INVENTORY)" if self.document is None else "")
+        return f"{self.unusable() or self.path}; an inventory is needed to reach the host{fix}"
+
     def unusable(self) -> str:
         """Why no host can be looked up here, in one line; '' when one can."""
         if self.document is None:
