@@ -109,7 +109,7 @@ def cases() -> list[Any]:
 ALLOWED_KEYS = {"Description", "After", "Wants", "StartLimitIntervalSec", "StartLimitBurst", "Type", "User",
                 "WorkingDirectory", "Environment", "EnvironmentFile", "ExecStart", "KillMode", "KillSignal",
                 "TimeoutStartSec", "TimeoutStopSec", "Restart", "RestartSec", "SyslogIdentifier",
-                "StandardOutput", "StandardError", "LimitNOFILE", "LimitMEMLOCK", "WantedBy"}
+                "StandardOutput", "StandardError", "LimitNOFILE", "LimitMEMLOCK", "CacheDirectory", "WantedBy"}
 
 
 def unit_shape_problems(text: str) -> list[str]:

@@ -304,7 +304,21 @@ def test_output_follows_profile_order_not_hashing(tmp_path: Path) -> None:
         'Environment="B_VAR=2"',
         'Environment="A_VAR=1"',
         'Environment="C_VAR=3"',
+        'Environment="TORCHINDUCTOR_CACHE_DIR=/var/cache/sgdeploy/sglang/torchinductor"',
     ]
+
+
+def test_torchinductors_cache_outlives_a_reboot_in_the_units_cache_folder(tmp_path: Path) -> None:
+    """Its default, /tmp/torchinductor_USER, is gone after a reboot; the unit's cache folder, which
+    systemd creates for the unit's user, is not. [env] naming a folder itself keeps it, and a
+    strict unit has its whole cache environment there already."""
+    text, _ = unit_of(write_profile(tmp_path, {}, {}))
+    lines = service_lines(text)
+    assert 'Environment="TORCHINDUCTOR_CACHE_DIR=/var/cache/sgdeploy/sglang/torchinductor"' in lines
+    assert "CacheDirectory=sgdeploy/sglang" in lines
+    own, _ = unit_of(write_profile(tmp_path, {}, {"TORCHINDUCTOR_CACHE_DIR": "/data/inductor"}, name="own.toml"))
+    assert 'Environment="TORCHINDUCTOR_CACHE_DIR=/data/inductor"' in service_lines(own)
+    assert not any(line.startswith("CacheDirectory=") for line in service_lines(own))
 
 
 # --------------------------------------------------------------------------- flag mapping

@@ -325,6 +325,11 @@ def test_on_0_5_17_the_pair_meets_in_a_private_tmp_of_its_own(
         assert line in daemon_log, daemon_log
     # the sockets are in the pair's /tmp, not the host's
     assert hs.ssh("wc17", "ls /tmp/sglang_weight_cache_rank0.sock", check=False).returncode != 0
+    # TorchInductor's kernels are not: the unit's cache folder outlives the pair's /tmp
+    server_pid = hs.ssh("wc17", "systemctl show -p MainPID --value sglang-wc.service").stdout.strip()
+    environ = hs.ssh("wc17", f"tr '\\0' '\\n' < /proc/{server_pid}/environ").stdout.splitlines()
+    assert "TORCHINDUCTOR_CACHE_DIR=/var/cache/sgdeploy/sglang-wc/torchinductor" in environ, environ
+    assert hs.ssh("wc17", "test -d /var/cache/sgdeploy/sglang-wc", check=False).returncode == 0
     pid = hs.ssh("wc17", "systemctl show -p MainPID --value sglang-wc-weights.service").stdout.strip()
     code, result = sgdeploy(hs, capsys, "apply", str(paths[1]))
     assert (code, result["status"]) == (0, "ready"), result.get("message")

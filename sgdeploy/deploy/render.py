@@ -36,6 +36,7 @@ from sgdeploy.profile.model import LoadedProfile, Profile
 from sgdeploy.sglang.argv import LAUNCH_MODULE
 from sgdeploy.sglang.catalog import Catalog, Flag
 from sgdeploy.sglang.flags import as_sglang_sees_it, removed_switch_off
+from sgdeploy.sglang.sandbox import inductor_cache_environment
 from sgdeploy.sglang.secrets import launch_secrets
 from sgdeploy.sglang.shutdown import stop_environment
 
@@ -259,6 +260,9 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
         owned = dict(template_environment(profile.deploy.unit, catalog.version))
         environment = [(k, v) for k, v in environment if k not in owned] + list(owned.items())
         daemon = _daemon_unit(profile, catalog, host, environment, sandbox)
+    # after the daemon's: its text, and the weights kept, do not move with it
+    inductor = [] if sandbox else inductor_cache_environment(profile.deploy.unit, profile.env)
+    environment = [*environment, *inductor]
     text = _template_env().get_template(TEMPLATE_NAME).render(
         unit=profile.deploy.unit,
         sgdeploy_version=__version__,
@@ -281,6 +285,9 @@ def render_unit(loaded: LoadedProfile, catalog: Catalog, host: str | None) -> Re
         quiet_stop=[k for k, _ in stop_environment(catalog.version, profile.env)],
         weights_unit=daemon.unit if daemon else None,
         shared_tmp=bool(daemon) and shares_private_tmp(catalog.version),
+        # CacheDirectory= names the folder relative to /var/cache
+        compile_cache=posixpath.dirname(inductor[0][1]).removeprefix("/var/cache/")
+        if inductor else None,
     )
     return RenderedUnit(profile.deploy.unit, text, tuple(argv), tuple(environment), daemon)
 

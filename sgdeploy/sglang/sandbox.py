@@ -85,6 +85,16 @@ def cache_environment(unit: str) -> list[tuple[str, str]]:
     ]
 
 
+def inductor_cache_environment(unit: str, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """A unit without the sandbox keeps the libraries' caches in its user's home, which outlives
+    restarts, except TorchInductor's: its default, /tmp/torchinductor_USER, is gone after a reboot
+    (and, in a weight-cache pair's private /tmp, with the daemon). The unit's cache folder keeps
+    it; nothing when [env] names a folder itself."""
+    if "TORCHINDUCTOR_CACHE_DIR" in env:
+        return []
+    return [("TORCHINDUCTOR_CACHE_DIR", f"{cache_directory(unit)}/torchinductor")]
+
+
 @dataclass(frozen=True)
 class WrittenPath:
     """A folder (or file) the launch writes: where the profile says so, and the path."""
