@@ -11,6 +11,7 @@ server's own pages are not pushed out; the read runs at idle I/O and CPU priorit
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass
 
@@ -31,8 +32,7 @@ class PageCacheWarmth:
     reason: str = ""
 
     def as_dict(self) -> dict[str, object]:
-        return {"outcome": self.outcome, "bytes": self.bytes, "seconds": self.seconds,
-                "reason": self.reason}
+        return dataclasses.asdict(self)
 
     def describe(self) -> str:
         if self.outcome == "warmed":

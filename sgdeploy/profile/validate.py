@@ -30,7 +30,7 @@ from sgdeploy.sglang.catalog import (
 )
 from sgdeploy.sglang.flags import valid_server_values
 from sgdeploy.sglang.model_config import ModelConfig, ModelConfigError, load_model_config
-from sgdeploy.sglang.rule import LaunchContext
+from sgdeploy.sglang.rule import LaunchContext, Rule
 from sgdeploy.sglang.rules import RULES
 from sgdeploy.sglang.rules.registry import UNCHECKED
 from sgdeploy.sglang.target import HostTarget
@@ -271,8 +271,13 @@ def check_launch(
         python=profile.deploy.python,
         env_file=profile.deploy.env_file,
     )
+    return _findings(loaded, ctx, RULES)
+
+
+def _findings(loaded: LoadedProfile, ctx: LaunchContext, rules: Iterable[Rule]) -> list[Diagnostic]:
+    """What `rules` find in the launch, located in the profile."""
     found = []
-    for rule in RULES:
+    for rule in rules:
         for finding in rule.run(ctx):
             found.append(loaded.diagnostic(rule.id, finding.message, dotted=finding.field,
                                            hint=finding.hint or rule.hint, severity=rule.severity))
@@ -301,9 +306,7 @@ def flags_alone(loaded: LoadedProfile, sglang: str | None = None) -> list[Diagno
         env={k: str(v) for k, v in env.items()} if isinstance(env, dict) else {},
         catalog=catalog,
     )
-    found = [loaded.diagnostic(rule.id, finding.message, dotted=finding.field,
-                               hint=finding.hint or rule.hint, severity=rule.severity)
-             for rule in RULES if rule.id.startswith("SGD01") for finding in rule.run(ctx)]
+    found = _findings(loaded, ctx, (rule for rule in RULES if rule.id.startswith("SGD01")))
     return [*found, loaded.diagnostic(
         "SGD031", f"the profile is invalid, so its [server] flags alone were checked, against "
                   f"SGLang {version}; the host's facts and every other check wait for the errors "
