@@ -74,6 +74,7 @@ LOADS_ROW_TIMESTAMP = (0, 5, 16)  # managers/load_snapshot.py _CORE_KEYS: each r
 LOADS_ACCELERATOR = (0, 5, 17)  # entrypoints/v1_loads.py: accelerator, num_accelerators; load_snapshot.py: every
 #                                 struct field a row key (num_active_tokens, total_prefill_*, decode_moments)
 LOADS_PREALLOC_READY = (0, 5, 20)  # managers/load_snapshot.py: num_prealloc_ready_tokens
+RESOLVE_ONCE = (0, 5, 19)  # server_args.py ServerArgs.resolve_once: launch_server/engine.py resolve, not __post_init__
 SERVER_INFO_FRONTEND = (0, 5, 21)  # entrypoints/http_server.py server_info: "frontend": "python"
 LANGUAGE_ONLY_ALONE = (0, 5, 13)  # server_args.py _handle_encoder_disaggregation (0.5.19: arg_groups/
 #                                   pd_disaggregation_hook.py): --language-only without --encoder-urls is logged,
