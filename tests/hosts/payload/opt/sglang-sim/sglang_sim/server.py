@@ -64,7 +64,46 @@ DEFAULT_SETTINGS = {
 
 VERSION = importlib.metadata.version("sglang")
 V = tuple(int(x) for x in VERSION.split(".")[:3] if x.isdigit())
-NEW = V >= (0, 5, 20)  # 0.5.2x behaviour not split by release below (endpoints, tracebacks)
+# HTTP endpoints and their answers, by release (read in the released wheels; paths under sglang/srt/).
+# GET /ping answers 200 with no body on the API server and on node_rank >= 1's dummy health server
+# in every release read (0.5.11..0.5.23): entrypoints/http_server.py, utils/common.py.
+READY_ENDPOINT = (0, 5, 20)  # entrypoints/http_server.py: GET /ready, 200 or 503, no body; utils/auth.py exempts it
+LOADS_SNAPSHOT = (0, 5, 13)  # entrypoints/v1_loads.py, managers/load_snapshot.py: rows from LoadSnapshot.to_dict,
+#                              no dp_rank_count, aggregate or num_total_reqs
+LOADS_ROW_TIMESTAMP = (0, 5, 16)  # managers/load_snapshot.py _CORE_KEYS: each row leads with its timestamp
+LOADS_ACCELERATOR = (0, 5, 17)  # entrypoints/v1_loads.py: accelerator, num_accelerators; load_snapshot.py: every
+#                                 struct field a row key (num_active_tokens, total_prefill_*, decode_moments)
+LOADS_PREALLOC_READY = (0, 5, 20)  # managers/load_snapshot.py: num_prealloc_ready_tokens
+RESOLVE_ONCE = (0, 5, 19)  # server_args.py ServerArgs.resolve_once: launch_server/engine.py resolve, not __post_init__
+SERVER_INFO_FRONTEND = (0, 5, 21)  # entrypoints/http_server.py server_info: "frontend": "python"
+LANGUAGE_ONLY_ALONE = (0, 5, 13)  # server_args.py _handle_encoder_disaggregation (0.5.19: arg_groups/
+#                                   pd_disaggregation_hook.py): --language-only without --encoder-urls is logged,
+#                                   no longer refused
+# The traceback frames' lines, by release (the newest first; read in the wheels). Frames not listed here keep
+# the lines the simulation has always printed.
+LAUNCH_SERVER_LINE = (((0, 5, 20), 81), ((0, 5, 19), 73), ((0, 5, 18), 67), ((0, 5, 16), 68), ((0, 5, 14), 67),
+                      ((0, 0, 0), 66))  # launch_server.py <module>: prepare_server_args(sys.argv[1:])
+PREPARE_LINE = (((0, 5, 23), 710), ((0, 5, 22), 696), ((0, 5, 21), 621), ((0, 5, 20), 732), ((0, 5, 19), 4284),
+                ((0, 5, 18), 9804), ((0, 5, 17), 9380), ((0, 5, 16), 8224), ((0, 5, 15), 7161), ((0, 5, 14), 7232),
+                ((0, 5, 13), 8009), ((0, 5, 12), 7757), ((0, 0, 0), 7299))  # server_args.py prepare_server_args
+PREPARE_ASSIGNS = (0, 5, 20)  # server_args.py: "server_args = ServerArgs.from_cli_args(raw_args)" (was "return ...")
+SERVE_FRAME = (((0, 5, 23), ("_run_llm", 105)), ((0, 5, 21), ("_run_llm", 99)), ((0, 5, 18), ("_run_llm", 98)),
+               ((0, 5, 16), ("serve", 139)), ((0, 0, 0), ("serve", 126)))  # cli/serve.py
+CLI_MAIN_LINE = (((0, 5, 21), 51), ((0, 0, 0), 40))  # cli/main.py main: serve(args, extra_argv)
+SCHEDULER_LINES = (((0, 5, 23), (6362, 6368)), ((0, 5, 22), (6128, 6134)), ((0, 5, 21), (6082, 6088)),
+                   ((0, 5, 20), (5841, 5857)), ((0, 5, 19), (5584, 5600)), ((0, 5, 18), (5048, 5064)),
+                   ((0, 5, 17), (4931, 4947)), ((0, 5, 16), (4623, 4639)), ((0, 5, 15), (4313, 4329)),
+                   ((0, 5, 14), (4211, 4227)), ((0, 5, 13), (4046, 4062)), ((0, 5, 12), (4025, 4041)),
+                   ((0, 0, 0), (3918, 3934)))  # managers/scheduler.py run_scheduler_process: Scheduler(, event loop
+SCHEDULER_ONE_LINE = (0, 5, 21)  # scheduler.py: "scheduler = Scheduler(server_args, port_args)" on one line
+GRAPH_RUNNER_LINES = (((0, 5, 23), 602), ((0, 5, 22), 517), ((0, 5, 21), 492), ((0, 5, 20), 466), ((0, 5, 19), 491),
+                      ((0, 5, 18), 463), ((0, 5, 17), 417), ((0, 5, 16), 409), ((0, 5, 15), 365), ((0, 5, 14), 355),
+                      ((0, 5, 13), 628), ((0, 5, 12), 738), ((0, 0, 0), 716))  # the graph runner's raise Exception(
+DECODE_GRAPH_RUNNER = (0, 5, 14)  # model_executor/runner/decode_cuda_graph_runner.py (was cuda_graph_runner.py)
+# Not re-read in the wheels: the default max_running_requests without the flag, and the frames of a weight
+# load, KV cache or graph capture OOM between run_scheduler_process and the raise; the simulation keeps its
+# earlier split at 0.5.20 for them.
+LATE_DEFAULTS = (0, 5, 20)
 CRASH_DIAGNOSTICS = (0, 5, 13)  # TokenizerManager.dump_requests_before_crash's py-spy and coredump
 
 # The release where each line of a start or a stop took its wording (read in the released wheels;
@@ -84,6 +123,11 @@ GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_de
 # launch_server.py: the line of its warnings.warn, by release
 LAUNCH_WARNING_LINES = (((0, 5, 20), 71), ((0, 5, 19), 63), ((0, 5, 18), 57), ((0, 5, 16), 56), ((0, 5, 14), 55),
                         ((0, 0, 0), 54))
+
+
+def by_release(table: tuple) -> object:
+    """The value of a ((release, value), ...) table (newest first) for the release simulated."""
+    return next(value for since, value in table if since <= V)
 
 
 def crash_diagnostics_on() -> bool:
@@ -376,9 +420,8 @@ def _refuse(frames: list[tuple[str, int, str, str]], final: str) -> None:
 
 def _prepare_frame() -> tuple[str, int, str, str]:
     """The traceback frame where argument resolution starts (prepare_server_args)."""
-    line = 712 if NEW else 6515
-    return (f"{PKG}/sglang/srt/server_args.py", line, "prepare_server_args",
-            "return ServerArgs.from_cli_args(raw_args)")
+    src = ("server_args = " if V >= PREPARE_ASSIGNS else "return ") + "ServerArgs.from_cli_args(raw_args)"
+    return (f"{PKG}/sglang/srt/server_args.py", by_release(PREPARE_LINE), "prepare_server_args", src)
 
 
 def _entry_frames(entry: str) -> list[tuple[str, int, str, str]]:
@@ -388,20 +431,17 @@ def _entry_frames(entry: str) -> list[tuple[str, int, str, str]]:
             ("<frozen runpy>", 88, "_run_code", ""),
             (
                 f"{PKG}/sglang/launch_server.py",
-                24 if not NEW else 88,
+                by_release(LAUNCH_SERVER_LINE),
                 "<module>",
                 "server_args = prepare_server_args(sys.argv[1:])",
             ),
         ]
+    func, line = by_release(SERVE_FRAME)
+    argv = "list(request.argv)" if func == "_run_llm" else "dispatch_argv"
     return [
         ("/root/ml-env/bin/sglang", 8, "<module>", "sys.exit(main())"),
-        (f"{PKG}/sglang/cli/main.py", 41, "main", "serve(args, extra_argv)"),
-        (
-            f"{PKG}/sglang/cli/serve.py",
-            97,
-            "serve",
-            "server_args = prepare_server_args(extra_argv)",
-        ),
+        (f"{PKG}/sglang/cli/main.py", by_release(CLI_MAIN_LINE), "main", "serve(args, extra_argv)"),
+        (f"{PKG}/sglang/cli/serve.py", line, func, f"server_args = prepare_server_args({argv})"),
     ]
 
 
@@ -601,7 +641,7 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
 
     # encoder disaggregation
     if args.get("language_only") and not args.get("encoder_urls"):
-        if not NEW:
+        if V < LANGUAGE_ONLY_ALONE:
             _refuse(
                 _entry_frames(entry)
                 + [
@@ -629,8 +669,8 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
                 "ValueError: requires at least one encoder urls to be set via --encoder-urls",
             )
         early.append(
-            "--language-only is set without --encoder-urls; the encoder can register "
-            "later via --encoder-register-urls."
+            "--language-only is set without --encoder-urls. Encoders are expected to register "
+            "dynamically via the EncoderBootstrapServer."
         )
     early.extend(mm_transport_lines(args))
     return changes
@@ -662,10 +702,26 @@ def mm_transport_lines(args: dict) -> list[str]:
     ]
 
 
+FIELD_ORDER_FILE = Path(__file__).with_name("field_order.json")
+
+
+def field_order() -> list[str]:
+    """ServerArgs' field order in the release simulated, or the nearest earlier one read (field_order.json:
+    the ServerArgs dataclass body of server_args.py in 0.5.11..0.5.19, arg_groups/field_order.py's
+    POSITIONAL_FIELD_ORDER from 0.5.20; a field declared twice keeps its first place). Empty before 0.5.11."""
+    with contextlib.suppress(OSError, ValueError):
+        orders = json.loads(FIELD_ORDER_FILE.read_text())
+        known = sorted((tuple(int(x) for x in k.split(".")), k) for k in orders)
+        fit = [k for rel, k in known if rel <= V]
+        if fit:
+            return orders[fit[-1]]
+    return []
+
+
 def args_repr(args: dict) -> str:
-    # ServerArgs' dataclass starts with these fields (a catalog may list fields sorted)
-    first = [k for k in ("model_path", "tokenizer_path") if k in args]
-    keys = first + [k for k in args if k not in first]
+    # ServerArgs' order; a field the release does not declare stays after those it does
+    order = [k for k in field_order() if k in args] or [k for k in ("model_path", "tokenizer_path") if k in args]
+    keys = order + [k for k in args if k not in set(order)]
     # Like SGLang, api_key and admin_api_key are printed with the rest (0.5.23 redacts only the
     # watermark keys; 0.5.1x prints the dataclass as it is).
     if V >= SERVER_ARGS_DICT:
@@ -758,9 +814,11 @@ class Rank:
         base = [
             (
                 f"{PKG}/sglang/srt/managers/scheduler.py",
-                6360 if NEW else 2922,
+                by_release(SCHEDULER_LINES)[1 if serving else 0],
                 "run_scheduler_process",
-                "scheduler.event_loop_overlap()" if serving else "scheduler = Scheduler(",
+                "scheduler.run_event_loop()" if serving
+                else "scheduler = Scheduler(server_args, port_args)" if V >= SCHEDULER_ONE_LINE
+                else "scheduler = Scheduler(",
             ),
         ]
         for file, line, func, src in base + frames:
@@ -1008,7 +1066,7 @@ class Rank:
                 [
                     (
                         f"{PKG}/sglang/srt/model_executor/model_runner.py",
-                        1324 if NEW else 887,
+                        1324 if V >= LATE_DEFAULTS else 887,
                         "load_model",
                         "self.model = get_model(",
                     ),
@@ -1053,16 +1111,16 @@ class Rank:
                 [
                     (
                         f"{PKG}/sglang/srt/model_executor/model_runner.py",
-                        520 if NEW else 412,
+                        520 if V >= LATE_DEFAULTS else 412,
                         "initialize",
                         "self.init_memory_pool(",
                     ),
                     (
                         f"{PKG}/sglang/srt/model_executor/pool_configurator.py"
-                        if NEW
+                        if V >= LATE_DEFAULTS
                         else f"{PKG}/sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
-                        94 if NEW else 55,
-                        "init_memory_pool" if not NEW else "configure",
+                        94 if V >= LATE_DEFAULTS else 55,
+                        "configure" if V >= LATE_DEFAULTS else "init_memory_pool",
                         "raise RuntimeError(",
                     ),
                 ],
@@ -1079,7 +1137,7 @@ class Rank:
             log(f"Memory pool end. avail mem={gb(self.avail())} GB")
         self.capture_graphs(graph_mib, target)
         if self.rank == 0:
-            mrr = a.get("max_running_requests") or (2048 if NEW else 4096)
+            mrr = a.get("max_running_requests") or (2048 if V >= LATE_DEFAULTS else 4096)
             log(
                 f"max_total_num_tokens={tokens}, chunked_prefill_size={a['chunked_prefill_size']}, "
                 f"max_prefill_tokens={a.get('max_prefill_tokens') or 16384}, "
@@ -1150,15 +1208,15 @@ class Rank:
             [
                 (
                     f"{PKG}/sglang/srt/model_executor/model_runner.py",
-                    2450 if not NEW else 1580,
+                    1580 if V >= LATE_DEFAULTS else 2450,
                     "init_device_graphs",
                     "self.graph_runner = graph_runners[self.device](self)",
                 ),
                 (
-                    f"{PKG}/sglang/srt/model_executor/cuda_graph_runner.py"
-                    if not NEW
-                    else f"{PKG}/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
-                    390 if not NEW else 603,
+                    f"{PKG}/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
+                    if V >= DECODE_GRAPH_RUNNER
+                    else f"{PKG}/sglang/srt/model_executor/cuda_graph_runner.py",
+                    by_release(GRAPH_RUNNER_LINES),
                     "__init__",
                     "raise Exception(",
                 ),
@@ -1335,7 +1393,7 @@ class State:
     tokens_per_s = 200.0
     max_total_tokens = 0
     started = time.time()
-    ready_endpoint = NEW  # /ready exists from 0.5.20; a build may still lack it (ready_endpoint = false)
+    ready_endpoint = V >= READY_ENDPOINT  # a build may still lack it (settings' ready_endpoint = false)
     shutting_down = False  # after the first SIGTERM (TokenizerManager.gracefully_exit)
     in_flight = 0  # generation requests being answered now (what /v1/loads and /get_load count)
     in_flight_lock = threading.Lock()
@@ -1372,7 +1430,8 @@ class Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, body: object = b"", ctype: str = "application/json") -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
-        self.send_header("content-type", ctype)
+        if ctype:  # Starlette's bare Response(status_code=...) sends no content-type
+            self.send_header("content-type", ctype)
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -1414,10 +1473,10 @@ class Handler(BaseHTTPRequestHandler):
             if State.shutting_down:  # http_server.py's health_generate says so at every call
                 log("Health check request received during shutdown. Returning 503.")
             return self._send(200 if State.ready else 503, b"", "text/plain")
-        if path == "/ready" and State.ready_endpoint:
-            return self._send(
-                200 if State.ready else 503, {"status": "ready" if State.ready else "starting"}
-            )
+        if path == "/ready" and State.ready_endpoint:  # TokenizerManager.is_ready: up, not paused or exiting
+            return self._send(200 if State.ready and not State.shutting_down else 503, b"", "")
+        if path == "/ping":  # SageMaker's health check
+            return self._send(200, b"", "")
         if path in ("/model_info", "/get_model_info"):
             return self._send(
                 200,
@@ -1468,7 +1527,7 @@ class Handler(BaseHTTPRequestHandler):
                     ],
                 }
             )
-            if NEW:
+            if V >= SERVER_INFO_FRONTEND:
                 info["frontend"] = "python"
             return self._send(200, info)
         if path == "/v1/loads" and V >= (0, 5, 8):  # entrypoints/v1_loads.py
@@ -1491,26 +1550,44 @@ class Handler(BaseHTTPRequestHandler):
         running = State.in_flight
         capacity = State.max_total_tokens or 1
         used = min(capacity, running * 64)
-        mrr = State.args.get("max_running_requests") or (2048 if NEW else 4096)
+        mrr = State.args.get("max_running_requests") or (2048 if V >= LATE_DEFAULTS else 4096)
         return {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0, "num_used_tokens": used,
                 "num_total_tokens": used, "max_total_num_tokens": State.max_total_tokens,
                 "token_usage": round(used / capacity, 4), "gen_throughput": running * State.tokens_per_s,
                 "cache_hit_rate": 0.0, "utilization": round(running / mrr, 4), "max_running_requests": mrr}
 
     def _loads(self) -> dict:
-        """GET /v1/loads as the host's SGLang answers it (0.5.8..0.5.1x, or 0.5.2x's shape)."""
+        """GET /v1/loads as the host's SGLang answers it (the shape by release: LOADS_*)."""
         row = self._load_row()
         stamp = datetime.datetime.now(datetime.UTC).isoformat()
-        if NEW:
+        if V < LOADS_SNAPSHOT:  # dataclasses.asdict(GetLoadsReqOutput), None and timestamp left out
+            row["num_total_reqs"] = row["num_running_reqs"] + row["num_waiting_reqs"]
+            aggregate = {"total_running_reqs": row["num_running_reqs"], "total_waiting_reqs": 0,
+                         "total_reqs": row["num_total_reqs"], "total_used_tokens": row["num_used_tokens"],
+                         "total_tokens": row["num_total_tokens"], "avg_token_usage": row["token_usage"],
+                         "avg_throughput": row["gen_throughput"], "avg_utilization": row["utilization"]}
+            return {"timestamp": stamp, "version": VERSION, "dp_rank_count": 1, "loads": [row],
+                    "aggregate": aggregate}
+        # LoadSnapshot.to_dict: its core keys in the struct's order (no memory section: the simulation
+        # keeps no per-rank weight/KV/graph figures in the API process)
+        snap = {"timestamp": time.time(), "num_waiting_uncached_tokens": 0,
+                "num_active_tokens": row["num_total_tokens"], "num_prealloc_ready_tokens": 0,
+                "total_prefill_uncached_tokens": 0, "total_prefill_busy_us": 0, "decode_moments": None, **row}
+        keys = ["dp_rank", "num_running_reqs", "num_waiting_reqs", "num_waiting_uncached_tokens", "num_used_tokens",
+                "num_total_tokens", "max_total_num_tokens", "max_running_requests", "token_usage", "gen_throughput",
+                "cache_hit_rate", "utilization"]
+        if V >= LOADS_ROW_TIMESTAMP:
+            keys.insert(0, "timestamp")
+        if V >= LOADS_ACCELERATOR:
+            keys.insert(keys.index("num_total_tokens") + 1, "num_active_tokens")
+            if V >= LOADS_PREALLOC_READY:
+                keys.insert(keys.index("num_active_tokens") + 1, "num_prealloc_ready_tokens")
+            keys += ["total_prefill_uncached_tokens", "total_prefill_busy_us", "decode_moments"]
+        answer = {"timestamp": stamp, "version": VERSION}
+        if V >= LOADS_ACCELERATOR:
             tp = int(State.args.get("tp_size") or 1) * int(State.args.get("pp_size") or 1)
-            return {"timestamp": stamp, "version": VERSION, "accelerator": None, "num_accelerators": tp,
-                    "loads": [{"timestamp": time.time(), **row}]}
-        row["num_total_reqs"] = row["num_running_reqs"] + row["num_waiting_reqs"]
-        aggregate = {"total_running_reqs": row["num_running_reqs"], "total_waiting_reqs": 0,
-                     "total_reqs": row["num_total_reqs"], "total_used_tokens": row["num_used_tokens"],
-                     "total_tokens": row["num_total_tokens"], "avg_token_usage": row["token_usage"],
-                     "avg_throughput": row["gen_throughput"], "avg_utilization": row["utilization"]}
-        return {"timestamp": stamp, "version": VERSION, "dp_rank_count": 1, "loads": [row], "aggregate": aggregate}
+            answer.update({"accelerator": sim_gpu.config().get("name"), "num_accelerators": tp})
+        return {**answer, "loads": [{k: snap[k] for k in keys}]}
 
     def do_POST(self) -> None:
         path = self.path.split("?")[0]
@@ -1798,7 +1875,7 @@ class DummyHealthHandler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        paths = ("/health", "/health_generate", *(("/ping",) if NEW else ()))
+        paths = ("/health", "/health_generate", "/ping")
         if self.path.split("?")[0] in paths:
             self.send_response(200)
             self.send_header("content-length", "0")
@@ -2044,7 +2121,7 @@ def main(argv: list[str], entry: str) -> None:
     State.changes = changes
     State.launch_command = shlex.join(sys.orig_argv)
     State.tokens_per_s = float(settings["tokens_per_s"])
-    State.ready_endpoint = NEW and bool(settings["ready_endpoint"])
+    State.ready_endpoint = V >= READY_ENDPOINT and bool(settings["ready_endpoint"])
     State.max_total_tokens = ready_ranks.get(0, {}).get("tokens", 0)
     if node_rank == 0 and V >= STARTUP_TIMINGS:
         log_startup_timings(ready_ranks, began)

@@ -1,8 +1,8 @@
 """sglang.srt.server_args, simulated: the entry points the launchers (and sgdeploy's host check) call.
 
 `prepare_server_args(argv)` parses argv against the version's flag catalog and returns a
-`ServerArgs` dataclass. As in the real releases, up to 0.5.19 `ServerArgs.__post_init__` resolves
-every default inside that call; from 0.5.20 `prepare_server_args` returns the raw input and
+`ServerArgs` dataclass. As in the real releases, up to 0.5.18 `ServerArgs.__post_init__` resolves
+every default inside that call; from 0.5.19 `prepare_server_args` returns the raw input and
 `ServerArgs.resolve_once()` resolves it (keeping the raw input in `_raw_input`).
 `check_server_args()` makes the checks Engine runs just before the workers start. Resolution is
 the simulated server's own (sglang_sim.server.resolve): the same refusals and adjustments.
@@ -65,7 +65,7 @@ class _ResolvedOnce(_Resolution):
 
 ServerArgs = dataclasses.make_dataclass(
     "ServerArgs", [(name, Any, dataclasses.field(default=None)) for name in _FIELDS],
-    bases=(_ResolvedOnce if _sim.NEW else _ResolvedInPostInit,))
+    bases=(_ResolvedOnce if _sim.V >= _sim.RESOLVE_ONCE else _ResolvedInPostInit,))
 
 
 def prepare_server_args(argv: list[str]) -> Any:
