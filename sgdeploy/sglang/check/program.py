@@ -6,9 +6,9 @@ standard library and the installed SGLang only. It runs the stages `sglang serve
 `python -m sglang.launch_server` run before any worker starts, through SGLang's own entry
 points, whichever 0.5.x layout is installed:
 
-1. parse    `prepare_server_args(argv)`: argparse (and, up to 0.5.19, `ServerArgs.__post_init__`,
+1. parse    `prepare_server_args(argv)`: argparse (and, up to 0.5.18, `ServerArgs.__post_init__`,
             which resolves every default inside that call)
-2. resolve  `ServerArgs.resolve_once()` where it exists (0.5.20 and later)
+2. resolve  `ServerArgs.resolve_once()` where it exists (0.5.19 and later)
 3. check    `ServerArgs.check_server_args()` (what `Engine` runs just before the workers start)
 
 and prints one JSON line after a marker: accepted or refused, the stage, the exception type and
@@ -204,7 +204,7 @@ def _changes(server_args: Any, raw: dict[str, Any] | None) -> dict[str, list[Any
     """{field: [value argparse gave, value SGLang resolved]} for every field resolution changed."""
     if server_args is None:
         return {}
-    recorded = getattr(server_args, "_raw_input", None)  # 0.5.20+: the record keeps the raw input
+    recorded = getattr(server_args, "_raw_input", None)  # 0.5.19+: the record keeps the raw input
     before = (
         {k: jsonable(v) for k, v in recorded.items()} if isinstance(recorded, dict) else (raw or {})
     )
