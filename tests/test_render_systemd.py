@@ -31,6 +31,7 @@ from sgdeploy.deploy.render import RenderedUnit, launch_argv, render_unit, unit_
 from sgdeploy.profile.model import load_profile
 from sgdeploy.profile.validate import InventoryContext, select_host, validate_loaded
 from sgdeploy.sglang.catalog import load_catalog
+from sgdeploy.sglang.sandbox import inductor_cache_environment
 from tests.hosts import HostSet, HostSpec, booted_or_skipped
 from tests.test_render import INVENTORY, profile_targets, profile_toml
 
@@ -190,6 +191,8 @@ def check(unit: RenderedUnit, model: Any, dump: Dump, catalog_version: str) -> N
     expected_env = dict(unit_environment(model, catalog_version))
     sandbox = unit_sandbox(model)  # a strict unit also points every cache at its cache folder
     expected_env.update({k: v for k, v in (sandbox.environment if sandbox else ()) if k not in SYSTEMD_ENV})
+    if sandbox is None:  # any other, TorchInductor's
+        expected_env.update(inductor_cache_environment(model.deploy.unit, model.env))
     # the unit sets PATH itself (the interpreter's bin directory first): the process sees exactly it
     assert dump.env.get("PATH") == expected_env.pop("PATH")
     got_env = {k: v for k, v in dump.env.items() if k not in SYSTEMD_ENV}

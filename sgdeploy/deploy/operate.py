@@ -63,7 +63,7 @@ MARK = "@@sgdeploy:"
 # `20261130T112614Z-8fc7671f` (plan.new_deployment_id) as a shell pattern: retention only ever
 # touches folders named like a deployment.
 _ID_GLOB = "[0-9]" * 8 + "T" + "[0-9]" * 6 + "Z-*"
-_DIFF_LINES = 40
+_DIFF_LINES = 60
 
 
 class OperateError(Exception):
