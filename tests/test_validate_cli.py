@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from sgdeploy import cli
+from sgdeploy.sglang.catalog import newest_version
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "profiles" / "qwen36-mtp3.toml"
@@ -475,3 +476,6 @@ def test_an_invalid_profile_still_has_its_flags_checked(tmp_path: Path, capsys: 
     assert ("SGD013", "6") in found and ("SGD010", "7") in found, out
     assert [line for rule, line in found if line == "8"] == ["8"], out  # the table's shape error alone
     assert "SGLang 0.5.11" in out and "every other check wait for the errors above" in out, out
+    code, out, _ = main(capsys, "validate", str(path), "--inventory", str(RULES_INVENTORY), "--json")
+    checked = json.loads(out)["profiles"][0]
+    assert checked["sglang_versions"] == [newest_version()] and not checked["ok"], checked

@@ -207,7 +207,8 @@ def verdicts_by_target(
     cluster (`cluster`, or deploy.host naming one) is one target: a GPU node of it, with the
     image's SGLang, over which a launch of `nnodes` spans that many nodes."""
     if loaded.model is None:
-        return [*loaded.diagnostics, *flags_alone(loaded, sglang)], []
+        alone = flags_alone(loaded, sglang)
+        return list(loaded.diagnostics), [alone] if alone else []
     targets, found = _targets(loaded, inventory, cluster)
     config, about_config = profile_model_config(loaded, model_config)
     found.extend(about_config)
@@ -284,14 +285,14 @@ def _findings(loaded: LoadedProfile, ctx: LaunchContext, rules: Iterable[Rule]) 
     return found
 
 
-def flags_alone(loaded: LoadedProfile, sglang: str | None = None) -> list[Diagnostic]:
+def flags_alone(loaded: LoadedProfile, sglang: str | None = None) -> TargetVerdict | None:
     """A profile invalid in its shape: its [server] flags against the catalog alone (the SGD01x
     rules), so that one round of fixes sees them too, and a note that the other checks wait.
     Keys whose own shape is wrong are left to the error already given for them."""
     data = loaded.data if isinstance(loaded.data, dict) else {}
     server, env = data.get("server"), data.get("env")
     if not isinstance(server, dict) or not server:
-        return []
+        return None
     misshapen = {d.field.split(".")[1] for d in loaded.diagnostics
                  if d.field and d.field.startswith("server.") and "." in d.field}
     raw = {k: v for k, v in server.items() if k not in misshapen}
@@ -299,7 +300,7 @@ def flags_alone(loaded: LoadedProfile, sglang: str | None = None) -> list[Diagno
     try:
         catalog = load_catalog(version)
     except UnknownVersionError:
-        return []  # --sglang names no bundled release: the shape errors come first
+        return None  # --sglang names no bundled release: the shape errors come first
     ctx = LaunchContext(
         server=valid_server_values(raw, catalog),
         raw_server=raw,
@@ -307,11 +308,11 @@ def flags_alone(loaded: LoadedProfile, sglang: str | None = None) -> list[Diagno
         catalog=catalog,
     )
     found = _findings(loaded, ctx, (rule for rule in RULES if rule.id.startswith("SGD01")))
-    return [*found, loaded.diagnostic(
+    return TargetVerdict(None, version, [*found, loaded.diagnostic(
         "SGD031", f"the profile is invalid, so its [server] flags alone were checked, against "
                   f"SGLang {version}; the host's facts and every other check wait for the errors "
                   "above", dotted=None, hint="fix the errors above and validate again",
-        severity=Severity.INFO)]
+        severity=Severity.INFO)])
 
 
 def profile_model_config(

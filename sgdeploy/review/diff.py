@@ -189,8 +189,8 @@ def _by_host(
     if loaded is None:
         return [], {}
     own, verdicts = verdicts_by_target(loaded, inventory)
-    if loaded.model is None:
-        return own, {}
+    if loaded.model is None:  # its flags alone were checked, if any
+        return [*own, *(d for verdict in verdicts for d in verdict.diagnostics)], {}
     launches = {}
     for verdict in verdicts:
         name = verdict.host.name if verdict.host else loaded.model.deploy.host
