@@ -96,13 +96,146 @@ SCHEDULER_LINES = (((0, 5, 23), (6362, 6368)), ((0, 5, 22), (6128, 6134)), ((0, 
                    ((0, 5, 14), (4211, 4227)), ((0, 5, 13), (4046, 4062)), ((0, 5, 12), (4025, 4041)),
                    ((0, 0, 0), (3918, 3934)))  # managers/scheduler.py run_scheduler_process: Scheduler(, event loop
 SCHEDULER_ONE_LINE = (0, 5, 21)  # scheduler.py: "scheduler = Scheduler(server_args, port_args)" on one line
-GRAPH_RUNNER_LINES = (((0, 5, 23), 602), ((0, 5, 22), 517), ((0, 5, 21), 492), ((0, 5, 20), 466), ((0, 5, 19), 491),
-                      ((0, 5, 18), 463), ((0, 5, 17), 417), ((0, 5, 16), 409), ((0, 5, 15), 365), ((0, 5, 14), 355),
-                      ((0, 5, 13), 628), ((0, 5, 12), 738), ((0, 0, 0), 716))  # the graph runner's raise Exception(
-DECODE_GRAPH_RUNNER = (0, 5, 14)  # model_executor/runner/decode_cuda_graph_runner.py (was cuda_graph_runner.py)
-# Not re-read in the wheels: the default max_running_requests without the flag, and the frames of a weight
-# load, KV cache or graph capture OOM between run_scheduler_process and the raise; the simulation keeps its
-# earlier split at 0.5.20 for them.
+# A start that runs out of GPU memory: the frames between run_scheduler_process's `Scheduler(` and the
+# raise, as each release runs them (read in the wheels, 0.5.11 .. 0.5.23; paths under sglang/srt/): each row
+# is (file, function, its source line, its line in 0.5.11, 0.5.12, ..., 0.5.23), None where that release
+# does not pass through it. Releases before 0.5.11 take 0.5.11's lines, later ones 0.5.23's.
+# - Weights (model_loader/loader.py): DefaultModelLoader.load_model builds the model on the GPU in
+#   _initialize_model, so a model too large for the GPU runs out of memory there (in the model's own layers,
+#   frames the simulation leaves out); 0.5.16+ reach it through load_model_utils.load_model_with_memory_saver.
+# - KV cache (model_executor/pool_configurator.py): DefaultPoolConfigurator.calculate_pool_sizes builds a
+#   MemoryPoolConfig with no mem_fraction_static, whose __post_init__ (through the dataclass's generated
+#   __init__, "<string>": one line per field, then __post_init__) raises "Not enough memory. Please try to
+#   increase --mem-fraction-static." with no "Current value" (set only on a config that was built). 0.5.11..
+#   0.5.13 reach it from ModelRunner.initialize (model_runner_kv_cache_mixin.py), 0.5.14 and 0.5.15 from
+#   Scheduler.init_memory_pools through ModelRunner.alloc_memory_pool and the mixin, 0.5.16+ through
+#   mem_cache/kv_cache_configurator.py KVCacheConfigurator.configure.
+# - Graph capture: CudaGraphRunner (0.5.11..0.5.13, from ModelRunner.init_device_graphs), then
+#   runner/decode_cuda_graph_runner.py DecodeCudaGraphRunner (0.5.14+, Scheduler.init_all_cuda_graphs;
+#   0.5.16+ through model_runner_components/cuda_graph_setup.py capture_decode_graph) wrap the capture's
+#   RuntimeError in "Exception: Capture cuda graph failed: ..." and CUDA_GRAPH_CAPTURE_FAILED_MSG
+#   (cuda_graph_runner.py, then runner_backend_utils/__init__.py from 0.5.14).
+WEIGHTS_OOM_FRAMES = (
+    ("sglang/srt/managers/scheduler.py", "__init__", "self.init_model_worker()",
+     (432, 437, 427, 436, 423, 431, 498, 518, 553, 576, 557, 563, 568)),
+    ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_tp_model_worker()",
+     (693, 718, 817, 861, 866, 847, 976, 995, 1049, 1100, 1092, 1100, 1130)),
+    ("sglang/srt/managers/scheduler.py", "init_tp_model_worker", "self.tp_worker = TpModelWorker(**worker_kwargs)",
+     (648, 673, 772, 782, 787, 771, 899, 921, 971, 1022, 1004, 1009, 1033)),
+    ("sglang/srt/managers/tp_worker.py", "__init__", "self._init_model_runner()",
+     (260, 262, 262, 269, 273, 308, 333, 337, 351, 351, 315, 318, 319)),
+    ("sglang/srt/managers/tp_worker.py", "_init_model_runner", "self._model_runner = ModelRunner(",
+     (345, 347, 347, 378, 385, 424, 451, 466, 483, 483, 477, 480, 487)),
+    ("sglang/srt/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)",
+     (508, 535, 571, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "__init__", "self.initialize()",
+     (None, None, None, 572, 581, 357, 399, 436, 459, 469, 463, 488, 499)),
+    ("sglang/srt/model_executor/model_runner.py", "initialize", "self.load_model()",
+     (625, 655, 679, 693, 702, 567, 597, 630, 651, 663, 654, 705, 715)),
+    ("sglang/srt/model_executor/model_runner.py", "load_model", "self.model = self.loader.load_model(",
+     (1380, 1465, 1364, 1423, 1510, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "load_model", "loaded = load_model_with_memory_saver(",
+     (None, None, None, None, None, 935, 1053, 1099, 1165, 1203, 1225, 1293, 1312)),
+    ("sglang/srt/model_executor/model_runner_components/load_model_utils.py", "load_model_with_memory_saver", "model = loader.load_model(",
+     (None, None, None, None, None, 230, 294, 321, 307, 339, 339, 346, 346)),
+    ("sglang/srt/model_loader/loader.py", "load_model", "model = _initialize_model(",
+     (698, 718, 737, 758, 761, 790, 810, 985, 949, 982, 997, 1012, 1014)),
+    ("sglang/srt/model_loader/loader.py", "_initialize_model", "return model_class(**kwargs)",
+     (286, 292, 296, 317, 320, 321, 330, 345, 297, 304, 307, None, None)),
+    ("sglang/srt/model_loader/loader.py", "_initialize_model", "model = model_class(**kwargs)",
+     (None, None, None, None, None, None, None, None, None, None, None, 308, 309)),
+)
+KV_OOM_FRAMES = (
+    ("sglang/srt/managers/scheduler.py", "__init__", "self.init_model_worker()",
+     (432, 437, 427, 436, 423, 431, 498, 518, 553, 576, 557, 563, 568)),
+    ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_tp_model_worker()",
+     (693, 718, 817, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/scheduler.py", "init_tp_model_worker", "self.tp_worker = TpModelWorker(**worker_kwargs)",
+     (648, 673, 772, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/tp_worker.py", "__init__", "self._init_model_runner()",
+     (260, 262, 262, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/tp_worker.py", "_init_model_runner", "self._model_runner = ModelRunner(",
+     (345, 347, 347, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)",
+     (508, 535, 571, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "initialize", "self.init_memory_pool(pre_model_load_memory)",
+     (733, 749, 784, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_memory_pools()",
+     (None, None, None, 868, 870, 851, 981, 1002, 1056, 1107, 1099, 1107, 1137)),
+    ("sglang/srt/managers/scheduler.py", "init_memory_pools", "self.init_target_memory_pool()",
+     (None, None, None, 838, 843, 824, 953, 968, 1022, 1073, 1065, 1070, 1100)),
+    ("sglang/srt/managers/scheduler.py", "init_target_memory_pool", "self.tp_worker.alloc_memory_pool()",
+     (None, None, None, 834, 839, 820, 949, 964, 1018, 1069, 1061, 1066, None)),
+    ("sglang/srt/managers/scheduler.py", "init_target_memory_pool", "self.tp_worker.alloc_memory_pool(",
+     (None, None, None, None, None, None, None, None, None, None, None, None, 1090)),
+    ("sglang/srt/managers/tp_worker.py", "alloc_memory_pool", "self.model_runner.alloc_memory_pool(memory_pool_config)",
+     (None, None, None, 329, 335, 374, 399, 403, 420, 420, 403, 406, None)),
+    ("sglang/srt/managers/tp_worker.py", "alloc_memory_pool", "self.model_runner.alloc_memory_pool(",
+     (None, None, None, None, None, None, None, None, None, None, None, None, 409)),
+    ("sglang/srt/model_executor/model_runner.py", "alloc_memory_pool", "self.init_memory_pool(self.pre_model_load_memory)",
+     (None, None, None, 813, 846, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner_kv_cache_mixin.py", "init_memory_pool", "self.memory_pool_config = self._resolve_memory_pool_config(",
+     (762, 902, 974, 1084, 1329, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner_kv_cache_mixin.py", "_resolve_memory_pool_config", "config = configurator.calculate_pool_sizes(available_bytes, page_size)",
+     (741, 881, 953, 1063, 1307, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "alloc_memory_pool", "result = self.kv_cache_configurator.configure(",
+     (None, None, None, None, None, 734, 775, 805, 878, 898, 886, 960, 982)),
+    ("sglang/srt/mem_cache/kv_cache_configurator.py", "configure", "config = self._resolve_memory_pool_config(pre_model_load_memory)",
+     (None, None, None, None, None, 227, 247, 284, 304, 330, 370, 436, 476)),
+    ("sglang/srt/mem_cache/kv_cache_configurator.py", "_resolve_memory_pool_config", "config = self.config_from_budget(available_bytes)",
+     (None, None, None, None, None, 1670, 1783, 1937, 2169, 2327, 2356, 2864, 3183)),
+    ("sglang/srt/mem_cache/kv_cache_configurator.py", "config_from_budget", "config = configurator.calculate_pool_sizes(",
+     (None, None, None, None, None, 1691, 1804, 1958, 2190, 2348, 2377, 2885, 3204)),
+    ("sglang/srt/model_executor/pool_configurator.py", "calculate_pool_sizes", "return MemoryPoolConfig(max_total_num_tokens=max_total_num_tokens)",
+     (175, 187, 187, 227, 275, 292, 326, 424, 436, 543, 562, 624, 647)),
+    ("<string>", "__init__", "",
+     (8, 12, 12, 12, 12, 12, 12, 12, 13, 13, 14, 14, 14)),
+    ("sglang/srt/model_executor/pool_configurator.py", "__post_init__", "raise RuntimeError(msg)",
+     (44, 56, 56, 61, 66, 67, 67, 77, 86, 95, 93, 96, 99)),
+)
+GRAPH_OOM_FRAMES = (
+    ("sglang/srt/managers/scheduler.py", "__init__", "self.init_model_worker()",
+     (432, 437, 427, 436, 423, 431, 498, 518, 553, 576, 557, 563, 568)),
+    ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_tp_model_worker()",
+     (693, 718, 817, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/scheduler.py", "init_tp_model_worker", "self.tp_worker = TpModelWorker(**worker_kwargs)",
+     (648, 673, 772, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/tp_worker.py", "__init__", "self._init_model_runner()",
+     (260, 262, 262, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/tp_worker.py", "_init_model_runner", "self._model_runner = ModelRunner(",
+     (345, 347, 347, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)",
+     (508, 535, 571, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "initialize", "self.init_device_graphs()",
+     (771, 791, 834, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "init_device_graphs", "self.graph_runner = graph_runners[self.device](self)",
+     (2792, 2958, 2908, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/cuda_graph_runner.py", "__init__", "raise Exception(",
+     (716, 738, 628, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_all_cuda_graphs()",
+     (None, None, None, 872, 874, 854, 985, 1006, 1060, 1111, 1103, 1111, 1146)),
+    ("sglang/srt/managers/scheduler.py", "init_all_cuda_graphs", "self.tp_worker.init_cuda_graphs()",
+     (None, None, None, 855, 860, 841, 970, 989, 1043, 1094, 1086, 1094, 1124)),
+    ("sglang/srt/managers/tp_worker.py", "init_cuda_graphs", "self.model_runner.init_cuda_graphs(",
+     (None, None, None, 351, 357, 396, 423, 426, 443, 443, 425, 428, 435)),
+    ("sglang/srt/model_executor/model_runner.py", "init_cuda_graphs", "self.init_decode_cuda_graph()",
+     (None, None, None, 913, 950, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "init_decode_cuda_graph", "self.decode_cuda_graph_runner = graph_runners[self.device](self)",
+     (None, None, None, 2583, 2688, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "init_cuda_graphs", "capture = capture_cuda_graphs(",
+     (None, None, None, None, None, 839, 944, 985, 1062, 1100, 1100, 1178, 1192)),
+    ("sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py", "capture_cuda_graphs", "decode = capture_decode_graph(model_runner=model_runner)",
+     (None, None, None, None, None, 106, 144, 179, 249, 269, 412, 413, 437)),
+    ("sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py", "capture_decode_graph", "runner = graph_runners[model_runner.device](model_runner)",
+     (None, None, None, None, None, 333, 447, 475, 568, 588, 737, None, None)),
+    ("sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py", "capture_decode_graph", "runner = GraphRunnerCls(model_runner)",
+     (None, None, None, None, None, None, None, None, None, None, None, 737, 780)),
+    ("sglang/srt/model_executor/runner/decode_cuda_graph_runner.py", "__init__", "raise Exception(",
+     (None, None, None, 355, 365, 409, 417, 463, 491, 466, 492, 517, 602)),
+)
+FRAMES_READ = ((0, 5, 11), (0, 5, 23))  # the releases the tables above hold, one column each
+# Not re-read in the wheels: the default max_running_requests without the flag; the simulation keeps its
+# earlier split at 0.5.20 for it.
 LATE_DEFAULTS = (0, 5, 20)
 CRASH_DIAGNOSTICS = (0, 5, 13)  # TokenizerManager.dump_requests_before_crash's py-spy and coredump
 
@@ -128,6 +261,14 @@ LAUNCH_WARNING_LINES = (((0, 5, 20), 71), ((0, 5, 19), 63), ((0, 5, 18), 57), ((
 def by_release(table: tuple) -> object:
     """The value of a ((release, value), ...) table (newest first) for the release simulated."""
     return next(value for since, value in table if since <= V)
+
+
+def read_frames(table: tuple) -> list[tuple[str, int, str, str]]:
+    """A traceback's frames from a table of rows (file, function, source, its line in each release read)
+    for the release simulated: the rows of the releases it passes through."""
+    at = min(max(V, FRAMES_READ[0]), FRAMES_READ[1])[2] - FRAMES_READ[0][2]
+    return [(file if file.startswith("<") else f"{PKG}/{file}", lines[at], func, src)
+            for file, func, src, lines in table if lines[at] is not None]
 
 
 def crash_diagnostics_on() -> bool:
@@ -1063,32 +1204,7 @@ class Rank:
             self.read_shards()
         if not mapped and (self.failure == "cuda_oom" or avail0 < weights):
             self.hit_exception(
-                [
-                    (
-                        f"{PKG}/sglang/srt/model_executor/model_runner.py",
-                        1324 if V >= LATE_DEFAULTS else 887,
-                        "load_model",
-                        "self.model = get_model(",
-                    ),
-                    (
-                        f"{PKG}/sglang/srt/model_loader/loader.py",
-                        680,
-                        "load_model",
-                        "model = _initialize_model(",
-                    ),
-                    (
-                        f"{PKG}/torch/nn/modules/module.py",
-                        1355,
-                        "to",
-                        "return self._apply(convert)",
-                    ),
-                    (
-                        f"{PKG}/torch/nn/modules/module.py",
-                        1341,
-                        "convert",
-                        "return t.to(device, dtype if t.is_floating_point() else None, non_blocking)",
-                    ),
-                ],
+                read_frames(WEIGHTS_OOM_FRAMES),
                 self.oom(
                     max(1024.0, weights / 8),
                     None if self.failure == "cuda_oom" else max(0.0, avail0 - self.used),
@@ -1108,24 +1224,8 @@ class Rank:
         kv = target - self.used - graph_mib - (weights if mapped else 0)  # the daemon's weights count (0.5.19+)
         if self.failure == "kv_cache_oom" or kv <= 0:
             self.hit_exception(
-                [
-                    (
-                        f"{PKG}/sglang/srt/model_executor/model_runner.py",
-                        520 if V >= LATE_DEFAULTS else 412,
-                        "initialize",
-                        "self.init_memory_pool(",
-                    ),
-                    (
-                        f"{PKG}/sglang/srt/model_executor/pool_configurator.py"
-                        if V >= LATE_DEFAULTS
-                        else f"{PKG}/sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
-                        94 if V >= LATE_DEFAULTS else 55,
-                        "configure" if V >= LATE_DEFAULTS else "init_memory_pool",
-                        "raise RuntimeError(",
-                    ),
-                ],
-                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-                f"Current value: mem_fraction_static={mem_frac}\n",
+                read_frames(KV_OOM_FRAMES),
+                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n",
             )
         tokens = int(kv * 1024 * 1024 / self.ctx["kv_bytes_per_token"])
         self.ctx["tokens"] = tokens
@@ -1204,26 +1304,12 @@ class Rank:
         sol += (
             "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
         )
+        # the runner's `raise Exception(f"Capture cuda graph failed: {e}\n...")`: str() of torch's
+        # OutOfMemoryError (a RuntimeError) is its message alone, without the type's name
+        oom = self.oom(2048.0, None if self.failure == "graph_capture" else max(0.0, self.avail()))
         self.hit_exception(
-            [
-                (
-                    f"{PKG}/sglang/srt/model_executor/model_runner.py",
-                    1580 if V >= LATE_DEFAULTS else 2450,
-                    "init_device_graphs",
-                    "self.graph_runner = graph_runners[self.device](self)",
-                ),
-                (
-                    f"{PKG}/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
-                    if V >= DECODE_GRAPH_RUNNER
-                    else f"{PKG}/sglang/srt/model_executor/cuda_graph_runner.py",
-                    by_release(GRAPH_RUNNER_LINES),
-                    "__init__",
-                    "raise Exception(",
-                ),
-            ],
-            f"Exception: Capture cuda graph failed: "
-            f"{self.oom(2048.0, None if self.failure == 'graph_capture' else max(0.0, self.avail()))}"
-            f"\n{sol}",
+            read_frames(GRAPH_OOM_FRAMES),
+            f"Exception: Capture cuda graph failed: {oom.removeprefix('torch.OutOfMemoryError: ')}\n{sol}",
         )
 
     def capture(self, name: str, begin: str, mib: int, sleep: float, *, end: str = "",
