@@ -234,9 +234,15 @@ GRAPH_OOM_FRAMES = (
      (None, None, None, 355, 365, 409, 417, 463, 491, 466, 492, 517, 602)),
 )
 FRAMES_READ = ((0, 5, 11), (0, 5, 23))  # the releases the tables above hold, one column each
-# Not re-read in the wheels: the default max_running_requests without the flag; the simulation keeps its
-# earlier split at 0.5.20 for it.
-LATE_DEFAULTS = (0, 5, 20)
+# max_running_requests, resolved from the KV cache's size once it is known (model_runner_kv_cache_mixin.py
+# _resolve_max_num_reqs, 0.5.16+ mem_cache/kv_cache_configurator.py resolve_max_num_reqs; no release's
+# server_args.py sets it without the flag, but for speculative decoding's 48). The rule, in every release read:
+# without the flag, min(max(min(int(tokens / context_len * 512), 4096), 2048), tokens // 2) per DP worker:
+# 4096 for any model whose pool holds 8+ full contexts (0.5.11 on an H200: 3064347 tokens, context 8192, 4096).
+# With it, flag // dp_size (DP attention only) capped by that estimate, or from 0.5.14 by tokens // 2 with a
+# warning when it cuts; 0.5.23 keeps at least 1.
+MRR_REQUEST_CAP = (0, 5, 14)
+MRR_LOGGED = ((0, 5, 13), (0, 5, 14))  # 0.5.13 alone logs "Max concurrent requests (per dp worker) ..."
 CRASH_DIAGNOSTICS = (0, 5, 13)  # TokenizerManager.dump_requests_before_crash's py-spy and coredump
 
 # The release where each line of a start or a stop took its wording (read in the released wheels;
@@ -269,6 +275,22 @@ def read_frames(table: tuple) -> list[tuple[str, int, str, str]]:
     at = min(max(V, FRAMES_READ[0]), FRAMES_READ[1])[2] - FRAMES_READ[0][2]
     return [(file if file.startswith("<") else f"{PKG}/{file}", lines[at], func, src)
             for file, func, src, lines in table if lines[at] is not None]
+
+
+def resolve_max_num_reqs(args: dict, tokens: int) -> tuple[int, int | None]:
+    """The scheduler's max_running_requests for a KV pool of `tokens`, and the value asked for
+    per DP worker where the release may cut it (see MRR_REQUEST_CAP)."""
+    estimated = max(min(int(tokens / max(1, int(args.get("context_length") or 1)) * 512), 4096), 2048)
+    asked = args.get("max_running_requests")
+    if asked is None:
+        return min(estimated, tokens // 2), None
+    dp = int(args.get("dp_size") or 1) if args.get("enable_dp_attention") else 1
+    per_worker = int(asked) // dp
+    if V < MRR_REQUEST_CAP:
+        return min(per_worker, estimated), None
+    if V >= (0, 5, 23):
+        per_worker = max(1, per_worker)
+    return min(per_worker, tokens // 2), per_worker
 
 
 def crash_diagnostics_on() -> bool:
@@ -1229,6 +1251,13 @@ class Rank:
             )
         tokens = int(kv * 1024 * 1024 / self.ctx["kv_bytes_per_token"])
         self.ctx["tokens"] = tokens
+        mrr, asked = resolve_max_num_reqs(a, tokens)
+        self.ctx["max_running_requests"] = mrr
+        if MRR_LOGGED[0] <= V < MRR_LOGGED[1]:
+            log(f"Max concurrent requests (per dp worker) from the finalized token capacity: max_num_reqs={mrr}.")
+        if asked is not None and mrr < asked:
+            log(f"max_running_requests was reduced from the requested {asked} to {mrr} (per dp worker) "
+                "due to the available KV cache capacity.")
         t0 = time.monotonic()
         self.hold(self.used + kv)
         self.log_kv_cache(tokens, kv)
@@ -1237,7 +1266,6 @@ class Rank:
             log(f"Memory pool end. avail mem={gb(self.avail())} GB")
         self.capture_graphs(graph_mib, target)
         if self.rank == 0:
-            mrr = a.get("max_running_requests") or (2048 if V >= LATE_DEFAULTS else 4096)
             log(
                 f"max_total_num_tokens={tokens}, chunked_prefill_size={a['chunked_prefill_size']}, "
                 f"max_prefill_tokens={a.get('max_prefill_tokens') or 16384}, "
@@ -1429,7 +1457,8 @@ def scheduler_main(rank: int, ctx: dict, ready_w: int, ctl_r: int) -> None:
         startup = {**r.timings, "cuda_graph": r.graph_s}
         os.write(
             ready_w,
-            json.dumps({"rank": rank, "tokens": ctx.get("tokens", 0), "startup": startup}).encode() + b"\n",
+            json.dumps({"rank": rank, "tokens": ctx.get("tokens", 0),
+                        "max_running_requests": ctx.get("max_running_requests", 0), "startup": startup}).encode() + b"\n",
         )
         # wait for the server to be ready (or the parent to go away)
         data = os.read(ctl_r, 1)
@@ -1478,6 +1507,7 @@ class State:
     launch_command = ""
     tokens_per_s = 200.0
     max_total_tokens = 0
+    max_running_requests = 0  # rank 0's, as the scheduler resolved it
     started = time.time()
     ready_endpoint = V >= READY_ENDPOINT  # a build may still lack it (settings' ready_endpoint = false)
     shutting_down = False  # after the first SIGTERM (TokenizerManager.gracefully_exit)
@@ -1636,7 +1666,7 @@ class Handler(BaseHTTPRequestHandler):
         running = State.in_flight
         capacity = State.max_total_tokens or 1
         used = min(capacity, running * 64)
-        mrr = State.args.get("max_running_requests") or (2048 if V >= LATE_DEFAULTS else 4096)
+        mrr = State.max_running_requests or State.args.get("max_running_requests") or 1
         return {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0, "num_used_tokens": used,
                 "num_total_tokens": used, "max_total_num_tokens": State.max_total_tokens,
                 "token_usage": round(used / capacity, 4), "gen_throughput": running * State.tokens_per_s,
@@ -2209,6 +2239,7 @@ def main(argv: list[str], entry: str) -> None:
     State.tokens_per_s = float(settings["tokens_per_s"])
     State.ready_endpoint = V >= READY_ENDPOINT and bool(settings["ready_endpoint"])
     State.max_total_tokens = ready_ranks.get(0, {}).get("tokens", 0)
+    State.max_running_requests = ready_ranks.get(0, {}).get("max_running_requests", 0)
     if node_rank == 0 and V >= STARTUP_TIMINGS:
         log_startup_timings(ready_ranks, began)
     if node_rank >= 1:
