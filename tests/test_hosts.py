@@ -492,6 +492,8 @@ def test_multi_node_private_network(host_factory: Callable[..., HostSet]) -> Non
 
     assert get("mn0", f"http://{a1}:30000/health") == "200"  # the dummy health server
     assert get("mn0", f"http://{a1}:30000/server_info") == "404"
+    # its routes are FastAPI @app.get ones (utils/common.py): any other method is 405
+    assert get("mn0", f"-X POST http://{a1}:30000/health") == "405"
     assert get("mn1", f"http://{a0}:30000/server_info") == "200"
     # node 0 goes away: node 1's schedulers fail in torch.distributed, the unit is killed
     hs.ssh("mn0", "systemctl stop sgl")

@@ -1990,21 +1990,38 @@ class DummyHealthHandler(BaseHTTPRequestHandler):
     def log_message(self, fmt: str, *a: object) -> None:
         pass
 
+    PATHS = ("/health", "/health_generate", "/ping")  # each an @app.get route (utils/common.py)
+
+    def _json(self, status: int, body: bytes, *headers: tuple[str, str]) -> None:
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
     def do_GET(self) -> None:
-        paths = ("/health", "/health_generate", "/ping")
-        if self.path.split("?")[0] in paths:
+        if self.path.split("?")[0] in self.PATHS:
             self.send_response(200)
             self.send_header("content-length", "0")
             self.end_headers()
             return
-        body = b'{"detail":"Not Found"}'
-        self.send_response(404)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._json(404, b'{"detail":"Not Found"}')
 
-    do_POST = do_GET
+    def do_other(self) -> None:
+        """Any other method: Starlette answers a known path with 405 and its `allow` header
+        (FastAPI's HTTPException handler: {"detail":"Method Not Allowed"}; a GET route takes no
+        HEAD), an unknown one with 404."""
+        with contextlib.suppress(ValueError, OSError):
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.path.split("?")[0] in self.PATHS:
+            self._json(405, b'{"detail":"Method Not Allowed"}', ("allow", "GET"))
+        else:
+            self._json(404, b'{"detail":"Not Found"}')
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_other
 
 
 def kill_children() -> None:
