@@ -233,6 +233,46 @@ GRAPH_OOM_FRAMES = (
     ("sglang/srt/model_executor/runner/decode_cuda_graph_runner.py", "__init__", "raise Exception(",
      (None, None, None, 355, 365, 409, 417, 463, 491, 466, 492, 517, 602)),
 )
+# A refusal while the arguments are resolved (read in the wheels, 0.5.11 .. 0.5.23; rows as the OOM tables'):
+# until 0.5.18 ServerArgs.from_cli_args builds the dataclass, whose generated __init__ ("<string>": one line
+# per field, then __post_init__) resolves in __post_init__ (0.5.18: through _run_resolution_pipeline); from
+# 0.5.19 prepare_server_args returns the raw record and launch_server.py run_server resolves it in
+# ServerArgs.resolve_once, through arg_groups/pipeline.py run_resolution_pipeline (each hook through
+# resolution_hooks.py run_hook from 0.5.20).
+RESOLUTION_FRAMES = (
+    ("sglang/srt/server_args.py", "from_cli_args", "return cls(**{attr: getattr(args, attr) for attr in attrs})",
+     (6685, 7141, 7284, 6506, 6391, 7348, 8470, 8928, None, None, None, None, None)),
+    ("<string>", "__init__", "", (371, 384, 399, 407, 426, 449, 461, 475, None, None, None, None, None)),
+    ("sglang/srt/server_args.py", "__post_init__", "self._run_resolution_pipeline()",
+     (None, None, None, None, None, None, None, 3586, None, None, None, None, None)),
+    ("sglang/launch_server.py", "run_server", "server_args.resolve_once()", (None, None, None, None, None, None, None, None, 21, 29, 29, 29, 29)),
+    ("sglang/srt/server_args.py", "resolve_once", "run_resolution_pipeline(self)",
+     (None, None, None, None, None, None, None, None, 3697, 281, 246, 276, 277)),
+)
+LAUNCH_RUN_SERVER_LINE = (((0, 5, 20), 84), ((0, 0, 0), 76))  # launch_server.py <module>: run_server(server_args)
+SSL_FRAMES = (  # ServerArgs._handle_ssl_validation (0.5.19+: arg_groups/serving_hook.py handle_ssl_validation)
+    ("sglang/srt/server_args.py", "__post_init__", "self._handle_ssl_validation()",
+     (795, 869, 906, 2469, 2671, 2917, 3474, None, None, None, None, None, None)),
+    ("sglang/srt/server_args.py", "_run_resolution_pipeline", "self._handle_ssl_validation()",
+     (None, None, None, None, None, None, None, 3630, None, None, None, None, None)),
+    ("sglang/srt/arg_groups/pipeline.py", "run_resolution_pipeline", "handle_ssl_validation(server_args)",
+     (None, None, None, None, None, None, None, None, 121, None, None, None, None)),
+    ("sglang/srt/arg_groups/pipeline.py", "run_resolution_pipeline", "run_hook(handle_ssl_validation, server_args)",
+     (None, None, None, None, None, None, None, None, None, 134, 108, 116, 125)),
+    ("sglang/srt/arg_groups/resolution_hooks.py", "run_hook", "step(server_args)",
+     (None, None, None, None, None, None, None, None, None, 198, 134, 135, 139)),
+)
+SSL_RAISE = {  # the raise for each missing file: (_handle_ssl_validation, then handle_ssl_validation from 0.5.19)
+    "ssl_keyfile": (961, 1052, 1101, 2669, 2905, 3219, 3888, 4054, 54, 55, 54, 69, 69),
+    "ssl_certfile": (966, 1057, 1106, 2674, 2910, 3224, 3893, 4059, 59, 60, 59, 74, 74),
+    "ssl_ca_certs": (971, 1062, 1111, 2679, 2915, 3229, 3898, 4064, 64, 65, 64, 79, 79),
+}
+ENCODER_FRAMES = (  # --language-only without --encoder-urls, refused until 0.5.12 (LANGUAGE_ONLY_ALONE)
+    ("sglang/srt/server_args.py", "__post_init__", "self._handle_encoder_disaggregation()",
+     (888, 982, None, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/server_args.py", "_handle_encoder_disaggregation", "raise ValueError(",
+     (3809, 4116, None, None, None, None, None, None, None, None, None, None, None)),
+)
 FRAMES_READ = ((0, 5, 11), (0, 5, 23))  # the releases the tables above hold, one column each
 # max_running_requests, resolved from the KV cache's size once it is known (model_runner_kv_cache_mixin.py
 # _resolve_max_num_reqs, 0.5.16+ mem_cache/kv_cache_configurator.py resolve_max_num_reqs; no release's
@@ -587,12 +627,15 @@ def _prepare_frame() -> tuple[str, int, str, str]:
     return (f"{PKG}/sglang/srt/server_args.py", by_release(PREPARE_LINE), "prepare_server_args", src)
 
 
-def _entry_frames(entry: str) -> list[tuple[str, int, str, str]]:
+def _entry_frames(entry: str, resolving: bool = False) -> list[tuple[str, int, str, str]]:
+    """The frames down to prepare_server_args, or (`resolving`, 0.5.19+) to run_server's call."""
+    run = resolving and V >= RESOLVE_ONCE
     if entry == "launch_server":
         return [
             ("<frozen runpy>", 198, "_run_module_as_main", ""),
             ("<frozen runpy>", 88, "_run_code", ""),
-            (
+            (f"{PKG}/sglang/launch_server.py", by_release(LAUNCH_RUN_SERVER_LINE), "<module>",
+             "run_server(server_args)") if run else (
                 f"{PKG}/sglang/launch_server.py",
                 by_release(LAUNCH_SERVER_LINE),
                 "<module>",
@@ -604,8 +647,17 @@ def _entry_frames(entry: str) -> list[tuple[str, int, str, str]]:
     return [
         ("/root/ml-env/bin/sglang", 8, "<module>", "sys.exit(main())"),
         (f"{PKG}/sglang/cli/main.py", by_release(CLI_MAIN_LINE), "main", "serve(args, extra_argv)"),
+        (f"{PKG}/sglang/cli/serve.py", line + 1, func, "run_server(server_args)") if run else
         (f"{PKG}/sglang/cli/serve.py", line, func, f"server_args = prepare_server_args({argv})"),
     ]
+
+
+def _resolving_frames(entry: str, *tables: tuple) -> list[tuple[str, int, str, str]]:
+    """A refusal raised while ServerArgs resolves: the entry point, prepare_server_args (0.5.18 and
+    before) or run_server (0.5.19+), the resolution's frames (RESOLUTION_FRAMES), then `tables`'."""
+    prepare = [] if V >= RESOLVE_ONCE else [_prepare_frame()]
+    return _entry_frames(entry, resolving=True) + prepare + read_frames(RESOLUTION_FRAMES) + [
+        frame for table in tables for frame in read_frames(table)]
 
 
 def model_config(path: str, entry: str) -> dict:
@@ -624,9 +676,8 @@ def model_config(path: str, entry: str) -> dict:
             f"{hf}\n\nDuring handling of the above exception, another exception occurred:\n\n"
         )
         _refuse(
-            _entry_frames(entry)
+            _resolving_frames(entry)  # the frames below, down to get_config, not re-read in the wheels
             + [
-                _prepare_frame(),
                 (f"{PKG}/sglang/srt/utils/hf_transformers_utils.py", 390, "get_config", "raise e"),
                 (
                     f"{PKG}/transformers/configuration_utils.py",
@@ -708,9 +759,8 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
     if asked is not None and int(asked) > derived and not allow:
         # ModelConfig._derive_context_length: only the model's files can tell
         _refuse(
-            _entry_frames(entry)
+            _resolving_frames(entry)  # the frames below, down to ModelConfig, not re-read in the wheels
             + [
-                _prepare_frame(),
                 (f"{PKG}/sglang/srt/configs/model_config.py", 1314, "_derive_context_length",
                  "raise ValueError("),
             ],
@@ -728,10 +778,10 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
                        ("ssl_ca_certs", "SSL CA certificates file")):
         path = args.get(name)
         if V >= (0, 5, 10) and path and not os.path.isfile(path):
+            raiser = ("sglang/srt/arg_groups/serving_hook.py", "handle_ssl_validation") if V >= RESOLVE_ONCE \
+                else ("sglang/srt/server_args.py", "_handle_ssl_validation")
             _refuse(
-                _entry_frames(entry)
-                + [_prepare_frame(), (f"{PKG}/sglang/srt/server_args.py", 960, "_handle_ssl_validation",
-                                      "raise ValueError(")],
+                _resolving_frames(entry, SSL_FRAMES, ((*raiser, "raise ValueError(", SSL_RAISE[name]),)),
                 f"ValueError: {what} not found: '{path}'. Please check the --{name.replace('_', '-')} path.",
             )
 
@@ -753,7 +803,7 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
             if steps is None:
                 if topk is not None or draft is not None:
                     _refuse(
-                        _entry_frames(entry)
+                        _resolving_frames(entry)  # the frames below not re-read in the wheels
                         + [
                             (
                                 f"{PKG}/sglang/srt/server_args.py",
@@ -806,29 +856,7 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
     if args.get("language_only") and not args.get("encoder_urls"):
         if V < LANGUAGE_ONLY_ALONE:
             _refuse(
-                _entry_frames(entry)
-                + [
-                    _prepare_frame(),
-                    (
-                        f"{PKG}/sglang/srt/server_args.py",
-                        6092,
-                        "from_cli_args",
-                        "return cls(**{attr: getattr(args, attr) for attr in attrs})",
-                    ),
-                    ("<string>", 369, "__init__", ""),
-                    (
-                        f"{PKG}/sglang/srt/server_args.py",
-                        853,
-                        "__post_init__",
-                        "self._handle_encoder_disaggregation()",
-                    ),
-                    (
-                        f"{PKG}/sglang/srt/server_args.py",
-                        3808,
-                        "_handle_encoder_disaggregation",
-                        "raise ValueError(",
-                    ),
-                ],
+                _resolving_frames(entry, ENCODER_FRAMES),
                 "ValueError: requires at least one encoder urls to be set via --encoder-urls",
             )
         early.append(
