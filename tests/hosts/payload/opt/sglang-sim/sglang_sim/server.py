@@ -333,6 +333,26 @@ def resolve_max_num_reqs(args: dict, tokens: int) -> tuple[int, int | None]:
     return min(per_worker, tokens // 2), per_worker
 
 
+def prefill_graph_tokens(args: dict) -> list[int]:
+    """The token counts 0.5.14+ capture a prefill graph for (server_args.py
+    _generate_prefill_cuda_graph_batch_sizes, 0.5.19+ arg_groups/cuda_graph_hook.py; the same steps in
+    every release read) up to its max_bs: --cuda-graph-max-bs-prefill, else chunked_prefill_size (the
+    simulation has no MLA model, whose default differs), capped by --max-total-tokens and, for any model
+    path holding "llama-2", by 4096 (server_args.py / arg_groups/memory_hook.py: "For Llama2 series
+    models"; it catches /opt/models/llama-20b too, as 0.5.17 did on the H100: 50 sizes up to 4096, and
+    58 up to 8192 for llama-8b)."""
+    max_bs = args.get("cuda_graph_max_bs_prefill")
+    if max_bs is None:
+        max_bs = int(args.get("chunked_prefill_size") or 8192)
+        if args.get("max_total_tokens") is not None:
+            max_bs = min(max_bs, int(args["max_total_tokens"]))
+        if "llama-2" in str(args.get("model_path") or "").lower():
+            max_bs = min(max_bs, 4096)
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, int(max_bs) + 1, 512)]
+    return [n for n in sizes if n <= int(max_bs)]
+
+
 def crash_diagnostics_on() -> bool:
     """Either variable true, as SGLang's EnvBool reads it (both default to true)."""
     return any(os.environ.get(name, "true").lower() in ("true", "1", "yes", "y")
@@ -1397,7 +1417,7 @@ class Rank:
                 "or auto-disable rules)."
             )
             return
-        toks = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+        toks = prefill_graph_tokens(self.args)
         self.capture("target prefill", f"backend={prefill or 'breakable'}, num_tokens={toks}, ",
                      graph_mib // 4, per, key="prefill")
 
