@@ -96,14 +96,193 @@ SCHEDULER_LINES = (((0, 5, 23), (6362, 6368)), ((0, 5, 22), (6128, 6134)), ((0, 
                    ((0, 5, 14), (4211, 4227)), ((0, 5, 13), (4046, 4062)), ((0, 5, 12), (4025, 4041)),
                    ((0, 0, 0), (3918, 3934)))  # managers/scheduler.py run_scheduler_process: Scheduler(, event loop
 SCHEDULER_ONE_LINE = (0, 5, 21)  # scheduler.py: "scheduler = Scheduler(server_args, port_args)" on one line
-GRAPH_RUNNER_LINES = (((0, 5, 23), 602), ((0, 5, 22), 517), ((0, 5, 21), 492), ((0, 5, 20), 466), ((0, 5, 19), 491),
-                      ((0, 5, 18), 463), ((0, 5, 17), 417), ((0, 5, 16), 409), ((0, 5, 15), 365), ((0, 5, 14), 355),
-                      ((0, 5, 13), 628), ((0, 5, 12), 738), ((0, 0, 0), 716))  # the graph runner's raise Exception(
-DECODE_GRAPH_RUNNER = (0, 5, 14)  # model_executor/runner/decode_cuda_graph_runner.py (was cuda_graph_runner.py)
-# Not re-read in the wheels: the default max_running_requests without the flag, and the frames of a weight
-# load, KV cache or graph capture OOM between run_scheduler_process and the raise; the simulation keeps its
-# earlier split at 0.5.20 for them.
-LATE_DEFAULTS = (0, 5, 20)
+# A start that runs out of GPU memory: the frames between run_scheduler_process's `Scheduler(` and the
+# raise, as each release runs them (read in the wheels, 0.5.11 .. 0.5.23; paths under sglang/srt/): each row
+# is (file, function, its source line, its line in 0.5.11, 0.5.12, ..., 0.5.23), None where that release
+# does not pass through it. Releases before 0.5.11 take 0.5.11's lines, later ones 0.5.23's.
+# - Weights (model_loader/loader.py): DefaultModelLoader.load_model builds the model on the GPU in
+#   _initialize_model, so a model too large for the GPU runs out of memory there (in the model's own layers,
+#   frames the simulation leaves out); 0.5.16+ reach it through load_model_utils.load_model_with_memory_saver.
+# - KV cache (model_executor/pool_configurator.py): DefaultPoolConfigurator.calculate_pool_sizes builds a
+#   MemoryPoolConfig with no mem_fraction_static, whose __post_init__ (through the dataclass's generated
+#   __init__, "<string>": one line per field, then __post_init__) raises "Not enough memory. Please try to
+#   increase --mem-fraction-static." with no "Current value" (set only on a config that was built). 0.5.11..
+#   0.5.13 reach it from ModelRunner.initialize (model_runner_kv_cache_mixin.py), 0.5.14 and 0.5.15 from
+#   Scheduler.init_memory_pools through ModelRunner.alloc_memory_pool and the mixin, 0.5.16+ through
+#   mem_cache/kv_cache_configurator.py KVCacheConfigurator.configure.
+# - Graph capture: CudaGraphRunner (0.5.11..0.5.13, from ModelRunner.init_device_graphs), then
+#   runner/decode_cuda_graph_runner.py DecodeCudaGraphRunner (0.5.14+, Scheduler.init_all_cuda_graphs;
+#   0.5.16+ through model_runner_components/cuda_graph_setup.py capture_decode_graph) wrap the capture's
+#   RuntimeError in "Exception: Capture cuda graph failed: ..." and CUDA_GRAPH_CAPTURE_FAILED_MSG
+#   (cuda_graph_runner.py, then runner_backend_utils/__init__.py from 0.5.14).
+WEIGHTS_OOM_FRAMES = (
+    ("sglang/srt/managers/scheduler.py", "__init__", "self.init_model_worker()",
+     (432, 437, 427, 436, 423, 431, 498, 518, 553, 576, 557, 563, 568)),
+    ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_tp_model_worker()",
+     (693, 718, 817, 861, 866, 847, 976, 995, 1049, 1100, 1092, 1100, 1130)),
+    ("sglang/srt/managers/scheduler.py", "init_tp_model_worker", "self.tp_worker = TpModelWorker(**worker_kwargs)",
+     (648, 673, 772, 782, 787, 771, 899, 921, 971, 1022, 1004, 1009, 1033)),
+    ("sglang/srt/managers/tp_worker.py", "__init__", "self._init_model_runner()",
+     (260, 262, 262, 269, 273, 308, 333, 337, 351, 351, 315, 318, 319)),
+    ("sglang/srt/managers/tp_worker.py", "_init_model_runner", "self._model_runner = ModelRunner(",
+     (345, 347, 347, 378, 385, 424, 451, 466, 483, 483, 477, 480, 487)),
+    ("sglang/srt/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)",
+     (508, 535, 571, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "__init__", "self.initialize()",
+     (None, None, None, 572, 581, 357, 399, 436, 459, 469, 463, 488, 499)),
+    ("sglang/srt/model_executor/model_runner.py", "initialize", "self.load_model()",
+     (625, 655, 679, 693, 702, 567, 597, 630, 651, 663, 654, 705, 715)),
+    ("sglang/srt/model_executor/model_runner.py", "load_model", "self.model = self.loader.load_model(",
+     (1380, 1465, 1364, 1423, 1510, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "load_model", "loaded = load_model_with_memory_saver(",
+     (None, None, None, None, None, 935, 1053, 1099, 1165, 1203, 1225, 1293, 1312)),
+    ("sglang/srt/model_executor/model_runner_components/load_model_utils.py", "load_model_with_memory_saver", "model = loader.load_model(",
+     (None, None, None, None, None, 230, 294, 321, 307, 339, 339, 346, 346)),
+    ("sglang/srt/model_loader/loader.py", "load_model", "model = _initialize_model(",
+     (698, 718, 737, 758, 761, 790, 810, 985, 949, 982, 997, 1012, 1014)),
+    ("sglang/srt/model_loader/loader.py", "_initialize_model", "return model_class(**kwargs)",
+     (286, 292, 296, 317, 320, 321, 330, 345, 297, 304, 307, None, None)),
+    ("sglang/srt/model_loader/loader.py", "_initialize_model", "model = model_class(**kwargs)",
+     (None, None, None, None, None, None, None, None, None, None, None, 308, 309)),
+)
+KV_OOM_FRAMES = (
+    ("sglang/srt/managers/scheduler.py", "__init__", "self.init_model_worker()",
+     (432, 437, 427, 436, 423, 431, 498, 518, 553, 576, 557, 563, 568)),
+    ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_tp_model_worker()",
+     (693, 718, 817, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/scheduler.py", "init_tp_model_worker", "self.tp_worker = TpModelWorker(**worker_kwargs)",
+     (648, 673, 772, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/tp_worker.py", "__init__", "self._init_model_runner()",
+     (260, 262, 262, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/tp_worker.py", "_init_model_runner", "self._model_runner = ModelRunner(",
+     (345, 347, 347, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)",
+     (508, 535, 571, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "initialize", "self.init_memory_pool(pre_model_load_memory)",
+     (733, 749, 784, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_memory_pools()",
+     (None, None, None, 868, 870, 851, 981, 1002, 1056, 1107, 1099, 1107, 1137)),
+    ("sglang/srt/managers/scheduler.py", "init_memory_pools", "self.init_target_memory_pool()",
+     (None, None, None, 838, 843, 824, 953, 968, 1022, 1073, 1065, 1070, 1100)),
+    ("sglang/srt/managers/scheduler.py", "init_target_memory_pool", "self.tp_worker.alloc_memory_pool()",
+     (None, None, None, 834, 839, 820, 949, 964, 1018, 1069, 1061, 1066, None)),
+    ("sglang/srt/managers/scheduler.py", "init_target_memory_pool", "self.tp_worker.alloc_memory_pool(",
+     (None, None, None, None, None, None, None, None, None, None, None, None, 1090)),
+    ("sglang/srt/managers/tp_worker.py", "alloc_memory_pool", "self.model_runner.alloc_memory_pool(memory_pool_config)",
+     (None, None, None, 329, 335, 374, 399, 403, 420, 420, 403, 406, None)),
+    ("sglang/srt/managers/tp_worker.py", "alloc_memory_pool", "self.model_runner.alloc_memory_pool(",
+     (None, None, None, None, None, None, None, None, None, None, None, None, 409)),
+    ("sglang/srt/model_executor/model_runner.py", "alloc_memory_pool", "self.init_memory_pool(self.pre_model_load_memory)",
+     (None, None, None, 813, 846, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner_kv_cache_mixin.py", "init_memory_pool", "self.memory_pool_config = self._resolve_memory_pool_config(",
+     (762, 902, 974, 1084, 1329, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner_kv_cache_mixin.py", "_resolve_memory_pool_config", "config = configurator.calculate_pool_sizes(available_bytes, page_size)",
+     (741, 881, 953, 1063, 1307, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "alloc_memory_pool", "result = self.kv_cache_configurator.configure(",
+     (None, None, None, None, None, 734, 775, 805, 878, 898, 886, 960, 982)),
+    ("sglang/srt/mem_cache/kv_cache_configurator.py", "configure", "config = self._resolve_memory_pool_config(pre_model_load_memory)",
+     (None, None, None, None, None, 227, 247, 284, 304, 330, 370, 436, 476)),
+    ("sglang/srt/mem_cache/kv_cache_configurator.py", "_resolve_memory_pool_config", "config = self.config_from_budget(available_bytes)",
+     (None, None, None, None, None, 1670, 1783, 1937, 2169, 2327, 2356, 2864, 3183)),
+    ("sglang/srt/mem_cache/kv_cache_configurator.py", "config_from_budget", "config = configurator.calculate_pool_sizes(",
+     (None, None, None, None, None, 1691, 1804, 1958, 2190, 2348, 2377, 2885, 3204)),
+    ("sglang/srt/model_executor/pool_configurator.py", "calculate_pool_sizes", "return MemoryPoolConfig(max_total_num_tokens=max_total_num_tokens)",
+     (175, 187, 187, 227, 275, 292, 326, 424, 436, 543, 562, 624, 647)),
+    ("<string>", "__init__", "",
+     (8, 12, 12, 12, 12, 12, 12, 12, 13, 13, 14, 14, 14)),
+    ("sglang/srt/model_executor/pool_configurator.py", "__post_init__", "raise RuntimeError(msg)",
+     (44, 56, 56, 61, 66, 67, 67, 77, 86, 95, 93, 96, 99)),
+)
+GRAPH_OOM_FRAMES = (
+    ("sglang/srt/managers/scheduler.py", "__init__", "self.init_model_worker()",
+     (432, 437, 427, 436, 423, 431, 498, 518, 553, 576, 557, 563, 568)),
+    ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_tp_model_worker()",
+     (693, 718, 817, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/scheduler.py", "init_tp_model_worker", "self.tp_worker = TpModelWorker(**worker_kwargs)",
+     (648, 673, 772, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/tp_worker.py", "__init__", "self._init_model_runner()",
+     (260, 262, 262, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/tp_worker.py", "_init_model_runner", "self._model_runner = ModelRunner(",
+     (345, 347, 347, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)",
+     (508, 535, 571, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "initialize", "self.init_device_graphs()",
+     (771, 791, 834, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "init_device_graphs", "self.graph_runner = graph_runners[self.device](self)",
+     (2792, 2958, 2908, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/cuda_graph_runner.py", "__init__", "raise Exception(",
+     (716, 738, 628, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_all_cuda_graphs()",
+     (None, None, None, 872, 874, 854, 985, 1006, 1060, 1111, 1103, 1111, 1146)),
+    ("sglang/srt/managers/scheduler.py", "init_all_cuda_graphs", "self.tp_worker.init_cuda_graphs()",
+     (None, None, None, 855, 860, 841, 970, 989, 1043, 1094, 1086, 1094, 1124)),
+    ("sglang/srt/managers/tp_worker.py", "init_cuda_graphs", "self.model_runner.init_cuda_graphs(",
+     (None, None, None, 351, 357, 396, 423, 426, 443, 443, 425, 428, 435)),
+    ("sglang/srt/model_executor/model_runner.py", "init_cuda_graphs", "self.init_decode_cuda_graph()",
+     (None, None, None, 913, 950, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "init_decode_cuda_graph", "self.decode_cuda_graph_runner = graph_runners[self.device](self)",
+     (None, None, None, 2583, 2688, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/model_executor/model_runner.py", "init_cuda_graphs", "capture = capture_cuda_graphs(",
+     (None, None, None, None, None, 839, 944, 985, 1062, 1100, 1100, 1178, 1192)),
+    ("sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py", "capture_cuda_graphs", "decode = capture_decode_graph(model_runner=model_runner)",
+     (None, None, None, None, None, 106, 144, 179, 249, 269, 412, 413, 437)),
+    ("sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py", "capture_decode_graph", "runner = graph_runners[model_runner.device](model_runner)",
+     (None, None, None, None, None, 333, 447, 475, 568, 588, 737, None, None)),
+    ("sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py", "capture_decode_graph", "runner = GraphRunnerCls(model_runner)",
+     (None, None, None, None, None, None, None, None, None, None, None, 737, 780)),
+    ("sglang/srt/model_executor/runner/decode_cuda_graph_runner.py", "__init__", "raise Exception(",
+     (None, None, None, 355, 365, 409, 417, 463, 491, 466, 492, 517, 602)),
+)
+# A refusal while the arguments are resolved (read in the wheels, 0.5.11 .. 0.5.23; rows as the OOM tables'):
+# until 0.5.18 ServerArgs.from_cli_args builds the dataclass, whose generated __init__ ("<string>": one line
+# per field, then __post_init__) resolves in __post_init__ (0.5.18: through _run_resolution_pipeline); from
+# 0.5.19 prepare_server_args returns the raw record and launch_server.py run_server resolves it in
+# ServerArgs.resolve_once, through arg_groups/pipeline.py run_resolution_pipeline (each hook through
+# resolution_hooks.py run_hook from 0.5.20).
+RESOLUTION_FRAMES = (
+    ("sglang/srt/server_args.py", "from_cli_args", "return cls(**{attr: getattr(args, attr) for attr in attrs})",
+     (6685, 7141, 7284, 6506, 6391, 7348, 8470, 8928, None, None, None, None, None)),
+    ("<string>", "__init__", "", (371, 384, 399, 407, 426, 449, 461, 475, None, None, None, None, None)),
+    ("sglang/srt/server_args.py", "__post_init__", "self._run_resolution_pipeline()",
+     (None, None, None, None, None, None, None, 3586, None, None, None, None, None)),
+    ("sglang/launch_server.py", "run_server", "server_args.resolve_once()", (None, None, None, None, None, None, None, None, 21, 29, 29, 29, 29)),
+    ("sglang/srt/server_args.py", "resolve_once", "run_resolution_pipeline(self)",
+     (None, None, None, None, None, None, None, None, 3697, 281, 246, 276, 277)),
+)
+LAUNCH_RUN_SERVER_LINE = (((0, 5, 20), 84), ((0, 0, 0), 76))  # launch_server.py <module>: run_server(server_args)
+SSL_FRAMES = (  # ServerArgs._handle_ssl_validation (0.5.19+: arg_groups/serving_hook.py handle_ssl_validation)
+    ("sglang/srt/server_args.py", "__post_init__", "self._handle_ssl_validation()",
+     (795, 869, 906, 2469, 2671, 2917, 3474, None, None, None, None, None, None)),
+    ("sglang/srt/server_args.py", "_run_resolution_pipeline", "self._handle_ssl_validation()",
+     (None, None, None, None, None, None, None, 3630, None, None, None, None, None)),
+    ("sglang/srt/arg_groups/pipeline.py", "run_resolution_pipeline", "handle_ssl_validation(server_args)",
+     (None, None, None, None, None, None, None, None, 121, None, None, None, None)),
+    ("sglang/srt/arg_groups/pipeline.py", "run_resolution_pipeline", "run_hook(handle_ssl_validation, server_args)",
+     (None, None, None, None, None, None, None, None, None, 134, 108, 116, 125)),
+    ("sglang/srt/arg_groups/resolution_hooks.py", "run_hook", "step(server_args)",
+     (None, None, None, None, None, None, None, None, None, 198, 134, 135, 139)),
+)
+SSL_RAISE = {  # the raise for each missing file: (_handle_ssl_validation, then handle_ssl_validation from 0.5.19)
+    "ssl_keyfile": (961, 1052, 1101, 2669, 2905, 3219, 3888, 4054, 54, 55, 54, 69, 69),
+    "ssl_certfile": (966, 1057, 1106, 2674, 2910, 3224, 3893, 4059, 59, 60, 59, 74, 74),
+    "ssl_ca_certs": (971, 1062, 1111, 2679, 2915, 3229, 3898, 4064, 64, 65, 64, 79, 79),
+}
+ENCODER_FRAMES = (  # --language-only without --encoder-urls, refused until 0.5.12 (LANGUAGE_ONLY_ALONE)
+    ("sglang/srt/server_args.py", "__post_init__", "self._handle_encoder_disaggregation()",
+     (888, 982, None, None, None, None, None, None, None, None, None, None, None)),
+    ("sglang/srt/server_args.py", "_handle_encoder_disaggregation", "raise ValueError(",
+     (3809, 4116, None, None, None, None, None, None, None, None, None, None, None)),
+)
+FRAMES_READ = ((0, 5, 11), (0, 5, 23))  # the releases the tables above hold, one column each
+# max_running_requests, resolved from the KV cache's size once it is known (model_runner_kv_cache_mixin.py
+# _resolve_max_num_reqs, 0.5.16+ mem_cache/kv_cache_configurator.py resolve_max_num_reqs; no release's
+# server_args.py sets it without the flag, but for speculative decoding's 48). The rule, in every release read:
+# without the flag, min(max(min(int(tokens / context_len * 512), 4096), 2048), tokens // 2) per DP worker:
+# 4096 for any model whose pool holds 8+ full contexts (0.5.11 on an H200: 3064347 tokens, context 8192, 4096).
+# With it, flag // dp_size (DP attention only) capped by that estimate, or from 0.5.14 by tokens // 2 with a
+# warning when it cuts; 0.5.23 keeps at least 1.
+MRR_REQUEST_CAP = (0, 5, 14)
+MRR_LOGGED = ((0, 5, 13), (0, 5, 14))  # 0.5.13 alone logs "Max concurrent requests (per dp worker) ..."
 CRASH_DIAGNOSTICS = (0, 5, 13)  # TokenizerManager.dump_requests_before_crash's py-spy and coredump
 
 # The release where each line of a start or a stop took its wording (read in the released wheels;
@@ -128,6 +307,50 @@ LAUNCH_WARNING_LINES = (((0, 5, 20), 71), ((0, 5, 19), 63), ((0, 5, 18), 57), ((
 def by_release(table: tuple) -> object:
     """The value of a ((release, value), ...) table (newest first) for the release simulated."""
     return next(value for since, value in table if since <= V)
+
+
+def read_frames(table: tuple) -> list[tuple[str, int, str, str]]:
+    """A traceback's frames from a table of rows (file, function, source, its line in each release read)
+    for the release simulated: the rows of the releases it passes through."""
+    at = min(max(V, FRAMES_READ[0]), FRAMES_READ[1])[2] - FRAMES_READ[0][2]
+    return [(file if file.startswith("<") else f"{PKG}/{file}", lines[at], func, src)
+            for file, func, src, lines in table if lines[at] is not None]
+
+
+def resolve_max_num_reqs(args: dict, tokens: int) -> tuple[int, int | None]:
+    """The scheduler's max_running_requests for a KV pool of `tokens`, and the value asked for
+    per DP worker where the release may cut it (see MRR_REQUEST_CAP)."""
+    estimated = max(min(int(tokens / max(1, int(args.get("context_length") or 1)) * 512), 4096), 2048)
+    asked = args.get("max_running_requests")
+    if asked is None:
+        return min(estimated, tokens // 2), None
+    dp = int(args.get("dp_size") or 1) if args.get("enable_dp_attention") else 1
+    per_worker = int(asked) // dp
+    if V < MRR_REQUEST_CAP:
+        return min(per_worker, estimated), None
+    if V >= (0, 5, 23):
+        per_worker = max(1, per_worker)
+    return min(per_worker, tokens // 2), per_worker
+
+
+def prefill_graph_tokens(args: dict) -> list[int]:
+    """The token counts 0.5.14+ capture a prefill graph for (server_args.py
+    _generate_prefill_cuda_graph_batch_sizes, 0.5.19+ arg_groups/cuda_graph_hook.py; the same steps in
+    every release read) up to its max_bs: --cuda-graph-max-bs-prefill, else chunked_prefill_size (the
+    simulation has no MLA model, whose default differs), capped by --max-total-tokens and, for any model
+    path holding "llama-2", by 4096 (server_args.py / arg_groups/memory_hook.py: "For Llama2 series
+    models"; it catches /opt/models/llama-20b too, as 0.5.17 did on the H100: 50 sizes up to 4096, and
+    58 up to 8192 for llama-8b)."""
+    max_bs = args.get("cuda_graph_max_bs_prefill")
+    if max_bs is None:
+        max_bs = int(args.get("chunked_prefill_size") or 8192)
+        if args.get("max_total_tokens") is not None:
+            max_bs = min(max_bs, int(args["max_total_tokens"]))
+        if "llama-2" in str(args.get("model_path") or "").lower():
+            max_bs = min(max_bs, 4096)
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, int(max_bs) + 1, 512)]
+    return [n for n in sizes if n <= int(max_bs)]
 
 
 def crash_diagnostics_on() -> bool:
@@ -424,12 +647,15 @@ def _prepare_frame() -> tuple[str, int, str, str]:
     return (f"{PKG}/sglang/srt/server_args.py", by_release(PREPARE_LINE), "prepare_server_args", src)
 
 
-def _entry_frames(entry: str) -> list[tuple[str, int, str, str]]:
+def _entry_frames(entry: str, resolving: bool = False) -> list[tuple[str, int, str, str]]:
+    """The frames down to prepare_server_args, or (`resolving`, 0.5.19+) to run_server's call."""
+    run = resolving and V >= RESOLVE_ONCE
     if entry == "launch_server":
         return [
             ("<frozen runpy>", 198, "_run_module_as_main", ""),
             ("<frozen runpy>", 88, "_run_code", ""),
-            (
+            (f"{PKG}/sglang/launch_server.py", by_release(LAUNCH_RUN_SERVER_LINE), "<module>",
+             "run_server(server_args)") if run else (
                 f"{PKG}/sglang/launch_server.py",
                 by_release(LAUNCH_SERVER_LINE),
                 "<module>",
@@ -441,8 +667,17 @@ def _entry_frames(entry: str) -> list[tuple[str, int, str, str]]:
     return [
         ("/root/ml-env/bin/sglang", 8, "<module>", "sys.exit(main())"),
         (f"{PKG}/sglang/cli/main.py", by_release(CLI_MAIN_LINE), "main", "serve(args, extra_argv)"),
+        (f"{PKG}/sglang/cli/serve.py", line + 1, func, "run_server(server_args)") if run else
         (f"{PKG}/sglang/cli/serve.py", line, func, f"server_args = prepare_server_args({argv})"),
     ]
+
+
+def _resolving_frames(entry: str, *tables: tuple) -> list[tuple[str, int, str, str]]:
+    """A refusal raised while ServerArgs resolves: the entry point, prepare_server_args (0.5.18 and
+    before) or run_server (0.5.19+), the resolution's frames (RESOLUTION_FRAMES), then `tables`'."""
+    prepare = [] if V >= RESOLVE_ONCE else [_prepare_frame()]
+    return _entry_frames(entry, resolving=True) + prepare + read_frames(RESOLUTION_FRAMES) + [
+        frame for table in tables for frame in read_frames(table)]
 
 
 def model_config(path: str, entry: str) -> dict:
@@ -461,9 +696,8 @@ def model_config(path: str, entry: str) -> dict:
             f"{hf}\n\nDuring handling of the above exception, another exception occurred:\n\n"
         )
         _refuse(
-            _entry_frames(entry)
+            _resolving_frames(entry)  # the frames below, down to get_config, not re-read in the wheels
             + [
-                _prepare_frame(),
                 (f"{PKG}/sglang/srt/utils/hf_transformers_utils.py", 390, "get_config", "raise e"),
                 (
                     f"{PKG}/transformers/configuration_utils.py",
@@ -545,9 +779,8 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
     if asked is not None and int(asked) > derived and not allow:
         # ModelConfig._derive_context_length: only the model's files can tell
         _refuse(
-            _entry_frames(entry)
+            _resolving_frames(entry)  # the frames below, down to ModelConfig, not re-read in the wheels
             + [
-                _prepare_frame(),
                 (f"{PKG}/sglang/srt/configs/model_config.py", 1314, "_derive_context_length",
                  "raise ValueError("),
             ],
@@ -565,10 +798,10 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
                        ("ssl_ca_certs", "SSL CA certificates file")):
         path = args.get(name)
         if V >= (0, 5, 10) and path and not os.path.isfile(path):
+            raiser = ("sglang/srt/arg_groups/serving_hook.py", "handle_ssl_validation") if V >= RESOLVE_ONCE \
+                else ("sglang/srt/server_args.py", "_handle_ssl_validation")
             _refuse(
-                _entry_frames(entry)
-                + [_prepare_frame(), (f"{PKG}/sglang/srt/server_args.py", 960, "_handle_ssl_validation",
-                                      "raise ValueError(")],
+                _resolving_frames(entry, SSL_FRAMES, ((*raiser, "raise ValueError(", SSL_RAISE[name]),)),
                 f"ValueError: {what} not found: '{path}'. Please check the --{name.replace('_', '-')} path.",
             )
 
@@ -590,7 +823,7 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
             if steps is None:
                 if topk is not None or draft is not None:
                     _refuse(
-                        _entry_frames(entry)
+                        _resolving_frames(entry)  # the frames below not re-read in the wheels
                         + [
                             (
                                 f"{PKG}/sglang/srt/server_args.py",
@@ -643,29 +876,7 @@ def resolve(args: dict, cfg: dict, gpu: dict, entry: str, early: list[str]) -> l
     if args.get("language_only") and not args.get("encoder_urls"):
         if V < LANGUAGE_ONLY_ALONE:
             _refuse(
-                _entry_frames(entry)
-                + [
-                    _prepare_frame(),
-                    (
-                        f"{PKG}/sglang/srt/server_args.py",
-                        6092,
-                        "from_cli_args",
-                        "return cls(**{attr: getattr(args, attr) for attr in attrs})",
-                    ),
-                    ("<string>", 369, "__init__", ""),
-                    (
-                        f"{PKG}/sglang/srt/server_args.py",
-                        853,
-                        "__post_init__",
-                        "self._handle_encoder_disaggregation()",
-                    ),
-                    (
-                        f"{PKG}/sglang/srt/server_args.py",
-                        3808,
-                        "_handle_encoder_disaggregation",
-                        "raise ValueError(",
-                    ),
-                ],
+                _resolving_frames(entry, ENCODER_FRAMES),
                 "ValueError: requires at least one encoder urls to be set via --encoder-urls",
             )
         early.append(
@@ -1063,32 +1274,7 @@ class Rank:
             self.read_shards()
         if not mapped and (self.failure == "cuda_oom" or avail0 < weights):
             self.hit_exception(
-                [
-                    (
-                        f"{PKG}/sglang/srt/model_executor/model_runner.py",
-                        1324 if V >= LATE_DEFAULTS else 887,
-                        "load_model",
-                        "self.model = get_model(",
-                    ),
-                    (
-                        f"{PKG}/sglang/srt/model_loader/loader.py",
-                        680,
-                        "load_model",
-                        "model = _initialize_model(",
-                    ),
-                    (
-                        f"{PKG}/torch/nn/modules/module.py",
-                        1355,
-                        "to",
-                        "return self._apply(convert)",
-                    ),
-                    (
-                        f"{PKG}/torch/nn/modules/module.py",
-                        1341,
-                        "convert",
-                        "return t.to(device, dtype if t.is_floating_point() else None, non_blocking)",
-                    ),
-                ],
+                read_frames(WEIGHTS_OOM_FRAMES),
                 self.oom(
                     max(1024.0, weights / 8),
                     None if self.failure == "cuda_oom" else max(0.0, avail0 - self.used),
@@ -1108,27 +1294,18 @@ class Rank:
         kv = target - self.used - graph_mib - (weights if mapped else 0)  # the daemon's weights count (0.5.19+)
         if self.failure == "kv_cache_oom" or kv <= 0:
             self.hit_exception(
-                [
-                    (
-                        f"{PKG}/sglang/srt/model_executor/model_runner.py",
-                        520 if V >= LATE_DEFAULTS else 412,
-                        "initialize",
-                        "self.init_memory_pool(",
-                    ),
-                    (
-                        f"{PKG}/sglang/srt/model_executor/pool_configurator.py"
-                        if V >= LATE_DEFAULTS
-                        else f"{PKG}/sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
-                        94 if V >= LATE_DEFAULTS else 55,
-                        "configure" if V >= LATE_DEFAULTS else "init_memory_pool",
-                        "raise RuntimeError(",
-                    ),
-                ],
-                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-                f"Current value: mem_fraction_static={mem_frac}\n",
+                read_frames(KV_OOM_FRAMES),
+                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n",
             )
         tokens = int(kv * 1024 * 1024 / self.ctx["kv_bytes_per_token"])
         self.ctx["tokens"] = tokens
+        mrr, asked = resolve_max_num_reqs(a, tokens)
+        self.ctx["max_running_requests"] = mrr
+        if MRR_LOGGED[0] <= V < MRR_LOGGED[1]:
+            log(f"Max concurrent requests (per dp worker) from the finalized token capacity: max_num_reqs={mrr}.")
+        if asked is not None and mrr < asked:
+            log(f"max_running_requests was reduced from the requested {asked} to {mrr} (per dp worker) "
+                "due to the available KV cache capacity.")
         t0 = time.monotonic()
         self.hold(self.used + kv)
         self.log_kv_cache(tokens, kv)
@@ -1137,7 +1314,6 @@ class Rank:
             log(f"Memory pool end. avail mem={gb(self.avail())} GB")
         self.capture_graphs(graph_mib, target)
         if self.rank == 0:
-            mrr = a.get("max_running_requests") or (2048 if V >= LATE_DEFAULTS else 4096)
             log(
                 f"max_total_num_tokens={tokens}, chunked_prefill_size={a['chunked_prefill_size']}, "
                 f"max_prefill_tokens={a.get('max_prefill_tokens') or 16384}, "
@@ -1204,26 +1380,12 @@ class Rank:
         sol += (
             "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
         )
+        # the runner's `raise Exception(f"Capture cuda graph failed: {e}\n...")`: str() of torch's
+        # OutOfMemoryError (a RuntimeError) is its message alone, without the type's name
+        oom = self.oom(2048.0, None if self.failure == "graph_capture" else max(0.0, self.avail()))
         self.hit_exception(
-            [
-                (
-                    f"{PKG}/sglang/srt/model_executor/model_runner.py",
-                    1580 if V >= LATE_DEFAULTS else 2450,
-                    "init_device_graphs",
-                    "self.graph_runner = graph_runners[self.device](self)",
-                ),
-                (
-                    f"{PKG}/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
-                    if V >= DECODE_GRAPH_RUNNER
-                    else f"{PKG}/sglang/srt/model_executor/cuda_graph_runner.py",
-                    by_release(GRAPH_RUNNER_LINES),
-                    "__init__",
-                    "raise Exception(",
-                ),
-            ],
-            f"Exception: Capture cuda graph failed: "
-            f"{self.oom(2048.0, None if self.failure == 'graph_capture' else max(0.0, self.avail()))}"
-            f"\n{sol}",
+            read_frames(GRAPH_OOM_FRAMES),
+            f"Exception: Capture cuda graph failed: {oom.removeprefix('torch.OutOfMemoryError: ')}\n{sol}",
         )
 
     def capture(self, name: str, begin: str, mib: int, sleep: float, *, end: str = "",
@@ -1255,7 +1417,7 @@ class Rank:
                 "or auto-disable rules)."
             )
             return
-        toks = [4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+        toks = prefill_graph_tokens(self.args)
         self.capture("target prefill", f"backend={prefill or 'breakable'}, num_tokens={toks}, ",
                      graph_mib // 4, per, key="prefill")
 
@@ -1343,7 +1505,8 @@ def scheduler_main(rank: int, ctx: dict, ready_w: int, ctl_r: int) -> None:
         startup = {**r.timings, "cuda_graph": r.graph_s}
         os.write(
             ready_w,
-            json.dumps({"rank": rank, "tokens": ctx.get("tokens", 0), "startup": startup}).encode() + b"\n",
+            json.dumps({"rank": rank, "tokens": ctx.get("tokens", 0),
+                        "max_running_requests": ctx.get("max_running_requests", 0), "startup": startup}).encode() + b"\n",
         )
         # wait for the server to be ready (or the parent to go away)
         data = os.read(ctl_r, 1)
@@ -1392,6 +1555,7 @@ class State:
     launch_command = ""
     tokens_per_s = 200.0
     max_total_tokens = 0
+    max_running_requests = 0  # rank 0's, as the scheduler resolved it
     started = time.time()
     ready_endpoint = V >= READY_ENDPOINT  # a build may still lack it (settings' ready_endpoint = false)
     shutting_down = False  # after the first SIGTERM (TokenizerManager.gracefully_exit)
@@ -1550,7 +1714,7 @@ class Handler(BaseHTTPRequestHandler):
         running = State.in_flight
         capacity = State.max_total_tokens or 1
         used = min(capacity, running * 64)
-        mrr = State.args.get("max_running_requests") or (2048 if V >= LATE_DEFAULTS else 4096)
+        mrr = State.max_running_requests or State.args.get("max_running_requests") or 1
         return {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0, "num_used_tokens": used,
                 "num_total_tokens": used, "max_total_num_tokens": State.max_total_tokens,
                 "token_usage": round(used / capacity, 4), "gen_throughput": running * State.tokens_per_s,
@@ -1874,21 +2038,38 @@ class DummyHealthHandler(BaseHTTPRequestHandler):
     def log_message(self, fmt: str, *a: object) -> None:
         pass
 
+    PATHS = ("/health", "/health_generate", "/ping")  # each an @app.get route (utils/common.py)
+
+    def _json(self, status: int, body: bytes, *headers: tuple[str, str]) -> None:
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
     def do_GET(self) -> None:
-        paths = ("/health", "/health_generate", "/ping")
-        if self.path.split("?")[0] in paths:
+        if self.path.split("?")[0] in self.PATHS:
             self.send_response(200)
             self.send_header("content-length", "0")
             self.end_headers()
             return
-        body = b'{"detail":"Not Found"}'
-        self.send_response(404)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._json(404, b'{"detail":"Not Found"}')
 
-    do_POST = do_GET
+    def do_other(self) -> None:
+        """Any other method: Starlette answers a known path with 405 and its `allow` header
+        (FastAPI's HTTPException handler: {"detail":"Method Not Allowed"}; a GET route takes no
+        HEAD), an unknown one with 404."""
+        with contextlib.suppress(ValueError, OSError):
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.path.split("?")[0] in self.PATHS:
+            self._json(405, b'{"detail":"Method Not Allowed"}', ("allow", "GET"))
+        else:
+            self._json(404, b'{"detail":"Not Found"}')
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_other
 
 
 def kill_children() -> None:
@@ -2123,6 +2304,7 @@ def main(argv: list[str], entry: str) -> None:
     State.tokens_per_s = float(settings["tokens_per_s"])
     State.ready_endpoint = V >= READY_ENDPOINT and bool(settings["ready_endpoint"])
     State.max_total_tokens = ready_ranks.get(0, {}).get("tokens", 0)
+    State.max_running_requests = ready_ranks.get(0, {}).get("max_running_requests", 0)
     if node_rank == 0 and V >= STARTUP_TIMINGS:
         log_startup_timings(ready_ranks, began)
     if node_rank >= 1:
