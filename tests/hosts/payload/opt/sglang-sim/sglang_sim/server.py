@@ -145,7 +145,9 @@ WEIGHTS_OOM_FRAMES = (
     ("sglang/srt/model_loader/loader.py", "_initialize_model", "model = model_class(**kwargs)",
      (None, None, None, None, None, None, None, None, None, None, None, 308, 309)),
 )
-KV_OOM_FRAMES = (
+# the scheduler's start down to ModelRunner.__init__, where the KV cache and the graphs began
+# until 0.5.13
+TO_MODEL_RUNNER = (
     ("sglang/srt/managers/scheduler.py", "__init__", "self.init_model_worker()",
      (432, 437, 427, 436, 423, 431, 498, 518, 553, 576, 557, 563, 568)),
     ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_tp_model_worker()",
@@ -158,6 +160,9 @@ KV_OOM_FRAMES = (
      (345, 347, 347, None, None, None, None, None, None, None, None, None, None)),
     ("sglang/srt/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)",
      (508, 535, 571, None, None, None, None, None, None, None, None, None, None)),
+)
+KV_OOM_FRAMES = (
+    *TO_MODEL_RUNNER,
     ("sglang/srt/model_executor/model_runner.py", "initialize", "self.init_memory_pool(pre_model_load_memory)",
      (733, 749, 784, None, None, None, None, None, None, None, None, None, None)),
     ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_memory_pools()",
@@ -194,18 +199,7 @@ KV_OOM_FRAMES = (
      (44, 56, 56, 61, 66, 67, 67, 77, 86, 95, 93, 96, 99)),
 )
 GRAPH_OOM_FRAMES = (
-    ("sglang/srt/managers/scheduler.py", "__init__", "self.init_model_worker()",
-     (432, 437, 427, 436, 423, 431, 498, 518, 553, 576, 557, 563, 568)),
-    ("sglang/srt/managers/scheduler.py", "init_model_worker", "self.init_tp_model_worker()",
-     (693, 718, 817, None, None, None, None, None, None, None, None, None, None)),
-    ("sglang/srt/managers/scheduler.py", "init_tp_model_worker", "self.tp_worker = TpModelWorker(**worker_kwargs)",
-     (648, 673, 772, None, None, None, None, None, None, None, None, None, None)),
-    ("sglang/srt/managers/tp_worker.py", "__init__", "self._init_model_runner()",
-     (260, 262, 262, None, None, None, None, None, None, None, None, None, None)),
-    ("sglang/srt/managers/tp_worker.py", "_init_model_runner", "self._model_runner = ModelRunner(",
-     (345, 347, 347, None, None, None, None, None, None, None, None, None, None)),
-    ("sglang/srt/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)",
-     (508, 535, 571, None, None, None, None, None, None, None, None, None, None)),
+    *TO_MODEL_RUNNER,
     ("sglang/srt/model_executor/model_runner.py", "initialize", "self.init_device_graphs()",
      (771, 791, 834, None, None, None, None, None, None, None, None, None, None)),
     ("sglang/srt/model_executor/model_runner.py", "init_device_graphs", "self.graph_runner = graph_runners[self.device](self)",
