@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from sgdeploy.deploy.plan import Deployment
 from sgdeploy.deploy.probe import ProbeOutcome
@@ -52,6 +53,11 @@ class StartupResult:
     ready_at: float | None = None
     # the new launch's weights read into the page cache before the stop (wall time, not downtime)
     read_ahead: PageCacheWarmth | None = None
+
+    @property
+    def engine_timings(self) -> dict[str, Any]:
+        """SGLang's own seconds per phase of this start, where its log says them (0.5.17+)."""
+        return dict(self.report.engine_timings or {}) if self.report else {}
 
 
 def follower_command(unit: str, invocation: str) -> str:

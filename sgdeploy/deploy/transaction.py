@@ -359,7 +359,7 @@ class Transaction:
             host=self.host,
             startup_s=round(startup.seconds, 2),
             downtime=downtime(startup),
-            engine_timings=dict(report.engine_timings or {}) if report else {},
+            engine_timings=startup.engine_timings,
             phases=[p.as_dict() for p in report.phases] if report else [],
             phase_times=report.phase_times() if report else {},
             kv_cache_tokens=report.kv_cache_tokens if report else None,
@@ -412,7 +412,7 @@ def result_from(startup: StartupResult, result: ApplyResult) -> ApplyResult:
         explain=startup.explain,
         probe=startup.probe,
         downtime=downtime(startup),
-        engine_timings=dict(report.engine_timings or {}) if report else {},
+        engine_timings=startup.engine_timings,
         read_ahead=startup.read_ahead,
     )
 
